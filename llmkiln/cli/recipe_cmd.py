@@ -1,0 +1,40 @@
+"""`kiln recipes`, `kiln recipe show NAME`, `kiln recipe schema`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from llmkiln.recipe import Recipe, list_recipes, load_recipe
+
+
+@click.command()
+def recipes() -> None:
+    """List the recipes in recipes/ with their one-line descriptions."""
+    table = Table("recipe", "description", box=None)
+    for name, desc in list_recipes():
+        table.add_row(name, desc)
+    Console().print(table)
+
+
+@click.group()
+def recipe() -> None:
+    """Inspect recipes."""
+
+
+@recipe.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
+def show(name: str, as_json: bool) -> None:
+    """Print the resolved recipe NAME (extends merged, defaults filled)."""
+    r, _ = load_recipe(name)
+    click.echo(json.dumps(r.model_dump(mode="json"), indent=2) if as_json else r.to_yaml(), nl=not as_json)
+
+
+@recipe.command("schema")
+def schema() -> None:
+    """Print the recipe JSON schema (every field, its type, default and description)."""
+    click.echo(json.dumps(Recipe.model_json_schema(), indent=2))

@@ -1,0 +1,336 @@
+"""Recipes: YAML files in recipes/ validated by a strict typed schema (the single source of truth).
+
+A recipe names a model, a backend and precision, and every runtime/serving knob. `extends: OTHER` merges this
+file over recipes/OTHER.yaml (mappings merge key by key, everything else replaces). Unknown keys and bad values
+raise RecipeError naming the file, the field, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from llmkiln.errors import RecipeError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RECIPES_DIR = Path(os.environ.get("LLMKILN_RECIPES", REPO_ROOT / "recipes"))
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+Backend = Literal["onnx-cpu", "onnx-gpu", "trtllm"]
+Precision = Literal["fp32", "int8", "int4", "fp8"]
+GeneratedModel = Literal["tiny-llama", "bench-llama-125m"]
+
+# Which precisions each backend can build.
+BACKEND_PRECISIONS: dict[str, tuple[str, ...]] = {
+    "onnx-cpu": ("fp32", "int8", "int4"),
+    "onnx-gpu": ("fp32", "int8", "int4"),
+    "trtllm": ("fp8",),
+}
+
+
+class Strict(BaseModel):
+    """Base for every recipe section: unknown keys are errors, values are validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+class ModelSource(Strict):
+    """Where the weights come from: a local HF folder (`path`) or a deterministic generated Llama."""
+
+    path: str | None = Field(None, description="Local Hugging Face folder; relative paths are relative to the recipe file.")
+    generated: GeneratedModel | None = Field(None, description="Generate a deterministic random Llama instead of reading one.")
+    seed: NonNegInt = Field(0, description="Seed for a generated model.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ModelSource:
+        if (self.path is None) == (self.generated is None):
+            raise ValueError(
+                f"give exactly one of model.path (a local HF folder) or model.generated "
+                f"(tiny-llama | bench-llama-125m); got path={self.path!r}, generated={self.generated!r}"
+            )
+        return self
+
+
+class Limits(Strict):
+    """Sequence limits the engine is built and served for."""
+
+    max_input_len: PositiveInt = Field(256, description="Longest accepted prompt, in tokens.")
+    max_seq_len: PositiveInt = Field(512, description="Prompt + generated tokens, per sequence.")
+
+    @model_validator(mode="after")
+    def _order(self) -> Limits:
+        if self.max_input_len > self.max_seq_len:
+            raise ValueError(
+                f"limits.max_input_len ({self.max_input_len}) must not exceed limits.max_seq_len ({self.max_seq_len})"
+            )
+        return self
+
+
+class KvCache(Strict):
+    """KV cache: the runtime's per-slot pool plus the prefix block store (CPU), or TRT-LLM's paged cache (GPU)."""
+
+    dtype: Literal["fp32", "fp16", "int8", "fp8"] = Field(
+        "fp32", description="Storage dtype of cached prefix blocks (CPU block store) or the engine KV cache (GPU)."
+    )
+    tokens_per_block: PositiveInt = Field(16, description="Tokens per KV block; prefixes are shared in whole blocks.")
+    max_bytes: PositiveInt = Field(64 * 2**20, description="Byte budget of the prefix block store (CPU).")
+    prefix_reuse: bool = Field(True, description="Reuse KV of byte-identical token prefixes across requests.")
+    free_gpu_memory_fraction: Annotated[float, Field(gt=0, le=1)] = Field(
+        0.9, description="TRT-LLM: fraction of free GPU memory given to the KV cache."
+    )
+
+    @model_validator(mode="after")
+    def _block_pow2(self) -> KvCache:
+        if self.tokens_per_block & (self.tokens_per_block - 1):
+            raise ValueError(f"kv_cache.tokens_per_block must be a power of two, got {self.tokens_per_block}")
+        return self
+
+
+class Scheduler(Strict):
+    """Iteration-level scheduler settings (CPU runtime) and their TRT-LLM counterparts."""
+
+    policy: Literal["fcfs", "priority"] = Field("fcfs", description="fcfs, or priority (higher first, ties by arrival).")
+    batching: Literal["inflight", "static"] = Field(
+        "inflight", description="inflight: admit/retire every step; static: run a collected batch to completion."
+    )
+    max_batch_size: PositiveInt = Field(8, description="Sequences running at once (KV slots).")
+    max_num_tokens: PositiveInt = Field(2048, description="Token budget of one step (prefill chunks + decodes).")
+    chunked_prefill: bool = Field(True, description="Split long prompts into chunks of max_prefill_tokens.")
+    max_prefill_tokens: PositiveInt = Field(512, description="Largest prefill chunk, in tokens.")
+    max_queue_size: PositiveInt = Field(64, description="Waiting requests beyond this are rejected at once.")
+    static_batch_timeout_ms: NonNegInt = Field(50, description="static batching: wait this long to fill a batch.")
+    intra_op_threads: NonNegInt = Field(0, description="onnxruntime intra-op threads; 0 = onnxruntime's default.")
+
+    @model_validator(mode="after")
+    def _budget(self) -> Scheduler:
+        if self.max_prefill_tokens > self.max_num_tokens:
+            raise ValueError(
+                f"scheduler.max_prefill_tokens ({self.max_prefill_tokens}) must not exceed "
+                f"scheduler.max_num_tokens ({self.max_num_tokens})"
+            )
+        return self
+
+
+class Calibration(Strict):
+    """Calibration for quantized precisions (ModelOpt FP8 on the GPU path; KV scales for the CPU block store)."""
+
+    dataset: str | None = Field(None, description="JSONL file (relative to the repository) with a 'text' field.")
+    samples: PositiveInt = Field(64, description="Calibration samples to use.")
+    max_seq_len: PositiveInt = Field(256, description="Tokens per calibration sample.")
+    algorithm: Literal["max", "percentile", "builder"] = Field(
+        "max", description="Activation range algorithm; 'builder' = onnxruntime-genai's weight-only quantization."
+    )
+
+
+class QualityBudget(Strict):
+    """Limits a quantized engine must meet against the fp32 reference, or the build refuses to publish it."""
+
+    max_ppl_delta_pct: float | None = Field(None, description="Largest relative perplexity increase, in percent.")
+    min_top1_agreement: Annotated[float, Field(ge=0, le=1)] | None = Field(None, description="e.g. 0.97")
+    max_mean_kl: Annotated[float, Field(ge=0)] | None = Field(None, description="Largest mean per-token KL(ref||cand).")
+    dataset: str | None = Field(None, description="Held-out JSONL evaluation set (relative to the repository).")
+
+
+class Warmup(Strict):
+    """Requests run before the server reports READY (also primes the prefix cache)."""
+
+    prompts: list[str] = Field(default_factory=list, description="Warmup prompts, e.g. the shared system prompts.")
+    count: NonNegInt = Field(1, description="Times each prompt is run.")
+    max_tokens: PositiveInt = Field(4, description="Tokens generated per warmup request.")
+
+
+class Serve(Strict):
+    """Triton serving settings."""
+
+    model_name: str = Field("llmkiln", pattern=r"^[A-Za-z0-9_.-]+$", description="Triton model name.")
+    http_port: Annotated[int, Field(ge=0, le=65535)] = 8000
+    grpc_port: Annotated[int, Field(ge=0, le=65535)] = 8001
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] = 8002
+    exit_timeout_s: PositiveInt = Field(30, description="Seconds in-flight requests get at shutdown.")
+
+
+class TrtLlm(Strict):
+    """TensorRT-LLM build and tensorrtllm-backend settings (backend: trtllm only)."""
+
+    gpt_attention_plugin: str = "auto"
+    gemm_plugin: str = "disable"
+    use_paged_context_fmha: bool = True
+    use_fp8_context_fmha: bool = True
+    multiple_profiles: bool = False
+    use_fused_mlp: bool = True
+    tp_size: PositiveInt = 1
+    pp_size: PositiveInt = 1
+    dtype: Literal["float16", "bfloat16"] = "float16"
+    enable_chunked_context: bool = True
+    cuda_graph_mode: bool = False
+    cuda_graph_cache_size: NonNegInt = 0
+    batching_strategy: Literal["inflight_fused_batching", "V1"] = "inflight_fused_batching"
+    exclude_input_in_output: bool = True
+    max_queue_delay_microseconds: NonNegInt = 0
+
+
+class Recipe(Strict):
+    """A resolved recipe: everything a build and its engine's server need."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", description="Equals the file name without .yaml.")
+    description: str = Field("", description="One line, shown by `kiln recipes`.")
+    model: ModelSource
+    backend: Backend = "onnx-cpu"
+    precision: Precision = "fp32"
+    limits: Limits = Field(default_factory=Limits)
+    kv_cache: KvCache = Field(default_factory=KvCache)
+    scheduler: Scheduler = Field(default_factory=Scheduler)
+    calibration: Calibration = Field(default_factory=Calibration)
+    quality_budget: QualityBudget = Field(default_factory=QualityBudget)
+    warmup: Warmup = Field(default_factory=Warmup)
+    serve: Serve = Field(default_factory=Serve)
+    trtllm: TrtLlm = Field(default_factory=TrtLlm)
+
+    @model_validator(mode="after")
+    def _cross(self) -> Recipe:
+        allowed = BACKEND_PRECISIONS[self.backend]
+        if self.precision not in allowed:
+            raise ValueError(
+                f"precision {self.precision!r} is not available on backend {self.backend!r}; allowed: {', '.join(allowed)}"
+            )
+        return self
+
+    def compute_hash(self) -> str:
+        """sha256 over the normalized recipe (sorted-key JSON, description excluded): the build-cache key part."""
+        data = self.model_dump(mode="json", exclude={"description"})
+        return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loading
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def recipe_path(name_or_path: str | os.PathLike[str], recipes_dir: Path | None = None) -> Path:
+    """A recipe name (recipes/NAME.yaml) or a path to a YAML file."""
+    recipes_dir = recipes_dir or RECIPES_DIR
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise RecipeError(f"{p}: no such recipe file")
+        return p.resolve()
+    candidate = recipes_dir / f"{name_or_path}.yaml"
+    if not candidate.is_file():
+        known = ", ".join(sorted(x.stem for x in recipes_dir.glob("*.yaml") if not x.stem.startswith("_")))
+        raise RecipeError(f"unknown recipe {str(name_or_path)!r}: no {candidate}. Known recipes: {known}")
+    return candidate.resolve()
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"{path}: not valid YAML: {exc}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a recipe must be a YAML mapping, got {type(data).__name__}")
+    return data
+
+
+def load_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The merged mapping of `path` over its `extends:` chain (not yet validated)."""
+    if path in _seen:
+        chain = " -> ".join(str(p.name) for p in (*_seen, path))
+        raise RecipeError(f"{path}: field 'extends': cycle {chain}")
+    data = _read_yaml(path)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str):
+        raise RecipeError(f"{path}: field 'extends' must be a recipe name, got {parent!r}")
+    parent_path = path.parent / f"{parent}.yaml"
+    if not parent_path.is_file():
+        raise RecipeError(f"{path}: field 'extends': no recipe {parent!r} ({parent_path} does not exist)")
+    base = load_raw(parent_path, (*_seen, path))
+    # A child's name is its own, never inherited.
+    base.pop("name", None)
+    base.pop("description", None)
+    return _merge(base, data)
+
+
+def _describe(err: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"field '{loc}': unknown key (value {err.get('input')!r}); check the spelling against `kiln recipe schema`"
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    value = err.get("input")
+    shown = "" if isinstance(value, dict) else f" (got {value!r})"
+    return f"field '{loc}': {msg}{shown}"
+
+
+def validate(data: dict[str, Any], source: str) -> Recipe:
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        lines = [_describe(e) for e in exc.errors()]
+        raise RecipeError(f"{source}: invalid recipe:\n  " + "\n  ".join(lines)) from None
+
+
+def load_recipe(
+    name_or_path: str | os.PathLike[str],
+    recipes_dir: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> tuple[Recipe, Path]:
+    """Load, merge `extends:`, apply overrides (nested dict), validate. Returns the recipe and its file."""
+    path = recipe_path(name_or_path, recipes_dir)
+    data = load_raw(path)
+    if overrides:
+        data = _merge(data, overrides)
+    recipe = validate(data, str(path))
+    if recipe.name != path.stem:
+        raise RecipeError(f"{path}: field 'name': {recipe.name!r} must equal the file name {path.stem!r}")
+    return recipe, path
+
+
+def resolve_model_path(recipe: Recipe, recipe_file: Path) -> Path | None:
+    """Absolute path of model.path (relative to the recipe file), or None for a generated model."""
+    if recipe.model.path is None:
+        return None
+    p = Path(os.path.expanduser(recipe.model.path))
+    if not p.is_absolute():
+        p = (recipe_file.parent / p).resolve()
+    return p
+
+
+def list_recipes(recipes_dir: Path | None = None) -> list[tuple[str, str]]:
+    """(name, description) of every recipe in the folder; files starting with '_' are bases, not listed."""
+    recipes_dir = recipes_dir or RECIPES_DIR
+    out = []
+    for p in sorted(recipes_dir.glob("*.yaml")):
+        if p.stem.startswith("_"):
+            continue
+        try:
+            desc = str(_read_yaml(p).get("description", ""))
+        except RecipeError as exc:
+            desc = f"(unreadable: {exc})"
+        out.append((p.stem, desc))
+    return out
