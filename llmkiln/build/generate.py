@@ -175,11 +175,12 @@ def _write_json(path: Path, data: object) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def _write_folder(spec: LlamaSpec, kind: str, seed: int, out: Path) -> None:
+def _write_folder(spec: LlamaSpec, seed: int, out: Path) -> None:
     _write_json(out / "config.json", spec.hf_config())
     _write_json(out / "generation_config.json", generation_config())
-    metadata = {"format": "pt", "llmkiln_generated": kind, "seed": str(seed)}
-    save_file(generate_weights(spec, seed), str(out / WEIGHTS_FILE), metadata=metadata)
+    # NOTE: one metadata key only: safetensors keeps metadata in a hash map, so several keys come out in a
+    # random order and the file would not be byte-identical between runs.
+    save_file(generate_weights(spec, seed), str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     write_tokenizer(out, spec.vocab_size, spec.max_position_embeddings)
 
 
@@ -213,7 +214,7 @@ def generate_model(kind: ModelKind, out_dir: Path, seed: int = 0) -> Path:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
-        _write_folder(spec, kind, seed, tmp)
+        _write_folder(spec, seed, tmp)
         _move_into_place(tmp, out_dir, kind, seed)
     finally:
         if tmp.exists():
