@@ -158,23 +158,56 @@ class Serve(Strict):
 
 
 class TrtLlm(Strict):
-    """TensorRT-LLM build and tensorrtllm-backend settings (backend: trtllm only)."""
+    """TensorRT-LLM build and tensorrtllm-backend settings (backend: trtllm only).
 
-    gpt_attention_plugin: str = "auto"
-    gemm_plugin: str = "disable"
-    use_paged_context_fmha: bool = True
-    use_fp8_context_fmha: bool = True
-    multiple_profiles: bool = False
-    use_fused_mlp: bool = True
-    tp_size: PositiveInt = 1
-    pp_size: PositiveInt = 1
-    dtype: Literal["float16", "bfloat16"] = "float16"
-    enable_chunked_context: bool = True
-    cuda_graph_mode: bool = False
-    cuda_graph_cache_size: NonNegInt = 0
-    batching_strategy: Literal["inflight_fused_batching", "V1"] = "inflight_fused_batching"
-    exclude_input_in_output: bool = True
-    max_queue_delay_microseconds: NonNegInt = 0
+    Shape/capacity flags come from the shared sections: scheduler.max_batch_size (--max_batch_size and Triton's
+    max_batch_size), limits.max_input_len / limits.max_seq_len, scheduler.max_num_tokens (--max_num_tokens),
+    kv_cache.tokens_per_block (--tokens_per_block), kv_cache.prefix_reuse (enable_kv_cache_reuse),
+    kv_cache.free_gpu_memory_fraction (kv_cache_free_gpu_mem_fraction), scheduler.max_queue_size (Triton
+    default_queue_policy.max_queue_size, which the backend hands to the executor).
+    """
+
+    # trtllm-build (see ../shared/reference/trtllm-triton.md §1.5)
+    gpt_attention_plugin: Literal["auto", "float16", "bfloat16", "float32"] = Field(
+        "auto", description="--gpt_attention_plugin; required for in-flight batching and the paged KV cache."
+    )
+    gemm_plugin: Literal["auto", "float16", "bfloat16", "float32", "fp8", "disable"] = Field(
+        "disable", description="--gemm_plugin; NVIDIA's perf guide: disable for FP8, auto for FP16/BF16."
+    )
+    use_paged_context_fmha: bool = Field(True, description="--use_paged_context_fmha; needed by KV reuse and chunking.")
+    use_fp8_context_fmha: bool = Field(True, description="--use_fp8_context_fmha (FP8 quantization, SM >= 89).")
+    multiple_profiles: bool = Field(False, description="--multiple_profiles (longer build, better shapes).")
+    use_fused_mlp: bool = Field(True, description="--use_fused_mlp (gate/up GEMM fusion).")
+    tp_size: PositiveInt = Field(1, description="Tensor parallelism, baked into the checkpoint and engines.")
+    pp_size: PositiveInt = Field(1, description="Pipeline parallelism, baked into the checkpoint and engines.")
+    dtype: Literal["float16", "bfloat16"] = Field("float16", description="Checkpoint dtype of unquantized tensors.")
+    max_beam_width: PositiveInt = Field(1, description="--max_beam_width and the backend's max_beam_width.")
+    workers: PositiveInt = Field(1, description="trtllm-build --workers (parallel per-rank builds).")
+    # tensorrtllm backend (tensorrt_llm/config.pbtxt parameters, §2.3-2.4)
+    enable_chunked_context: bool = Field(True, description="Backend enable_chunked_context (prefill chunking).")
+    cuda_graph_mode: bool = Field(False, description="Backend cuda_graph_mode (executor CUDA graphs).")
+    cuda_graph_cache_size: NonNegInt = Field(0, description="Backend cuda_graph_cache_size.")
+    batching_strategy: Literal["inflight_fused_batching", "V1"] = Field(
+        "inflight_fused_batching", description="Backend gpt_model_type."
+    )
+    batch_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] = Field(
+        "guaranteed_no_evict", description="Backend batch_scheduler_policy (capacity scheduler)."
+    )
+    exclude_input_in_output: bool = Field(True, description="Return only completion tokens.")
+    max_queue_delay_microseconds: NonNegInt = Field(0, description="Triton dynamic_batching queue delay.")
+    max_tokens_in_paged_kv_cache: PositiveInt | None = Field(
+        None, description="Cap on KV-cache tokens; None = whatever kv_cache.free_gpu_memory_fraction yields."
+    )
+    kv_cache_host_memory_bytes: NonNegInt = Field(0, description="Host offload pool for KV blocks (raises reuse).")
+    multi_block_mode: bool = Field(True, description="Backend multi_block_mode (long-sequence decode).")
+    enable_context_fmha_fp32_acc: bool = Field(False, description="Backend enable_context_fmha_fp32_acc.")
+    # Triton model set (preprocessing / postprocessing / tensorrt_llm_bls)
+    preprocessing_instance_count: PositiveInt = Field(4, description="Python tokenizer instances.")
+    postprocessing_instance_count: PositiveInt = Field(4, description="Python detokenizer instances.")
+    bls_instance_count: PositiveInt = Field(4, description="tensorrt_llm_bls instances.")
+    add_special_tokens: bool = Field(True, description="preprocessing add_special_tokens (BOS).")
+    skip_special_tokens: bool = Field(True, description="postprocessing skip_special_tokens.")
+    accumulate_tokens: bool = Field(False, description="tensorrt_llm_bls accumulate_tokens when streaming.")
 
 
 class Recipe(Strict):
