@@ -1,0 +1,352 @@
+"""Benchmark workloads: seeded request lists whose prompts have exact token lengths under the engine's tokenizer.
+
+Workloads
+- ``shared-prefix``: one (or a few) system prompts of exactly S tokens, each request appends a different user
+  turn of U tokens (U drawn uniformly from a range). Models chat, agents and RAG, where every request repeats a
+  long instruction block: the case prefix KV reuse is for.
+- ``unique``: prompts that share nothing beyond the first word, lengths drawn from a range.
+- ``mixed-long-short``: mostly short prompts with a long one every ``long_every`` requests (a few long among many
+  short): the case chunked prefill is for (a long prefill must not stall the short requests behind it).
+- ``jsonl``: recorded traffic, one JSON object per line: ``{"prompt": "...", "max_tokens": 64, "group": "x"}``
+  (``text`` is accepted for ``prompt``; ``max_tokens`` and ``group`` are optional).
+
+Token counts are content tokens: ``tokenizer.encode(text, add_special_tokens=False)``; the server adds its BOS.
+The same seed and tokenizer always give the same prompts.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tokenizers import Tokenizer
+
+from llmkiln.errors import BadInput
+
+WorkloadName = Literal["shared-prefix", "unique", "mixed-long-short", "jsonl"]
+WORKLOADS: tuple[str, ...] = ("shared-prefix", "unique", "mixed-long-short", "jsonl")
+
+# A plain-English vocabulary for synthetic prompts (lower case, so most words are one or two tokens).
+_WORDS = (
+    "the a an and or but if then when while because so that this these those it its they them their we our you "
+    "your he she his her one two three four five six seven ten many few some every each other more most less "
+    "time day night year week morning evening water fire stone clay wood metal glass paper cloth bread milk tea "
+    "house room door window table chair bed lamp book letter map road river hill field forest garden town city "
+    "market shop school kitchen oven kiln bowl cup plate pot jar box bag basket rope wheel cart boat ship bridge "
+    "tower wall roof floor stair gate path bird cat dog fish horse cow sheep bee tree flower leaf seed root "
+    "rain snow wind sun moon star cloud light shadow colour red blue green yellow white black brown small big "
+    "long short old new young hot cold warm soft hard quick slow quiet loud bright dark happy sad kind brave "
+    "make build carry open close find keep give take bring send read write count measure check test run walk "
+    "stop start turn cook bake fill pour mix cut fold paint draw sing listen watch learn teach help ask answer "
+    "request server engine token cache block batch queue prompt model answer question report number value list "
+    "first second next last before after again always never often today tomorrow here there near far inside "
+    "outside above below between around through under over into from with without about against along"
+).split()
+
+_SYSTEM_HEAD = "System: you are a careful assistant for a pottery workshop. Follow these notes.\n"
+_USER_HEAD = "User {i}: "
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """One request of a workload: the prompt text and how many tokens to generate."""
+
+    index: int
+    prompt: str
+    max_tokens: int
+    num_prompt_tokens: int  # content tokens (no special tokens) under the workload's tokenizer
+    group: str  # "shared", "unique", "long", "short", or a jsonl group
+    prefix_tokens: int = 0  # tokens shared with other requests (the system prompt), 0 when none
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named, seeded list of requests plus the parameters that made it (recorded in reports)."""
+
+    name: str
+    seed: int
+    params: dict[str, Any]
+    requests: list[BenchRequest] = field(repr=False)
+
+    def describe(self) -> dict[str, Any]:
+        """Name, seed and parameters (for the report; prompts are not included)."""
+        return {"name": self.name, "seed": self.seed, "params": dict(self.params)}
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """Parameters of a synthetic workload (token counts are content tokens)."""
+
+    name: str = "shared-prefix"
+    num_requests: int = 16
+    seed: int = 0
+    output_tokens: int = 64
+    # shared-prefix
+    system_tokens: int = 1500
+    user_tokens: tuple[int, int] = (50, 200)
+    num_system_prompts: int = 1
+    # unique
+    prompt_tokens: tuple[int, int] = (1550, 1700)
+    # mixed-long-short
+    long_tokens: int = 2048
+    short_tokens: tuple[int, int] = (32, 128)
+    long_every: int = 8
+    # jsonl
+    jsonl_path: str | None = None
+
+    def params(self) -> dict[str, Any]:
+        """The parameters relevant to this workload, for the report."""
+        d = asdict(self)
+        keep = {
+            "shared-prefix": ("system_tokens", "user_tokens", "num_system_prompts"),
+            "unique": ("prompt_tokens",),
+            "mixed-long-short": ("long_tokens", "short_tokens", "long_every"),
+            "jsonl": ("jsonl_path",),
+        }[self.name]
+        out = {k: (list(d[k]) if isinstance(d[k], tuple) else d[k]) for k in keep}
+        out["output_tokens"] = self.output_tokens
+        out["num_requests"] = self.num_requests
+        return out
+
+
+def parse_range(text: str, what: str) -> tuple[int, int]:
+    """'50-200' -> (50, 200); '64' -> (64, 64). Raises BadInput naming `what`."""
+    parts = str(text).split("-")
+    try:
+        lo, hi = (int(parts[0]), int(parts[-1])) if len(parts) in (1, 2) else (0, -1)
+    except ValueError:
+        lo, hi = 0, -1
+    if lo <= 0 or hi < lo:
+        raise BadInput(
+            f"{what}: {text!r} is not a token count or range; give N or MIN-MAX with 0 < MIN <= MAX"
+        )
+    return lo, hi
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exact-length text
+
+
+def count_tokens(tok: Tokenizer, text: str) -> int:
+    """Content tokens of `text` (no special tokens)."""
+    return len(tok.encode(text, add_special_tokens=False).ids)
+
+
+def _ids(tok: Tokenizer, text: str) -> list[int]:
+    return tok.encode(text, add_special_tokens=False).ids
+
+
+def fit_text(tok: Tokenizer, head: str, target: int, rng: random.Random, lead: str = "") -> str:
+    """A suffix such that ``head + suffix`` has exactly ``len(ids(head)) + target`` tokens and starts with ids(head).
+
+    The suffix is ``lead`` followed by random words; the word count is found by bisection, then one-token
+    fillers make up the rest. Raises BadInput when no such suffix exists (e.g. `lead` alone is longer).
+    """
+    head_ids = _ids(tok, head)
+    goal = len(head_ids) + target
+    words = [rng.choice(_WORDS) for _ in range(max(8, target * 2))]
+
+    def text_for(k: int) -> str:
+        return head + lead + " ".join(words[:k])
+
+    def n(k: int) -> int:
+        return len(_ids(tok, text_for(k)))
+
+    if n(0) > goal:
+        raise BadInput(f"cannot build a prompt of {target} tokens: its fixed part {lead!r} is already longer")
+    while n(len(words)) < goal:  # rare: very short words; extend the pool
+        words += [rng.choice(_WORDS) for _ in range(target)]
+    lo, hi = 0, len(words)  # n(lo) <= goal < ... ; find the largest k with n(k) <= goal
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if n(mid) <= goal:
+            lo = mid
+        else:
+            hi = mid - 1
+    text = text_for(lo)
+    text = _pad(tok, text, goal, rng)
+    ids = _ids(tok, text)
+    if len(ids) != goal or ids[: len(head_ids)] != head_ids:
+        raise BadInput(
+            f"the tokenizer does not allow a prompt of exactly {target} tokens after a {len(head_ids)}-token prefix "
+            f"(got {len(ids) - len(head_ids)}); try another --seed"
+        )
+    return text[len(head) :]
+
+
+_FILLERS = (" a", " the", " and", " of", ".", ",", " I", " it", " to")
+
+
+def _pad(tok: Tokenizer, text: str, goal: int, rng: random.Random, tail: str = "") -> str:
+    """Append one-token fillers to `text` until ``text + tail`` has `goal` tokens (each adds exactly one)."""
+    current = len(_ids(tok, text + tail))
+    while current < goal:
+        for filler in rng.sample(_FILLERS, len(_FILLERS)):
+            n = len(_ids(tok, text + filler + tail))
+            if n == current + 1:
+                text, current = text + filler, n
+                break
+        else:
+            raise BadInput(
+                f"cannot pad a prompt to exactly {goal} tokens with this tokenizer; try another --seed"
+            )
+    return text
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Workloads
+
+
+def _draw(rng: random.Random, span: tuple[int, int]) -> int:
+    return rng.randint(span[0], span[1])
+
+
+def shared_prefix(tok: Tokenizer, spec: WorkloadSpec) -> list[BenchRequest]:
+    """System prompt(s) of exactly `system_tokens` + user turns of `user_tokens` (drawn per request)."""
+    rng = random.Random(spec.seed)
+    systems = []
+    for s in range(spec.num_system_prompts):
+        head = _SYSTEM_HEAD if s == 0 else f"System {s}: " + _SYSTEM_HEAD
+        if count_tokens(tok, head) >= spec.system_tokens:
+            head = ""
+        systems.append(head + fit_text(tok, head, spec.system_tokens - count_tokens(tok, head), rng) + "\n")
+    # NOTE: the trailing newline is part of the system prompt; re-fit so the whole block is exactly S tokens.
+    systems = [_exact(tok, s, spec.system_tokens, rng) for s in systems]
+    out = []
+    for i in range(spec.num_requests):
+        system = systems[i % len(systems)]
+        u = _draw(rng, spec.user_tokens)
+        user = fit_text(tok, system, u, rng, lead=_USER_HEAD.format(i=i))
+        out.append(
+            BenchRequest(
+                i, system + user, spec.output_tokens, spec.system_tokens + u, "shared", spec.system_tokens
+            )
+        )
+    return out
+
+
+def _exact(tok: Tokenizer, text: str, target: int, rng: random.Random) -> str:
+    """Trim words from the end of `text` (keeping its final line break) to at most `target` tokens, then pad."""
+    body, nl = (text[:-1], "\n") if text.endswith("\n") else (text, "")
+    while count_tokens(tok, body + nl) > target and " " in body:
+        body = body.rsplit(" ", 1)[0]
+    padded = _pad(tok, body, target, rng, tail=nl) + nl
+    if count_tokens(tok, padded) != target:
+        raise BadInput(
+            f"cannot build a system prompt of exactly {target} tokens with this tokenizer; try another --seed"
+        )
+    return padded
+
+
+def unique(tok: Tokenizer, spec: WorkloadSpec) -> list[BenchRequest]:
+    """Prompts with no shared prefix (each starts with its own random words)."""
+    rng = random.Random(spec.seed)
+    out = []
+    for i in range(spec.num_requests):
+        n = _draw(rng, spec.prompt_tokens)
+        text = fit_text(tok, "", n, rng)
+        out.append(BenchRequest(i, text, spec.output_tokens, n, "unique"))
+    return out
+
+
+def mixed_long_short(tok: Tokenizer, spec: WorkloadSpec) -> list[BenchRequest]:
+    """Short prompts, with one long prompt every `long_every` requests (the first is at index long_every // 2)."""
+    if spec.long_every < 2:
+        raise BadInput(f"long_every must be at least 2 (one long among several short), got {spec.long_every}")
+    rng = random.Random(spec.seed)
+    out = []
+    for i in range(spec.num_requests):
+        is_long = i % spec.long_every == spec.long_every // 2
+        n = spec.long_tokens if is_long else _draw(rng, spec.short_tokens)
+        text = fit_text(tok, "", n, rng)
+        out.append(BenchRequest(i, text, spec.output_tokens, n, "long" if is_long else "short"))
+    return out
+
+
+def from_jsonl(tok: Tokenizer | None, spec: WorkloadSpec) -> list[BenchRequest]:
+    """Recorded requests from a JSONL file, cycled (in file order) to `num_requests`."""
+    if spec.jsonl_path is None:
+        raise BadInput("workload jsonl needs --from-jsonl FILE")
+    path = Path(spec.jsonl_path)
+    if not path.is_file():
+        raise BadInput(
+            f'--from-jsonl {path}: no such file; give a JSONL file with one {{"prompt": ...}} per line'
+        )
+    rows = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BadInput(
+                f"{path}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object"
+            ) from None
+        prompt = obj.get("prompt", obj.get("text")) if isinstance(obj, dict) else None
+        if not isinstance(prompt, str) or not prompt:
+            raise BadInput(f"{path}:{lineno}: needs a non-empty string field 'prompt' (or 'text')")
+        max_tokens = obj.get("max_tokens", spec.output_tokens)
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0:
+            raise BadInput(
+                f"{path}:{lineno}: field 'max_tokens' must be a positive integer, got {max_tokens!r}"
+            )
+        rows.append((prompt, max_tokens, str(obj.get("group", "jsonl"))))
+    if not rows:
+        raise BadInput(f"{path}: no requests in the file")
+    out = []
+    for i in range(spec.num_requests):
+        prompt, max_tokens, group = rows[i % len(rows)]
+        n = count_tokens(tok, prompt) if tok is not None else 0
+        out.append(BenchRequest(i, prompt, max_tokens, n, group))
+    return out
+
+
+_BUILDERS = {
+    "shared-prefix": shared_prefix,
+    "unique": unique,
+    "mixed-long-short": mixed_long_short,
+    "jsonl": from_jsonl,
+}
+
+
+def build_workload(tok: Tokenizer | None, spec: WorkloadSpec) -> Workload:
+    """The workload `spec.name` with `spec.num_requests` requests (synthetic ones need a tokenizer)."""
+    if spec.name not in _BUILDERS:
+        raise BadInput(f"unknown workload {spec.name!r}; choose one of: {', '.join(WORKLOADS)}")
+    if spec.num_requests <= 0:
+        raise BadInput(f"number of requests must be positive, got {spec.num_requests}")
+    if spec.output_tokens <= 0:
+        raise BadInput(f"output tokens must be positive, got {spec.output_tokens}")
+    if tok is None and spec.name != "jsonl":
+        raise BadInput(
+            f"workload {spec.name!r} builds prompts of exact token lengths: give --tokenizer (engine folder)"
+        )
+    return Workload(spec.name, spec.seed, spec.params(), _BUILDERS[spec.name](tok, spec))
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """tokenizer.json from an engine/model folder or the file itself."""
+    p = Path(path)
+    f = p / "tokenizer.json" if p.is_dir() else p
+    if not f.is_file():
+        raise BadInput(
+            f"--tokenizer {p}: no tokenizer.json there; give an engine folder or a tokenizer.json file"
+        )
+    try:
+        return Tokenizer.from_file(str(f))
+    except Exception as exc:  # tokenizers raises a plain Exception on bad JSON
+        raise BadInput(f"--tokenizer {f}: not a tokenizers JSON file ({exc})") from None
+
+
+def split_concurrency(
+    requests: Sequence[BenchRequest], levels: Sequence[int], per_level: int
+) -> list[list[BenchRequest]]:
+    """Consecutive, disjoint slices of `per_level` requests, one per concurrency level."""
+    need = per_level * len(levels)
+    if len(requests) < need:
+        raise BadInput(f"workload has {len(requests)} requests, {need} needed for {len(levels)} levels")
+    return [list(requests[i * per_level : (i + 1) * per_level]) for i in range(len(levels))]

@@ -1,0 +1,217 @@
+"""`kiln bench` (run a benchmark; `kiln bench run` is the same), `kiln bench compare`, `kiln bench experiment`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from llmkiln.errors import BadInput
+
+WORKLOAD_CHOICES = ("shared-prefix", "unique", "mixed-long-short", "jsonl")
+
+
+def _run_options(f):
+    opts = [
+        click.option(
+            "--url", default="127.0.0.1:8001", show_default=True, help="Triton gRPC endpoint (loopback only)."
+        ),
+        click.option("--model", default="llmkiln", show_default=True, help="Served model name."),
+        click.option(
+            "--workload", type=click.Choice(WORKLOAD_CHOICES), default="shared-prefix", show_default=True
+        ),
+        click.option(
+            "--from-jsonl",
+            "jsonl",
+            type=str,
+            default=None,
+            help="Recorded requests (implies --workload jsonl).",
+        ),
+        click.option(
+            "--tokenizer",
+            type=str,
+            default=None,
+            help="Engine folder or tokenizer.json (exact token lengths).",
+        ),
+        click.option("--concurrency", default="1,4,8,16", show_default=True, help="Comma-separated levels."),
+        click.option(
+            "--requests", "requests_", type=int, default=16, show_default=True, help="Requests per level."
+        ),
+        click.option("--warmup-requests", type=int, default=0, show_default=True, help="0 = cold mode."),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option(
+            "--output-tokens", type=int, default=64, show_default=True, help="max_tokens per request."
+        ),
+        click.option("--system-tokens", type=int, default=1500, show_default=True, help="shared-prefix: S."),
+        click.option(
+            "--user-tokens", default="50-200", show_default=True, help="shared-prefix: U (N or MIN-MAX)."
+        ),
+        click.option(
+            "--prompt-tokens", default="1550-1700", show_default=True, help="unique: prompt length."
+        ),
+        click.option(
+            "--long-tokens", type=int, default=2048, show_default=True, help="mixed-long-short: long length."
+        ),
+        click.option(
+            "--short-tokens", default="32-128", show_default=True, help="mixed-long-short: short length."
+        ),
+        click.option(
+            "--long-every", type=int, default=8, show_default=True, help="mixed-long-short: one long in N."
+        ),
+        click.option(
+            "--label", default="llmkiln", show_default=True, help="Name of this run in reports and plots."
+        ),
+        click.option(
+            "--timeout", type=float, default=600.0, show_default=True, help="Per-request timeout (s)."
+        ),
+        click.option(
+            "--out", type=click.Path(dir_okay=False), default=None, help="Write the JSON report here."
+        ),
+        click.option(
+            "--markdown", type=click.Path(dir_okay=False), default=None, help="Write a Markdown table here."
+        ),
+        click.option(
+            "--plot", type=click.Path(dir_okay=False), default=None, help="Write the TTFT CDF PNG here."
+        ),
+        click.option(
+            "--raw-out", type=click.Path(dir_okay=False), default=None, help="Per-request JSONL dump."
+        ),
+        click.option("--no-progress", is_flag=True, help="No progress bar."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _do_run(**kw: Any) -> None:
+    from llmkiln.bench.plots import ttft_cdf
+    from llmkiln.bench.report import markdown_report, print_report, save_records, save_report, write_atomic
+    from llmkiln.bench.runner import BenchConfig, parse_concurrency, requests_needed, run_bench
+    from llmkiln.bench.workloads import WorkloadSpec, build_workload, load_tokenizer, parse_range
+
+    levels = parse_concurrency(kw["concurrency"])
+    if kw["requests_"] <= 0:
+        raise BadInput(f"--requests must be positive, got {kw['requests_']}")
+    if kw["warmup_requests"] < 0:
+        raise BadInput(f"--warmup-requests must be zero or more, got {kw['warmup_requests']}")
+    name = "jsonl" if kw["jsonl"] else kw["workload"]
+    spec = WorkloadSpec(
+        name=name,
+        num_requests=requests_needed(kw["requests_"], levels, kw["warmup_requests"]),
+        seed=kw["seed"],
+        output_tokens=kw["output_tokens"],
+        system_tokens=kw["system_tokens"],
+        user_tokens=parse_range(kw["user_tokens"], "--user-tokens"),
+        prompt_tokens=parse_range(kw["prompt_tokens"], "--prompt-tokens"),
+        long_tokens=kw["long_tokens"],
+        short_tokens=parse_range(kw["short_tokens"], "--short-tokens"),
+        long_every=kw["long_every"],
+        jsonl_path=kw["jsonl"],
+    )
+    tok = load_tokenizer(kw["tokenizer"]) if kw["tokenizer"] else None
+    workload = build_workload(tok, spec)
+    cfg = BenchConfig(
+        url=kw["url"],
+        model=kw["model"],
+        workload=workload,
+        concurrency=levels,
+        requests_per_level=kw["requests_"],
+        warmup_requests=kw["warmup_requests"],
+        label=kw["label"],
+        timeout_s=kw["timeout"],
+        progress=not kw["no_progress"],
+    )
+    report, records = run_bench(cfg)
+    print_report(report)
+    if kw["out"]:
+        save_report(report, Path(kw["out"]))
+        click.echo(f"report: {kw['out']}")
+    if kw["markdown"]:
+        write_atomic(Path(kw["markdown"]), markdown_report(report))
+    if kw["plot"]:
+        ttft_cdf({report.run.label: report}, Path(kw["plot"]))
+    if kw["raw_out"]:
+        save_records(records, Path(kw["raw_out"]))
+    if any(lv.num_errors for lv in report.levels):
+        raise click.ClickException(
+            f"{sum(lv.num_errors for lv in report.levels)} request(s) failed (see above)"
+        )
+
+
+@click.group(invoke_without_command=True)
+@_run_options
+@click.pass_context
+def bench(ctx: click.Context, **kw: Any) -> None:
+    """Benchmark a served model: TTFT/TPOT/ITL percentiles over a concurrency sweep.
+
+    \b
+    kiln bench --url 127.0.0.1:8001 --model llmkiln --tokenizer engines/NAME \\
+        --workload shared-prefix --concurrency 1,4,8,16 --requests 16 --warmup-requests 2 --out report.json
+    kiln bench compare A.json B.json
+    kiln bench experiment [--quick]
+    """
+    if ctx.invoked_subcommand is None:
+        _do_run(**kw)
+
+
+@bench.command("run")
+@_run_options
+def run_cmd(**kw: Any) -> None:
+    """Same as `kiln bench` with options."""
+    _do_run(**kw)
+
+
+@bench.command("compare")
+@click.argument("a", type=str)
+@click.argument("b", type=str)
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the changes as JSON.")
+@click.option("--markdown", type=click.Path(dir_okay=False), default=None, help="Write a Markdown table.")
+@click.option("--all-stats", is_flag=True, help="Show p90/p99 too (default: mean, p50, p95).")
+def compare_cmd(a: str, b: str, out: str | None, markdown: str | None, all_stats: bool) -> None:
+    """Relative change of report B vs report A per metric, statistic and concurrency level."""
+    from rich.console import Console
+
+    from llmkiln.bench.compare import STATS, compare, compare_markdown, compare_table
+    from llmkiln.bench.report import load_report, write_atomic
+
+    ra, rb = load_report(a), load_report(b)
+    changes = compare(ra, rb)
+    if not changes:
+        raise BadInput(f"{a} and {b} share no concurrency level; nothing to compare")
+    la, lb = ra.run.label, rb.run.label
+    if la == lb:
+        la, lb = f"A:{la}", f"B:{lb}"
+    stats = STATS if all_stats else ("mean", "p50", "p95")
+    Console().print(compare_table(changes, la, lb, stats))
+    if out:
+        write_atomic(Path(out), json.dumps([c.model_dump() for c in changes], indent=2) + "\n")
+    if markdown:
+        write_atomic(Path(markdown), compare_markdown(changes, la, lb) + "\n")
+
+
+@bench.command("experiment")
+@click.option("--quick", is_flag=True, help="A few requests per level (minutes, for checking the setup).")
+@click.option(
+    "--requests", "requests_", type=int, default=None, help="Requests per level (overrides the default)."
+)
+@click.option("--out-dir", type=click.Path(file_okay=False), default="bench/results", show_default=True)
+@click.option("--no-peers", is_flag=True, help="Skip onnxruntime-genai and transformers.")
+@click.option(
+    "--only",
+    type=click.Choice(["shared-prefix", "unique", "mixed-long-short"]),
+    multiple=True,
+    help="Run only these workloads (repeatable).",
+)
+def experiment_cmd(
+    quick: bool, requests_: int | None, out_dir: str, no_peers: bool, only: tuple[str, ...]
+) -> None:
+    """`make bench-ttft`: baseline vs optimized recipe on one engine, each served by tritonserver."""
+    from llmkiln.bench.experiment import ExperimentConfig, run_experiment
+
+    cfg = ExperimentConfig.make(
+        quick=quick, requests=requests_, out_dir=Path(out_dir), peers=not no_peers, only=only
+    )
+    summary = run_experiment(cfg)
+    click.echo(summary)
