@@ -1,0 +1,23 @@
+"""Triton python-backend model for llmkiln (copied into a repository as <model>/1/model.py).
+
+Deliberately thin: the stub runs the venv's Python, so llmkiln is importable, and everything testable lives
+in llmkiln.serve.handler. The engine folder comes from the config parameter `engine_dir`.
+"""
+
+import triton_python_backend_utils as pb_utils
+
+from llmkiln.serve.handler import ServeCore
+
+
+class TritonPythonModel:
+    """Decoupled model: execute() is a coroutine, so many requests are in flight at once."""
+
+    def initialize(self, args):
+        self.core = ServeCore.from_args(args, pb_utils)
+
+    async def execute(self, requests):
+        await self.core.execute(requests)
+        return None
+
+    def finalize(self):
+        self.core.shutdown()

@@ -1,0 +1,283 @@
+"""The Triton model repository for a CPU engine: config.pbtxt built as a protobuf message, never a template.
+
+Layout written by `write_repository`:
+  <out>/<model_name>/config.pbtxt        ModelConfig (tritonclient's model_config_pb2) via text_format
+  <out>/<model_name>/1/model.py          copy of llmkiln/serve/model.py (thin; imports llmkiln from the venv)
+  <out>/<model_name>/warmup/*            raw warmup tensors (model_warmup input_data_file)
+
+The model I/O follows the tensorrtllm_backend ensemble (max_batch_size >= 1, dims [1]) so its clients and
+genai-perf (`--backend tensorrtllm`) work unchanged. `check_repository` parses and validates a repository.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from llmkiln.errors import BadInput
+from llmkiln.recipe import Recipe, Warmup
+
+MODEL_FILE = Path(__file__).with_name("model.py")
+VERSION = "1"
+WARMUP_DIR = "warmup"
+
+T = mc.DataType
+# name -> (data type, dims, optional). Order = the order in config.pbtxt.
+INPUTS: dict[str, tuple[int, list[int], bool]] = {
+    "text_input": (T.TYPE_STRING, [1], False),
+    "max_tokens": (T.TYPE_INT32, [1], False),
+    "stream": (T.TYPE_BOOL, [1], True),
+    "exclude_input_in_output": (T.TYPE_BOOL, [1], True),
+    "temperature": (T.TYPE_FP32, [1], True),
+    "top_p": (T.TYPE_FP32, [1], True),
+    "top_k": (T.TYPE_INT32, [1], True),
+    "random_seed": (T.TYPE_UINT64, [1], True),
+    "seed": (T.TYPE_UINT64, [1], True),
+    "end_id": (T.TYPE_INT32, [1], True),
+    "stop_words": (T.TYPE_STRING, [-1], True),
+    "priority": (T.TYPE_INT32, [1], True),
+    "return_perf_metrics": (T.TYPE_BOOL, [1], True),
+}
+OUTPUTS: dict[str, tuple[int, list[int]]] = {
+    "text_output": (T.TYPE_STRING, [-1]),
+    "arrival_time_ns": (T.TYPE_INT64, [1]),
+    "first_scheduled_time_ns": (T.TYPE_INT64, [1]),
+    "first_token_time_ns": (T.TYPE_INT64, [1]),
+    "last_token_time_ns": (T.TYPE_INT64, [1]),
+    "kv_cache_reused_blocks": (T.TYPE_INT32, [1]),
+    "kv_cache_reused_tokens": (T.TYPE_INT32, [1]),
+    "num_input_tokens": (T.TYPE_INT32, [1]),
+    "num_output_tokens": (T.TYPE_INT32, [1]),
+}
+REQUIRED_PARAMETERS = ("engine_dir",)
+
+
+@dataclass
+class RepoSpec:
+    """What goes into one model's config.pbtxt."""
+
+    model_name: str
+    engine_dir: Path
+    warmup: Warmup = field(default_factory=Warmup)
+    exclude_input_in_output: bool = False
+    tokens_per_block: int = 16
+    max_batch_size: int = 1
+    engine_loader: str | None = None  # "module:callable"; tests use a stand-in engine
+
+
+def spec_from_engine(engine_dir: Path, model_name: str | None = None) -> RepoSpec:
+    """Read engine_dir/recipe.resolved.yaml and turn its warmup/serve sections into a RepoSpec."""
+    recipe = read_engine_recipe(engine_dir)
+    return RepoSpec(
+        model_name=model_name or recipe.serve.model_name,
+        engine_dir=engine_dir.resolve(),
+        warmup=recipe.warmup,
+        tokens_per_block=recipe.kv_cache.tokens_per_block,
+    )
+
+
+def read_engine_recipe(engine_dir: Path) -> Recipe:
+    """The resolved recipe stored in an engine folder; BadInput if the folder is not an engine."""
+    import yaml  # noqa: PLC0415
+
+    from llmkiln.recipe import validate  # noqa: PLC0415
+
+    path = Path(engine_dir) / "recipe.resolved.yaml"
+    if not path.is_file():
+        raise BadInput(
+            f"{engine_dir}: not an engine folder (no recipe.resolved.yaml); build one with `kiln build`"
+        )
+    return validate(yaml.safe_load(path.read_text()) or {}, str(path))
+
+
+def _string_file(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    return struct.pack("<I", len(raw)) + raw
+
+
+def build_model_config(spec: RepoSpec) -> mc.ModelConfig:
+    """The ModelConfig message for the llmkiln python-backend model (decoupled, with model_warmup)."""
+    cfg = mc.ModelConfig(name=spec.model_name, backend="python", max_batch_size=spec.max_batch_size)
+    cfg.model_transaction_policy.decoupled = True
+    for name, (dtype, dims, optional) in INPUTS.items():
+        cfg.input.append(mc.ModelInput(name=name, data_type=dtype, dims=dims, optional=optional))
+    for name, (dtype, dims) in OUTPUTS.items():
+        cfg.output.append(mc.ModelOutput(name=name, data_type=dtype, dims=dims))
+    cfg.instance_group.append(mc.ModelInstanceGroup(count=1, kind=mc.ModelInstanceGroup.KIND_CPU))
+    params = {
+        "engine_dir": str(spec.engine_dir),
+        "exclude_input_in_output": "true" if spec.exclude_input_in_output else "false",
+        "tokens_per_block": str(spec.tokens_per_block),
+        "warmup_requests": str(warmup_request_count(spec.warmup)),
+    }
+    if spec.engine_loader:
+        params["engine_loader"] = spec.engine_loader
+    for key, value in params.items():
+        cfg.parameters[key].string_value = value
+    for i, _prompt in enumerate(spec.warmup.prompts):
+        w = mc.ModelWarmup(name=f"warmup_{i}", batch_size=1, count=max(spec.warmup.count, 1))
+        w.inputs["text_input"].data_type = T.TYPE_STRING
+        w.inputs["text_input"].dims.append(1)
+        w.inputs["text_input"].input_data_file = f"text_input_{i}"
+        w.inputs["max_tokens"].data_type = T.TYPE_INT32
+        w.inputs["max_tokens"].dims.append(1)
+        w.inputs["max_tokens"].input_data_file = "max_tokens"
+        cfg.model_warmup.append(w)
+    return cfg
+
+
+def warmup_request_count(warmup: Warmup) -> int:
+    """Requests Triton runs before READY: count (at least once) per prompt."""
+    return len(warmup.prompts) * max(warmup.count, 1)
+
+
+def warmup_files(spec: RepoSpec) -> dict[str, bytes]:
+    """Raw warmup tensors: TYPE_STRING = 4-byte little-endian length + bytes; INT32 little-endian."""
+    files = {f"text_input_{i}": _string_file(p) for i, p in enumerate(spec.warmup.prompts)}
+    if spec.warmup.prompts:
+        files["max_tokens"] = struct.pack("<i", spec.warmup.max_tokens)
+    return files
+
+
+def config_text(cfg: mc.ModelConfig) -> str:
+    return text_format.MessageToString(cfg)
+
+
+def write_repository(spec: RepoSpec, out: Path, overwrite: bool = False) -> Path:
+    """Write the repository to `out` (built in a temp folder next to it, then renamed). Returns the model folder."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise BadInput(f"{out}: exists and is not empty; choose another -o folder or remove it")
+    if not (spec.engine_dir / "recipe.resolved.yaml").is_file() and spec.engine_loader is None:
+        raise BadInput(f"{spec.engine_dir}: not an engine folder (no recipe.resolved.yaml)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        model_dir = tmp / spec.model_name
+        (model_dir / VERSION).mkdir(parents=True)
+        (model_dir / "config.pbtxt").write_text(config_text(build_model_config(spec)))
+        shutil.copy2(MODEL_FILE, model_dir / VERSION / "model.py")
+        files = warmup_files(spec)
+        if files:
+            (model_dir / WARMUP_DIR).mkdir()
+            for name, data in files.items():
+                (model_dir / WARMUP_DIR / name).write_bytes(data)
+        check_repository(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out / spec.model_name
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checking an existing repository
+
+
+@dataclass
+class CheckedModel:
+    """One model of a checked repository."""
+
+    name: str
+    config: mc.ModelConfig
+    engine_dir: Path
+
+
+def _problems(model_dir: Path, cfg: mc.ModelConfig) -> list[str]:
+    where = f"{model_dir / 'config.pbtxt'}"
+    out: list[str] = []
+    if cfg.name and cfg.name != model_dir.name:
+        out.append(
+            f"{where}: field 'name' is {cfg.name!r} but the folder is {model_dir.name!r}; make them equal"
+        )
+    if cfg.backend != "python":
+        out.append(f"{where}: field 'backend' is {cfg.backend!r}; the llmkiln model needs 'python'")
+    if not cfg.model_transaction_policy.decoupled:
+        out.append(f"{where}: model_transaction_policy.decoupled must be true (streaming responses)")
+    if cfg.max_batch_size < 1:
+        out.append(f"{where}: max_batch_size must be >= 1 (tensorrtllm-ensemble shapes [batch, 1])")
+    have_in = {i.name: i for i in cfg.input}
+    for name, (dtype, _dims, optional) in INPUTS.items():
+        got = have_in.get(name)
+        if got is None:
+            if not optional:
+                out.append(f"{where}: required input {name!r} is missing")
+            continue
+        if got.data_type != dtype:
+            out.append(
+                f"{where}: input {name!r} has data_type {T.Name(got.data_type)}, expected {T.Name(dtype)}"
+            )
+    for name in have_in:
+        if name not in INPUTS:
+            out.append(f"{where}: unknown input {name!r}; the model reads only {', '.join(INPUTS)}")
+    have_out = {o.name: o for o in cfg.output}
+    if "text_output" not in have_out:
+        out.append(f"{where}: output 'text_output' is missing")
+    for name, o in have_out.items():
+        if name not in OUTPUTS:
+            out.append(f"{where}: unknown output {name!r}")
+        elif o.data_type != OUTPUTS[name][0]:
+            out.append(
+                f"{where}: output {name!r} has data_type {T.Name(o.data_type)}, expected {T.Name(OUTPUTS[name][0])}"
+            )
+    for key in REQUIRED_PARAMETERS:
+        if key not in cfg.parameters or not cfg.parameters[key].string_value:
+            out.append(f"{where}: parameters {{ key: {key!r} }} is missing")
+    engine_dir = Path(cfg.parameters["engine_dir"].string_value) if "engine_dir" in cfg.parameters else None
+    if engine_dir is not None and "engine_loader" not in cfg.parameters:
+        if not (engine_dir / "recipe.resolved.yaml").is_file():
+            out.append(
+                f"{where}: parameter engine_dir={str(engine_dir)!r} is not an engine folder (no recipe.resolved.yaml)"
+            )
+    if not (model_dir / VERSION / "model.py").is_file():
+        out.append(f"{model_dir / VERSION / 'model.py'}: missing (the python-backend model)")
+    for w in cfg.model_warmup:
+        if w.batch_size != 1:
+            out.append(f"{where}: model_warmup {w.name!r}: batch_size must be 1")
+        for in_name, spec in w.inputs.items():
+            if in_name not in have_in:
+                out.append(f"{where}: model_warmup {w.name!r} feeds unknown input {in_name!r}")
+            if spec.WhichOneof("input_data_type") == "input_data_file":
+                f = model_dir / WARMUP_DIR / spec.input_data_file
+                if not f.is_file():
+                    out.append(f"{where}: model_warmup {w.name!r}: input file {f} is missing")
+    return out
+
+
+def check_repository(repo: Path) -> list[CheckedModel]:
+    """Parse every <repo>/<model>/config.pbtxt and validate it; BadInput listing every problem found."""
+    repo = Path(repo)
+    if not repo.is_dir():
+        raise BadInput(f"{repo}: no such repository folder")
+    model_dirs = sorted(p for p in repo.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not model_dirs:
+        raise BadInput(f"{repo}: no model folders; write one with `kiln repo ENGINE -o {repo}`")
+    problems: list[str] = []
+    models: list[CheckedModel] = []
+    for model_dir in model_dirs:
+        path = model_dir / "config.pbtxt"
+        if not path.is_file():
+            problems.append(f"{path}: missing")
+            continue
+        cfg = mc.ModelConfig()
+        try:
+            text_format.Parse(path.read_text(), cfg)
+        except text_format.ParseError as exc:
+            problems.append(f"{path}: not a valid model config: {exc}")
+            continue
+        found = _problems(model_dir, cfg)
+        problems.extend(found)
+        if not found:
+            models.append(CheckedModel(model_dir.name, cfg, Path(cfg.parameters["engine_dir"].string_value)))
+    if problems:
+        raise BadInput(f"{repo}: invalid Triton repository:\n  " + "\n  ".join(problems))
+    return models

@@ -1,0 +1,272 @@
+"""Run the tritonserver bundled in nvidia-pytriton on a model repository.
+
+`TritonServer` starts the process (own session, so a terminal's Ctrl-C reaches only kiln, which forwards it as
+SIGTERM for a graceful shutdown), keeps the last log lines, waits for readiness, and fails with those lines
+when a port is taken or the server dies. Each server gets its own python-backend shared-memory prefix so a
+clean shutdown can be verified (no /dev/shm/<prefix>* left).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from llmkiln.errors import BadInput, KilnError
+from llmkiln.serve.backend_env import assemble_backend_dir, find_triton, server_env
+
+SHM_DIR = Path("/dev/shm")
+SHM_BASE_PREFIX = "triton_python_backend_shm_region"
+ERROR_LINE = re.compile(r"^E\d{4} ")
+
+
+class ServerFailed(KilnError):
+    """tritonserver exited or never became ready; the message carries its last log lines."""
+
+
+@dataclass
+class ServerConfig:
+    """How to run tritonserver."""
+
+    repository: Path
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    exit_timeout_s: int = 30
+    log_verbose: int = 0
+    ready_timeout_s: float = 300.0
+    workdir: Path | None = None  # backend folder + log; a fresh temp folder when None
+    extra_args: list[str] = field(default_factory=list)
+
+
+def port_free(host: str, port: int) -> bool:
+    """True when `port` can be bound on `host` right now."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS considers free now (tests)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class TritonServer:
+    """One tritonserver process."""
+
+    def __init__(self, cfg: ServerConfig, echo: IO[str] | None = None) -> None:
+        self.cfg = cfg
+        self.echo = echo
+        self.shm_prefix = f"{SHM_BASE_PREFIX}_llmkiln_{uuid.uuid4().hex[:8]}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.lines: collections.deque[str] = collections.deque(maxlen=400)
+        self._reader: threading.Thread | None = None
+        self._log: IO[str] | None = None
+        self.log_path: Path | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    def command(self, backend_dir: Path) -> list[str]:
+        c = self.cfg
+        inst = find_triton()
+        return [
+            str(inst.server_bin),
+            f"--model-repository={c.repository}",
+            f"--backend-directory={backend_dir}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            f"--http-address={c.host}",
+            f"--http-port={c.http_port}",
+            f"--grpc-address={c.host}",
+            f"--grpc-port={c.grpc_port}",
+            f"--metrics-address={c.host}",
+            f"--metrics-port={c.metrics_port}",
+            f"--exit-timeout-secs={c.exit_timeout_s}",
+            "--disable-auto-complete-config",
+            "--strict-readiness=true",
+            "--exit-on-error=true",
+            "--model-control-mode=none",
+            f"--log-verbose={c.log_verbose}",
+            *c.extra_args,
+        ]
+
+    def start(self) -> None:
+        c = self.cfg
+        for what, port in (
+            ("--http-port", c.http_port),
+            ("--grpc-port", c.grpc_port),
+            ("--metrics-port", c.metrics_port),
+        ):
+            if not port_free(c.host, port):
+                raise BadInput(f"{what} {port}: the port is already in use on {c.host}; pick another port")
+        if len({c.http_port, c.grpc_port, c.metrics_port}) != 3:
+            raise BadInput(
+                f"http/grpc/metrics ports must differ, got {c.http_port}/{c.grpc_port}/{c.metrics_port}"
+            )
+        workdir = (
+            c.workdir
+            or Path(os.environ.get("TMPDIR", "/tmp")) / f"llmkiln-serve-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        )
+        workdir.mkdir(parents=True, exist_ok=True)
+        backend_dir = assemble_backend_dir(workdir / "backends")
+        self.log_path = workdir / "tritonserver.log"
+        self._log = self.log_path.open("w", encoding="utf-8")
+        self.proc = subprocess.Popen(
+            self.command(backend_dir),
+            env=server_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._read, name="tritonserver-log", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for raw in iter(self.proc.stdout.readline, b""):
+            line = raw.decode("utf-8", errors="replace")
+            self.lines.append(line.rstrip("\n"))
+            if self._log is not None:
+                self._log.write(line)
+                self._log.flush()
+            if self.echo is not None:
+                self.echo.write(line)
+                self.echo.flush()
+
+    def log_text(self) -> str:
+        return "\n".join(self.lines)
+
+    def last_lines(self, n: int = 30) -> str:
+        return "\n".join(list(self.lines)[-n:])
+
+    def failure_report(self, n: int = 15) -> str:
+        """Error lines (E...) of the log, then its last lines: what a user needs when the server fails."""
+        lines = list(self.lines)
+        errors = [ln for ln in lines if ERROR_LINE.match(ln)][-8:]
+        head = ("Errors:\n" + "\n".join(e[:2000] for e in errors) + "\n") if errors else ""
+        return f"{head}Last lines (full log: {self.log_path}):\n" + "\n".join(lines[-n:])
+
+    @property
+    def url_http(self) -> str:
+        return f"{self.cfg.host}:{self.cfg.http_port}"
+
+    @property
+    def url_grpc(self) -> str:
+        return f"{self.cfg.host}:{self.cfg.grpc_port}"
+
+    @property
+    def url_metrics(self) -> str:
+        return f"http://{self.cfg.host}:{self.cfg.metrics_port}/metrics"
+
+    def endpoints(self) -> dict[str, str]:
+        return {"http": f"http://{self.url_http}", "grpc": self.url_grpc, "metrics": self.url_metrics}
+
+    def is_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.url_http}/v2/health/ready", timeout=2) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def wait_ready(self, timeout_s: float | None = None) -> float:
+        """Block until /v2/health/ready answers 200; returns seconds waited. ServerFailed with the log otherwise."""
+        assert self.proc is not None, "start() first"
+        timeout_s = self.cfg.ready_timeout_s if timeout_s is None else timeout_s
+        t0 = time.monotonic()
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                self._join_reader()
+                raise ServerFailed(
+                    f"tritonserver exited with code {code} before it was ready.\n{self.failure_report()}"
+                )
+            if self.is_ready():
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout_s:
+                self.stop()
+                raise ServerFailed(
+                    f"tritonserver not ready after {timeout_s:.0f} s.\n{self.failure_report()}"
+                )
+            time.sleep(0.2)
+
+    def stop(self, grace_s: float | None = None) -> int | None:
+        """SIGTERM, wait for the graceful exit (exit timeout + margin), SIGKILL as the last resort."""
+        if self.proc is None:
+            return None
+        grace_s = self.cfg.exit_timeout_s + 15 if grace_s is None else grace_s
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._join_reader()
+        return self.proc.returncode
+
+    def _join_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def leftover_shm(self) -> list[Path]:
+        """This server's python-backend shared-memory files still in /dev/shm."""
+        return sorted(SHM_DIR.glob(f"{self.shm_prefix}*"))
+
+    def __enter__(self) -> TritonServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve_forever(server: TritonServer, on_ready: callable | None = None) -> int:  # type: ignore[valid-type]
+    """Start, wait ready, forward SIGINT/SIGTERM as SIGTERM, return the server's exit code."""
+    stopping = threading.Event()
+
+    def forward(signum: int, _frame: object) -> None:
+        stopping.set()
+        if server.proc is not None and server.proc.poll() is None:
+            server.proc.send_signal(signal.SIGTERM)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.start()
+        server.wait_ready()
+        if on_ready is not None:
+            on_ready(server)
+        assert server.proc is not None
+        while server.proc.poll() is None:
+            time.sleep(0.2)
+        code = server.stop()
+        if not stopping.is_set():
+            raise ServerFailed(
+                f"tritonserver exited unexpectedly with code {code}.\n{server.failure_report()}"
+            )
+        return 0 if code in (0, None) else int(code)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if server.proc is not None and server.proc.poll() is None:
+            server.stop()

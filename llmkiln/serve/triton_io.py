@@ -1,0 +1,227 @@
+"""Pure request/response conversion for the Triton model (no pb_utils import: unit-tested without a server).
+
+Requests follow the tensorrtllm_backend ensemble: every tensor arrives as a numpy array of shape [batch, n]
+(batch 1) or [n]. `parse_request(get)` turns them into a `ParsedRequest`, raising `InvalidRequest` with a
+message naming the input, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+class InvalidRequest(ValueError):
+    """A request the model refuses; the message is sent to the client as a Triton error."""
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    """One generation request, decoded from Triton tensors."""
+
+    prompt: str
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    end_id: int | None = None
+    stop_words: tuple[str, ...] = ()
+    priority: int = 0
+    stream: bool = False
+    exclude_input_in_output: bool = False
+    return_perf_metrics: bool = False
+
+    def sampling_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for llmkiln.runtime.request.SamplingParams."""
+        kw: dict[str, Any] = {
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "seed": self.seed,
+        }
+        if self.end_id is not None:
+            kw["stop_token_ids"] = (self.end_id,)
+        return kw
+
+
+ArrayGetter = Callable[[str], "np.ndarray | None"]
+
+
+def _flat(name: str, arr: np.ndarray) -> np.ndarray:
+    a = np.asarray(arr)
+    if a.ndim > 2 or (a.ndim == 2 and a.shape[0] != 1):
+        raise InvalidRequest(
+            f"input {name!r}: shape {list(a.shape)} not supported; send batch size 1, shape [1, n]"
+        )
+    return a.reshape(-1)
+
+
+def _scalar(name: str, arr: np.ndarray) -> Any:
+    a = _flat(name, arr)
+    if a.size != 1:
+        raise InvalidRequest(
+            f"input {name!r}: expected one value, got {a.size} (shape {list(np.shape(arr))})"
+        )
+    return a[0]
+
+
+def _text(name: str, value: Any) -> str:
+    if isinstance(value, bytes | np.bytes_):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidRequest(f"input {name!r}: not valid UTF-8 ({exc})") from None
+    if isinstance(value, str):
+        return value
+    raise InvalidRequest(f"input {name!r}: expected BYTES (a UTF-8 string), got {type(value).__name__}")
+
+
+def _int(name: str, value: Any, lo: int | None = None, hi: int | None = None, what: str = "") -> int:
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise InvalidRequest(f"input {name!r}: expected an integer, got {value!r}")
+    v = int(value)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise InvalidRequest(f"input {name!r}: {v} is out of range; {what}")
+    return v
+
+
+def _float(name: str, value: Any, ok: Callable[[float], bool], what: str) -> float:
+    if not isinstance(value, float | np.floating | int | np.integer) or isinstance(value, bool | np.bool_):
+        raise InvalidRequest(f"input {name!r}: expected a number, got {value!r}")
+    v = float(value)
+    if not np.isfinite(v) or not ok(v):
+        raise InvalidRequest(f"input {name!r}: {v} is out of range; {what}")
+    return v
+
+
+def _bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    raise InvalidRequest(f"input {name!r}: expected BOOL, got {value!r}")
+
+
+def parse_request(get: ArrayGetter, exclude_input_default: bool = False) -> ParsedRequest:
+    """Decode one request; `get(name)` returns the input's numpy array or None when absent."""
+    raw = get("text_input")
+    if raw is None:
+        raise InvalidRequest("input 'text_input' is missing (BYTES, shape [1, 1]: the prompt)")
+    prompt = _text("text_input", _scalar("text_input", raw))
+    if not prompt:
+        raise InvalidRequest("input 'text_input' is empty; send a non-empty prompt")
+    raw = get("max_tokens")
+    if raw is None:
+        raise InvalidRequest("input 'max_tokens' is missing (INT32, shape [1, 1]: tokens to generate)")
+    kw: dict[str, Any] = {
+        "prompt": prompt,
+        "max_tokens": _int("max_tokens", _scalar("max_tokens", raw), lo=1, what="must be >= 1"),
+        "exclude_input_in_output": exclude_input_default,
+    }
+    scalars: dict[str, Callable[[Any], Any]] = {
+        "temperature": lambda v: _float("temperature", v, lambda x: x >= 0, "must be >= 0 (0 = greedy)"),
+        "top_p": lambda v: _float("top_p", v, lambda x: 0 < x <= 1, "must be in (0, 1]"),
+        "top_k": lambda v: _int("top_k", v, lo=0, what="must be >= 0 (0 = no top-k)"),
+        "random_seed": lambda v: _int("random_seed", v, lo=0, hi=2**64 - 1, what="must fit UINT64"),
+        "seed": lambda v: _int("seed", v, lo=0, hi=2**64 - 1, what="must fit UINT64"),
+        "end_id": lambda v: _int("end_id", v, lo=0, what="must be a token id >= 0"),
+        "priority": lambda v: _int("priority", v, lo=-(2**31), hi=2**31 - 1, what="must fit INT32"),
+        "stream": lambda v: _bool("stream", v),
+        "exclude_input_in_output": lambda v: _bool("exclude_input_in_output", v),
+        "return_perf_metrics": lambda v: _bool("return_perf_metrics", v),
+    }
+    for name, conv in scalars.items():
+        arr = get(name)
+        if arr is None:
+            continue
+        value = conv(_scalar(name, arr))
+        kw["seed" if name == "random_seed" else name] = value
+    arr = get("stop_words")
+    if arr is not None:
+        words = tuple(_text("stop_words", v) for v in _flat("stop_words", arr))
+        kw["stop_words"] = tuple(w for w in words if w)
+    return ParsedRequest(**kw)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Stop strings
+
+
+@dataclass
+class StopMatcher:
+    """Cuts generated text at the first stop string, holding back a tail that might start one.
+
+    feed(delta) returns (text safe to emit now, stopped). Text is never emitted past a stop string and a
+    partial match is withheld until it is resolved; finish() releases what is held.
+    """
+
+    stops: tuple[str, ...] = ()
+    _held: str = field(default="", init=False)
+
+    def feed(self, delta: str) -> tuple[str, bool]:
+        if not self.stops:
+            return delta, False
+        buf = self._held + delta
+        cut = min((i for i in (buf.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self._held = ""
+            return buf[:cut], True
+        keep = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(buf)), 0, -1):
+                if buf.endswith(s[:n]):
+                    keep = max(keep, n)
+                    break
+        self._held = buf[len(buf) - keep :] if keep else ""
+        return buf[: len(buf) - keep], False
+
+    def finish(self) -> str:
+        held, self._held = self._held, ""
+        return held
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Responses
+
+
+def text_array(text: str) -> np.ndarray:
+    """text_output tensor: shape [1, 1] (batch 1, one sequence), dtype object of UTF-8 bytes."""
+    return np.array([[text.encode("utf-8")]], dtype=np.object_)
+
+
+@dataclass(frozen=True)
+class PerfFields:
+    """Per-request perf outputs in the spirit of tensorrtllm's return_perf_metrics (times are time.time_ns())."""
+
+    arrival_time_ns: int
+    first_scheduled_time_ns: int
+    first_token_time_ns: int
+    last_token_time_ns: int
+    kv_cache_reused_tokens: int
+    kv_cache_reused_blocks: int
+    num_input_tokens: int
+    num_output_tokens: int
+
+
+def perf_arrays(perf: PerfFields) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for name in ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns"):
+        out[name] = np.array([[getattr(perf, name)]], dtype=np.int64)
+    for name in ("kv_cache_reused_tokens", "kv_cache_reused_blocks", "num_input_tokens", "num_output_tokens"):
+        out[name] = np.array([[getattr(perf, name)]], dtype=np.int32)
+    return out
+
+
+def response_arrays(text: str, perf: PerfFields | None = None) -> dict[str, np.ndarray]:
+    """Output tensors of one response: text_output, plus the perf fields on the final response when asked."""
+    out = {"text_output": text_array(text)}
+    if perf is not None:
+        out.update(perf_arrays(perf))
+    return out
+
+
+def ns_or_zero(values: Iterable[int | None]) -> list[int]:
+    return [int(v) if v is not None else 0 for v in values]
