@@ -1,0 +1,103 @@
+"""Resolve where a recipe's weights come from: a local HF folder, or a generated Llama cached under engines/.models/.
+
+A missing local folder is bad input (exit 2) naming `model.path`; nothing is written. A generated model is made
+once per (kind, seed) by llmkiln.build.generate.generate_model into a temp folder and renamed into place.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmkiln.errors import BadInput, BuildFailed
+from llmkiln.recipe import Recipe, resolve_model_path
+
+
+@dataclass(frozen=True)
+class ModelLocation:
+    """Where the weights are, and what the recipe said (for the manifest and error messages)."""
+
+    path: Path
+    generated: str | None = None
+    seed: int | None = None
+
+    def describe(self) -> dict[str, object]:
+        out: dict[str, object] = {"path": str(self.path)}
+        if self.generated is not None:
+            out.update(generated=self.generated, seed=self.seed)
+        return out
+
+
+def check_hf_folder(path: Path, field: str, recipe_file: Path | None) -> None:
+    """Raise BadInput unless `path` looks like a Hugging Face model folder (config.json + weights)."""
+    where = f"{recipe_file}: field '{field}'" if recipe_file else f"--model {path}"
+    if not path.exists():
+        raise BadInput(
+            f"{where}: model folder {path} does not exist. Point it at a local Hugging Face folder "
+            f"(config.json + *.safetensors); the trained model lives in ../shared/models/stories260K"
+        )
+    if not path.is_dir():
+        raise BadInput(f"{where}: {path} is not a folder; expected a local Hugging Face model folder")
+    if not (path / "config.json").is_file():
+        raise BadInput(f"{where}: {path} has no config.json; expected a local Hugging Face model folder")
+    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
+        raise BadInput(f"{where}: {path} holds no *.safetensors or *.bin weights")
+
+
+def generated_model_dir(engines_root: Path, kind: str, seed: int) -> Path:
+    return engines_root / ".models" / f"{kind}-seed{seed}"
+
+
+def ensure_generated(kind: str, seed: int, engines_root: Path) -> Path:
+    """The cached generated model folder, generating it (temp folder + rename) when absent."""
+    target = generated_model_dir(engines_root, kind, seed)
+    if (target / "config.json").is_file():
+        return target
+    try:
+        generate = importlib.import_module("llmkiln.build.generate")
+    except ModuleNotFoundError as exc:
+        raise BuildFailed(
+            f"model.generated={kind!r} needs llmkiln.build.generate, which is not available: {exc}"
+        ) from exc
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".tmp-{kind}-seed{seed}-"))
+    try:
+        generate.generate_model(kind, tmp, seed)
+        if target.exists():  # another build finished it meanwhile
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def resolve_source(
+    recipe: Recipe,
+    recipe_file: Path,
+    engines_root: Path,
+    model_override: Path | None = None,
+    create: bool = True,
+) -> ModelLocation:
+    """The model folder for a build. `model_override` (kiln build --model) replaces the recipe's model.
+
+    With create=False a generated model that does not exist yet is reported at its future path (dry runs).
+    """
+    if model_override is not None:
+        path = Path(model_override).expanduser().resolve()
+        check_hf_folder(path, "model", None)
+        return ModelLocation(path)
+    if recipe.model.generated is not None:
+        kind, seed = recipe.model.generated, recipe.model.seed
+        if not create:
+            return ModelLocation(generated_model_dir(engines_root, kind, seed), kind, seed)
+        return ModelLocation(ensure_generated(kind, seed, engines_root), kind, seed)
+    path = resolve_model_path(recipe, recipe_file)
+    if path is None:  # unreachable: the schema requires path or generated
+        raise BadInput(f"{recipe_file}: field 'model': give model.path or model.generated")
+    check_hf_folder(path, "model.path", recipe_file)
+    return ModelLocation(path)

@@ -1,0 +1,229 @@
+"""ONNX export with onnxruntime-genai's model builder (GroupQueryAttention + rotary, SkipSimplifiedLayerNorm,
+MatMulNBits for int8/int4), offline from a local HF folder; plus copying the source tokenizer files.
+
+fp32 keeps every weight bit-identical (the builder only transposes and concatenates q/k/v). int8/int4 use the
+builder's weight-only RTN quantization with accuracy_level=1 (fp32 activations), which keeps prefill and
+decode numerically consistent on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from llmkiln.build.rope_fix import derive_position_ids, needs_separate_rope
+from llmkiln.errors import BadInput, BuildFailed
+
+# Files the builder writes; everything the engine needs from the export.
+EXPORT_FILES = ("model.onnx", "model.onnx.data", "genai_config.json")
+
+# Tokenizer files copied verbatim from the source model when present.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "generation_config.json",
+)
+
+EXECUTION_PROVIDERS = {"onnx-cpu": "cpu", "onnx-gpu": "cuda"}
+
+# Builder --extra_options per precision.
+PRECISION_OPTIONS: dict[str, dict[str, str]] = {
+    "fp32": {},
+    "int8": {"accuracy_level": "1"},
+    "int4": {"accuracy_level": "1"},
+}
+
+_BUILDER_TOOLS = ("onnxruntime-genai", "onnx", "onnx-ir", "transformers", "torch", "numpy")
+
+
+def _versions(names: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+@contextlib.contextmanager
+def _output_to(path: Path) -> Iterator[None]:
+    """Send everything written to stdout/stderr (Python, logging handlers, C++) to `path`, at the fd level."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            log.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def export_onnx(
+    model_dir: Path,
+    out_dir: Path,
+    precision: str,
+    execution_provider: str = "cpu",
+    extra_options: dict[str, str] | None = None,
+    log_path: Path | None = None,
+) -> dict[str, Any]:
+    """Run the onnxruntime-genai builder in-process: model_dir (HF folder) → out_dir (model.onnx, .data, config).
+
+    The builder's chatter (and tqdm bars) go to log_path; its scratch cache lives inside out_dir and is removed.
+    """
+    from onnxruntime_genai.models import builder  # heavy: imports torch and transformers
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cache_dir = out_dir / ".builder-cache"
+    separate_rope = needs_separate_rope(model_dir, execution_provider)
+    extra_options = dict(extra_options or {})
+    if separate_rope:
+        extra_options["fuse_qkv"] = "false"  # the builder's separate-rope path mishandles packed QKV
+    options = [f"{k}={v}" for k, v in sorted(extra_options.items())]
+    try:
+        with _output_to(log_path or Path(os.devnull)), _fused_rope(builder, enabled=not separate_rope):
+            kwargs = builder.parse_extra_options(
+                None, str(model_dir), str(out_dir), precision, execution_provider, str(cache_dir), options
+            )
+            builder.create_model(
+                None, str(model_dir), str(out_dir), precision, execution_provider, str(cache_dir), **kwargs
+            )
+    except Exception as exc:
+        tail = log_path.read_text()[-2000:] if log_path and log_path.is_file() else ""
+        raise BuildFailed(f"onnxruntime-genai builder failed on {model_dir}: {exc}\n{tail}") from exc
+    finally:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    missing = [f for f in EXPORT_FILES if not (out_dir / f).is_file()]
+    if missing:
+        raise BuildFailed(f"onnxruntime-genai builder did not write {', '.join(missing)} into {out_dir}")
+    if separate_rope:
+        derive_position_ids(out_dir / "model.onnx", out_dir / "genai_config.json")
+    return {"rope": "separate RotaryEmbedding (head_size % 16 != 0)" if separate_rope else "fused in GQA"}
+
+
+@contextlib.contextmanager
+def _fused_rope(builder: Any, enabled: bool) -> Iterator[None]:
+    """Temporarily make the builder emit separate RotaryEmbedding ops (enabled=False)."""
+    if enabled:
+        yield
+        return
+    # NOTE: builder.py imports its package as top-level `builders`, so patch that module's class.
+    base = sys.modules["builders.base"].Model
+    original = base.is_fused_rope_supported
+    base.is_fused_rope_supported = lambda self: False
+    try:
+        yield
+    finally:
+        base.is_fused_rope_supported = original
+
+
+def graph_summary(model_path: Path) -> dict[str, Any]:
+    """Op-type counts and I/O names of an exported graph (read without its external weights)."""
+    import onnx
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    ops = Counter(n.op_type for n in model.graph.node)
+    return {
+        "op_counts": dict(sorted(ops.items())),
+        "inputs": [i.name for i in model.graph.input],
+        "outputs": [o.name for o in model.graph.output],
+    }
+
+
+class OnnxExportStage:
+    """Export the source checkpoint with the onnxruntime-genai builder (cached by source hashes + precision)."""
+
+    name = "export"
+    version = "2"
+    cacheable = True
+
+    def check(self, ctx: Any) -> None:
+        if ctx.recipe.precision not in PRECISION_OPTIONS:
+            raise BadInput(
+                f"{ctx.recipe_file}: field 'precision': {ctx.recipe.precision!r} is not available on backend "
+                f"{ctx.recipe.backend!r}; allowed: {', '.join(PRECISION_OPTIONS)}"
+            )
+        config_path = ctx.source.path / "config.json"
+        if not config_path.is_file():  # a generated model not made yet (dry run)
+            return
+        config = json.loads(config_path.read_text())
+        max_pos = config.get("max_position_embeddings")
+        if isinstance(max_pos, int) and ctx.recipe.limits.max_seq_len > max_pos:
+            raise BadInput(
+                f"{ctx.recipe_file}: field 'limits.max_seq_len': {ctx.recipe.limits.max_seq_len} exceeds the "
+                f"model's max_position_embeddings ({max_pos}); use at most {max_pos}"
+            )
+
+    def cache_key(self, ctx: Any) -> dict[str, Any]:
+        return {
+            "source": ctx.source_hashes,
+            "precision": ctx.recipe.precision,
+            "execution_provider": EXECUTION_PROVIDERS[ctx.recipe.backend],
+            "extra_options": PRECISION_OPTIONS[ctx.recipe.precision],
+            "tools": _versions(_BUILDER_TOOLS),
+        }
+
+    def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        ep = EXECUTION_PROVIDERS[ctx.recipe.backend]
+        extra = PRECISION_OPTIONS[ctx.recipe.precision]
+        info = export_onnx(
+            ctx.source.path, out_dir, ctx.recipe.precision, ep, extra, log_path=out_dir / "stage.log"
+        )
+        # The tokenizer stage owns the tokenizer files; drop the builder's rewritten copies.
+        for name in TOKENIZER_FILES:
+            (out_dir / name).unlink(missing_ok=True)
+        return {
+            "tool": "onnxruntime-genai model builder",
+            "execution_provider": ep,
+            "precision": ctx.recipe.precision,
+            "extra_options": extra,
+            "export_seconds": round(time.perf_counter() - t0, 3),
+            **info,
+            **graph_summary(out_dir / "model.onnx"),
+        }
+
+
+class TokenizerStage:
+    """Copy the source model's tokenizer files verbatim into the engine folder."""
+
+    name = "tokenizer"
+    version = "1"
+    cacheable = False
+
+    def cache_key(self, ctx: Any) -> dict[str, Any]:
+        return {f: h for f, h in ctx.source_hashes.items() if f in TOKENIZER_FILES}
+
+    def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
+        copied = []
+        for name in TOKENIZER_FILES:
+            src = ctx.source.path / name
+            if src.is_file():
+                shutil.copyfile(src, out_dir / name)
+                copied.append(name)
+        if "tokenizer.json" not in copied:
+            raise BuildFailed(
+                f"{ctx.source.path} has no tokenizer.json; the CPU runtime reads the tokenizer with `tokenizers` "
+                "and needs it"
+            )
+        return {"files": copied}

@@ -1,0 +1,1 @@
+"""CPU runtime: drives an engine folder's ONNX graph with onnxruntime."""

@@ -1,0 +1,74 @@
+"""Token sampling over one logits row: greedy, temperature, top-k, top-p — a pure function with a seeded Generator.
+
+Shared by `kiln generate` (runtime/simple.py) and the batching runtime. temperature == 0 means greedy (argmax,
+lowest id on ties); top_k == 0 and top_p == 1.0 disable those filters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmkiln.errors import BadInput
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Validated sampling settings (raise BadInput on bad values)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    def __post_init__(self) -> None:
+        check_sampling(self.temperature, self.top_p, self.top_k)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+
+def check_sampling(temperature: float, top_p: float, top_k: int) -> None:
+    """Raise BadInput naming the parameter when a sampling setting is out of range."""
+    if not np.isfinite(temperature) or temperature < 0:
+        raise BadInput(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
+    if not (0.0 < top_p <= 1.0):
+        raise BadInput(f"top_p must be in (0, 1], got {top_p!r}")
+    if top_k < 0:
+        raise BadInput(f"top_k must be >= 0 (0 = off), got {top_k!r}")
+
+
+def make_rng(seed: int | None) -> np.random.Generator:
+    """A numpy Generator; a given seed makes sampling reproducible."""
+    return np.random.default_rng(seed)
+
+
+def sample_token(
+    logits: np.ndarray,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    rng: np.random.Generator | None = None,
+) -> int:
+    """Pick the next token id from one row of logits (shape [vocab])."""
+    row = np.asarray(logits, dtype=np.float64).reshape(-1)
+    if temperature == 0.0 or top_k == 1:
+        return int(np.argmax(row))
+    rng = rng if rng is not None else make_rng(None)
+    scaled = row / temperature
+    if 0 < top_k < scaled.size:
+        kth = np.partition(scaled, -top_k)[-top_k]
+        scaled = np.where(scaled >= kth, scaled, -np.inf)
+    probs = np.exp(scaled - np.max(scaled))
+    probs /= probs.sum()
+    if top_p < 1.0:
+        order = np.argsort(-probs, kind="stable")
+        cumulative = np.cumsum(probs[order])
+        # keep the smallest prefix whose mass reaches top_p (always at least one token)
+        keep = int(np.searchsorted(cumulative, top_p, side="left")) + 1
+        mask = np.zeros_like(probs, dtype=bool)
+        mask[order[:keep]] = True
+        probs = np.where(mask, probs, 0.0)
+        probs /= probs.sum()
+    return int(rng.choice(probs.size, p=probs))

@@ -1,0 +1,58 @@
+"""Fixtures shared by every room's tests.
+
+- `repo_root`, `SHARED_MODELS` (../shared/models next to the checkout), `stories_dir` (the trained stories260K;
+  skips with the reason only when ../shared is absent — in CI it is present).
+- `engine_factory("stories-fp32") -> Path`: builds a recipe once per session into a session temp engines root
+  (export stages are shared between recipes through the build cache, so int8/int4/runtime variants are cheap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_MODELS = REPO_ROOT.parent / "shared" / "models"
+STORIES_DIR = SHARED_MODELS / "stories260K"
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def stories_dir() -> Path:
+    if not STORIES_DIR.is_dir():
+        pytest.skip(
+            f"the trained model {STORIES_DIR} is absent (../shared/models/stories260K next to the checkout)"
+        )
+    return STORIES_DIR
+
+
+@pytest.fixture(scope="session")
+def session_engines_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("engines")
+
+
+@pytest.fixture(scope="session")
+def engine_factory(session_engines_root: Path) -> Callable[[str], Path]:
+    """engine_factory(recipe name or path) -> engine folder, built once per session (quietly)."""
+    from llmkiln.build.pipeline import build_engine
+    from llmkiln.build.progress import QuietProgress
+    from llmkiln.recipe import load_recipe, resolve_model_path
+
+    built: dict[str, Path] = {}
+
+    def factory(recipe: str) -> Path:
+        if recipe not in built:
+            r, path = load_recipe(recipe)
+            model = resolve_model_path(r, path)
+            if model is not None and not model.exists() and not SHARED_MODELS.exists():
+                pytest.skip(f"recipe {recipe} needs {model}, and ../shared is absent")
+            built[recipe] = build_engine(recipe, session_engines_root, progress=QuietProgress()).engine_dir
+        return built[recipe]
+
+    return factory
