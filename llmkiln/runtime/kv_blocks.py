@@ -1,0 +1,207 @@
+"""Prefix block store bookkeeping: chained block hashes, ref counts (pins), LRU eviction, a fixed capacity.
+
+Pure Python: this module decides which block ids hold which token prefixes; the runner owns the arrays the ids
+index (kv_quant.BlockData). A block holds the KV of `tokens_per_block` consecutive tokens. Its key chains the
+key of the block before it with its own token ids, so a key stands for the whole prefix up to the block's end
+(nano-vllm / vLLM). Only full blocks are keyed; a hit is accepted only when the stored token ids and parent key
+match (collision guard).
+
+Life of a block: empty → `offer()` hands it out pinned and not ready (the runner writes it this step) →
+`commit()` makes it ready and unpins it → lookups pin it while a running sequence uses it → when no sequence
+pins it, it sits in the LRU and keeps its key until `offer()` needs the space (evicted).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+HashFn = Callable[[int | None, tuple[int, ...]], int]
+
+_ROOT = 0x6B696C6E  # fixed seed for the first block's parent
+
+
+def hash_block_tokens(parent: int | None, token_ids: tuple[int, ...]) -> int:
+    """Key of a block: covers the parent's key and this block's token ids. Deterministic across processes
+    (hash() of ints and tuples does not depend on PYTHONHASHSEED)."""
+    return hash((_ROOT if parent is None else parent, token_ids))
+
+
+@dataclass
+class Block:
+    """One block slot of the store."""
+
+    block_id: int
+    key: int | None = None
+    parent: int | None = None
+    token_ids: tuple[int, ...] = ()
+    ref_count: int = 0
+    ready: bool = False
+
+
+class BlockStore:
+    """Metadata of `num_blocks` blocks of `tokens_per_block` tokens; LRU over blocks no sequence pins."""
+
+    def __init__(self, num_blocks: int, tokens_per_block: int, hash_fn: HashFn = hash_block_tokens) -> None:
+        if num_blocks < 0 or tokens_per_block < 1:
+            raise ValueError(f"num_blocks={num_blocks}, tokens_per_block={tokens_per_block}")
+        self.tokens_per_block = tokens_per_block
+        self.hash_fn = hash_fn
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self._by_key: dict[int, int] = {}
+        self._empty: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
+        self._lru: OrderedDict[int, None] = OrderedDict()  # ready, unpinned, keyed blocks; oldest first
+        self.num_evicted = 0
+        self.num_lookups = 0
+        self.num_hits = 0
+        self.num_hit_tokens = 0
+        self.num_queried_tokens = 0
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_pinned(self) -> int:
+        return sum(1 for b in self.blocks if b.ref_count > 0)
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks holding a keyed prefix (pinned or not)."""
+        return len(self._by_key)
+
+    @property
+    def num_free(self) -> int:
+        """Blocks `offer()` may hand out: empty ones plus cached ones no sequence pins."""
+        return len(self._empty) + len(self._lru)
+
+    def block_keys(self, token_ids: Sequence[int], num_blocks: int, parent: int | None = None) -> list[int]:
+        """Chained keys of the first `num_blocks` full blocks of token_ids."""
+        keys, bs = [], self.tokens_per_block
+        for i in range(num_blocks):
+            parent = self.hash_fn(parent, tuple(token_ids[i * bs : (i + 1) * bs]))
+            keys.append(parent)
+        return keys
+
+    def lookup(self, token_ids: Sequence[int], max_tokens: int, record: bool = True) -> list[int]:
+        """Block ids of the longest cached prefix of token_ids covering at most max_tokens tokens (not pinned).
+
+        record=False leaves the hit statistics alone (call `record_lookup` once the result is used)."""
+        bs = self.tokens_per_block
+        n_max = max(0, min(len(token_ids), max_tokens)) // bs
+        found: list[int] = []
+        parent: int | None = None
+        for i in range(n_max):
+            tokens = tuple(token_ids[i * bs : (i + 1) * bs])
+            key = self.hash_fn(parent, tokens)
+            block_id = self._by_key.get(key)
+            if block_id is None:
+                break
+            block = self.blocks[block_id]
+            if not block.ready or block.token_ids != tokens or block.parent != parent:
+                break
+            found.append(block_id)
+            parent = key
+        if record:
+            self.record_lookup(len(token_ids), len(found))
+        return found
+
+    def record_lookup(self, num_tokens: int, num_hit_blocks: int) -> None:
+        """Count one lookup of num_tokens prompt tokens that hit num_hit_blocks blocks."""
+        self.num_lookups += 1
+        self.num_queried_tokens += num_tokens
+        if num_hit_blocks:
+            self.num_hits += 1
+            self.num_hit_tokens += num_hit_blocks * self.tokens_per_block
+
+    # ------------------------------------------------------------------ pins
+    def pin(self, block_ids: Sequence[int]) -> None:
+        for block_id in block_ids:
+            block = self.blocks[block_id]
+            block.ref_count += 1
+            self._lru.pop(block_id, None)
+
+    def unpin(self, block_ids: Sequence[int]) -> None:
+        """Release pins; released blocks enter the LRU tail-first so a chain's last blocks are evicted first."""
+        for block_id in reversed(block_ids):
+            block = self.blocks[block_id]
+            if block.ref_count <= 0:
+                raise RuntimeError(f"block {block_id} unpinned more often than pinned")
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                if block.ready and block.key is not None:
+                    self._lru[block_id] = None
+                    self._lru.move_to_end(block_id)
+                else:  # an offered block whose write was abandoned
+                    self._forget(block)
+                    self._empty.append(block_id)
+
+    # ------------------------------------------------------------------ saving
+    def offer(self, parent: int | None, token_ids: Sequence[int]) -> tuple[int, int | None]:
+        """A full block of a sequence is computed. Returns (its key, block id to write or None).
+
+        None when the prefix is stored already (or being written) or when every block is pinned. A returned block
+        is pinned and not ready: the runner writes it, then `commit()` publishes it.
+        """
+        tokens = tuple(token_ids)
+        if len(tokens) != self.tokens_per_block:
+            raise ValueError(
+                f"offer() takes full blocks of {self.tokens_per_block} tokens, got {len(tokens)}"
+            )
+        key = self.hash_fn(parent, tokens)
+        existing = self._by_key.get(key)
+        if existing is not None:
+            if existing in self._lru:
+                self._lru.move_to_end(existing)
+            return key, None
+        block_id = self._take()
+        if block_id is None:
+            return key, None
+        block = self.blocks[block_id]
+        block.key, block.parent, block.token_ids, block.ready, block.ref_count = key, parent, tokens, False, 1
+        self._by_key[key] = block_id
+        return key, block_id
+
+    def commit(self, block_ids: Sequence[int]) -> None:
+        """The runner wrote these offered blocks: make them visible to lookups and unpin them."""
+        for block_id in block_ids:
+            self.blocks[block_id].ready = True
+        self.unpin(block_ids)
+
+    def _take(self) -> int | None:
+        if self._empty:
+            return self._empty.pop()
+        if self._lru:
+            block_id, _ = self._lru.popitem(last=False)
+            self._forget(self.blocks[block_id])
+            self.num_evicted += 1
+            return block_id
+        return None
+
+    def _forget(self, block: Block) -> None:
+        if block.key is not None and self._by_key.get(block.key) == block.block_id:
+            del self._by_key[block.key]
+        block.key, block.parent, block.token_ids, block.ready = None, None, (), False
+
+    def clear(self) -> None:
+        """Drop every unpinned cached block (pinned ones stay)."""
+        for block_id in list(self._lru):
+            self._lru.pop(block_id)
+            self._forget(self.blocks[block_id])
+            self._empty.append(block_id)
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError-free RuntimeError if bookkeeping is inconsistent (used by tests)."""
+        pinned = {b.block_id for b in self.blocks if b.ref_count > 0}
+        empty, lru = set(self._empty), set(self._lru)
+        if len(empty) != len(self._empty) or empty & lru or empty & pinned or lru & pinned:
+            raise RuntimeError("block lists overlap")
+        if len(empty) + len(lru) + len(pinned) != self.num_blocks:
+            raise RuntimeError(
+                f"empty {len(empty)} + lru {len(lru)} + pinned {len(pinned)} != total {self.num_blocks}"
+            )
+        for key, block_id in self._by_key.items():
+            if self.blocks[block_id].key != key:
+                raise RuntimeError(f"key map points at block {block_id} with another key")

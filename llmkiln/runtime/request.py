@@ -1,0 +1,159 @@
+"""Requests and their parameters: what a caller submits, what the scheduler tracks, what a stream yields.
+
+Everything here is plain data. `Request` is the scheduler's per-sequence state (nano-vllm's `Sequence`); the
+caller sees it through `RequestHandle` (handle.py). Timestamps are `time.time_ns()`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from llmkiln.errors import BadInput
+
+
+class RequestRejected(BadInput):
+    """`submit` refused the request at once (nothing was queued)."""
+
+
+class QueueFull(RequestRejected):
+    """The waiting queue holds scheduler.max_queue_size requests already."""
+
+
+class PromptTooLong(RequestRejected):
+    """The prompt exceeds limits.max_input_len, or prompt + max_tokens exceeds limits.max_seq_len."""
+
+
+class BadRequestParams(RequestRejected):
+    """A sampling parameter, the prompt, the priority or the request id is invalid."""
+
+
+class FinishReason(enum.StrEnum):
+    """Why a sequence ended."""
+
+    STOP = "stop"  # an end-of-sequence or stop token was generated (it is the last token of the output)
+    LENGTH = "length"  # max_tokens reached
+    CANCELLED = "cancelled"  # the caller cancelled it
+    ERROR = "error"  # the runner failed; the handle carries the message
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How tokens are chosen. temperature 0 is greedy; top_k 0 and top_p 1.0 disable those filters."""
+
+    max_tokens: int = 16
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    def check(self, vocab_size: int | None = None) -> None:
+        """Raise BadRequestParams naming the first bad field."""
+        if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
+            raise BadRequestParams(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if not isinstance(self.temperature, int | float) or not 0.0 <= float(self.temperature) <= 100.0:
+            raise BadRequestParams(f"temperature must be a number in [0, 100], got {self.temperature!r}")
+        if not isinstance(self.top_p, int | float) or not 0.0 < float(self.top_p) <= 1.0:
+            raise BadRequestParams(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise BadRequestParams(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
+            raise BadRequestParams(f"seed must be a non-negative integer or None, got {self.seed!r}")
+        for t in self.stop_token_ids:
+            if not isinstance(t, int) or t < 0 or (vocab_size is not None and t >= vocab_size):
+                raise BadRequestParams(f"stop_token_ids: {t!r} is not a token id in [0, {vocab_size})")
+
+
+@dataclass
+class RequestTimings:
+    """Wall-clock stamps (time.time_ns()) of one request; None until the event happened."""
+
+    arrival_ns: int
+    first_scheduled_ns: int | None = None
+    first_token_ns: int | None = None
+    finish_ns: int | None = None
+
+    @property
+    def queue_ns(self) -> int | None:
+        """Arrival to first scheduled."""
+        if self.first_scheduled_ns is None:
+            return None
+        return self.first_scheduled_ns - self.arrival_ns
+
+    @property
+    def prefill_ns(self) -> int | None:
+        """First scheduled to first token (prefill, chunks included)."""
+        if self.first_token_ns is None or self.first_scheduled_ns is None:
+            return None
+        return self.first_token_ns - self.first_scheduled_ns
+
+    @property
+    def ttft_ns(self) -> int | None:
+        """Arrival to first token."""
+        if self.first_token_ns is None:
+            return None
+        return self.first_token_ns - self.arrival_ns
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One streamed token. The last event has finished=True; after a cancel or an error it carries no token."""
+
+    token_id: int | None
+    index: int
+    finished: bool = False
+    finish_reason: str | None = None
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Request:
+    """Scheduler-side state of one sequence. Only the scheduler thread mutates it."""
+
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    priority: int = 0
+    arrival_seq: int = 0
+    timings: RequestTimings = field(default_factory=lambda: RequestTimings(arrival_ns=0))
+    status: RequestStatus = RequestStatus.WAITING
+    output_ids: list[int] = field(default_factory=list)
+    slot: int | None = None
+    num_computed_tokens: int = 0  # tokens whose KV is in the slot
+    num_cached_tokens: int = 0  # prompt tokens loaded from the prefix cache
+    pinned_block_ids: list[int] = field(default_factory=list)
+    num_saved_blocks: int = 0  # leading full prompt blocks already offered to the block store
+    parent_hash: int | None = None  # chained hash of the last saved/hit block
+    finish_reason: FinishReason | None = None
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def prefill_done(self) -> bool:
+        return self.num_computed_tokens >= len(self.prompt_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is RequestStatus.FINISHED
+
+    def last_token_id(self) -> int:
+        return self.output_ids[-1] if self.output_ids else self.prompt_ids[-1]
+
+    def sort_key(self, policy: str) -> tuple[int, int]:
+        """Admission order: fcfs by arrival; priority: higher first, ties by arrival."""
+        if policy == "priority":
+            return (-self.priority, self.arrival_seq)
+        return (0, self.arrival_seq)

@@ -1,0 +1,333 @@
+"""Iteration-level scheduler: pure Python, never touches arrays.
+
+Each `schedule()` returns a `SchedulerOutput` plan for one runner step: prefix-cache loads into slots, prefill
+chunks, one decode token for every sequence whose prompt is done, and block saves into the prefix store. The
+engine runs the plan, samples one token for every prefill chunk that ends a prompt and every decode, and hands
+the token ids back through `update_from_output()`, which appends them, retires finished sequences at once and
+frees their slots and pins.
+
+Budget of a step: `max_num_tokens` tokens; decodes (1 each) first, then the chunks of prompts already running,
+then admissions in policy order while slots and budget last. A chunk is at most `max_prefill_tokens` tokens when
+chunked prefill is on; with it off a prompt is prefilled whole. Static batching admits only when nothing runs,
+once `max_batch_size` requests wait or the oldest has waited `static_batch_timeout_ms`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmkiln.runtime.kv_blocks import BlockStore
+from llmkiln.runtime.request import FinishReason, Request, RequestStatus, TokenEvent
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Scheduler settings (from the recipe's scheduler, kv_cache and limits sections)."""
+
+    max_batch_size: int = 8
+    max_num_tokens: int = 2048
+    max_prefill_tokens: int = 512
+    chunked_prefill: bool = True
+    policy: str = "fcfs"
+    batching: str = "inflight"
+    max_queue_size: int = 64
+    static_batch_timeout_ms: int = 50
+    tokens_per_block: int = 16
+    prefix_reuse: bool = True
+    max_input_len: int = 256
+    max_seq_len: int = 512
+    eos_token_ids: tuple[int, ...] = ()
+
+    @classmethod
+    def from_recipe(cls, recipe: Any, eos_token_ids: tuple[int, ...] = ()) -> SchedulerConfig:
+        s, kv, lim = recipe.scheduler, recipe.kv_cache, recipe.limits
+        return cls(
+            max_batch_size=s.max_batch_size,
+            max_num_tokens=s.max_num_tokens,
+            max_prefill_tokens=s.max_prefill_tokens,
+            chunked_prefill=s.chunked_prefill,
+            policy=s.policy,
+            batching=s.batching,
+            max_queue_size=s.max_queue_size,
+            static_batch_timeout_ms=s.static_batch_timeout_ms,
+            tokens_per_block=kv.tokens_per_block,
+            prefix_reuse=kv.prefix_reuse,
+            max_input_len=lim.max_input_len,
+            max_seq_len=lim.max_seq_len,
+            eos_token_ids=tuple(eos_token_ids),
+        )
+
+
+@dataclass(frozen=True)
+class BlockCopy:
+    """Copy block `block_id` of the prefix store to/from tokens [start, start + tokens_per_block) of `slot`."""
+
+    block_id: int
+    slot: int
+    start: int
+
+
+@dataclass(frozen=True)
+class PrefillChunk:
+    """Run `token_ids` at positions [start, start + len) of `slot`; `sample`: this chunk ends the prompt."""
+
+    request_id: str
+    slot: int
+    start: int
+    token_ids: tuple[int, ...]
+    sample: bool
+
+
+@dataclass(frozen=True)
+class DecodeItem:
+    """Run one token at `position` of `slot` and sample the next."""
+
+    request_id: str
+    slot: int
+    token_id: int
+    position: int
+
+
+@dataclass
+class SchedulerOutput:
+    """One step's plan, executed in this order: loads, prefills, decodes, saves."""
+
+    loads: list[BlockCopy] = field(default_factory=list)
+    prefills: list[PrefillChunk] = field(default_factory=list)
+    decodes: list[DecodeItem] = field(default_factory=list)
+    saves: list[BlockCopy] = field(default_factory=list)
+    admitted: list[str] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(c.token_ids) for c in self.prefills) + len(self.decodes)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.prefills or self.decodes)
+
+    def sampled_request_ids(self) -> list[str]:
+        """Requests the engine must sample a token for, in plan order."""
+        return [c.request_id for c in self.prefills if c.sample] + [d.request_id for d in self.decodes]
+
+
+class Scheduler:
+    """Owns the waiting queue, the running slots and the prefix block store's pins."""
+
+    def __init__(self, config: SchedulerConfig, block_store: BlockStore | None = None) -> None:
+        self.config = config
+        self.block_store = block_store if config.prefix_reuse else None
+        self.waiting: list[Request] = []  # sorted by policy key
+        self.slots: list[Request | None] = [None] * config.max_batch_size
+        self._free_slots = list(range(config.max_batch_size))
+        self.requests: dict[str, Request] = {}
+        self._arrivals = 0
+        self.num_admitted = 0
+        self.queue_ns_total = 0
+
+    # ------------------------------------------------------------------ state
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return sum(1 for r in self.slots if r is not None)
+
+    @property
+    def num_free_slots(self) -> int:
+        return len(self._free_slots)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting) or self.num_running > 0
+
+    def running(self) -> list[Request]:
+        return [r for r in self.slots if r is not None]
+
+    def add_request(self, request: Request) -> None:
+        """Queue a request (validated by the caller). Ties in the policy key keep arrival order."""
+        if request.request_id in self.requests:
+            raise ValueError(f"request id {request.request_id!r} is already in use")
+        request.arrival_seq = self._arrivals
+        self._arrivals += 1
+        request.status = RequestStatus.WAITING
+        self.requests[request.request_id] = request
+        policy = self.config.policy
+        bisect.insort(self.waiting, request, key=lambda r: r.sort_key(policy))
+
+    def abort(self, request_id: str, now_ns: int = 0) -> Request | None:
+        """Cancel: remove from the queue or free its slot and pins now. None if unknown or finished."""
+        request = self.requests.get(request_id)
+        if request is None or request.is_finished:
+            return None
+        if request.status is RequestStatus.WAITING:
+            self.waiting.remove(request)
+        self._finish(request, FinishReason.CANCELLED, now_ns)
+        return request
+
+    def next_wakeup_ns(self) -> int | None:
+        """Static batching: when the oldest waiting request's batch timeout expires (None if not waiting)."""
+        if self.config.batching != "static" or not self.waiting or self.num_running:
+            return None
+        oldest = min(r.timings.arrival_ns for r in self.waiting)
+        return oldest + self.config.static_batch_timeout_ms * 1_000_000
+
+    # ------------------------------------------------------------------ planning
+    def schedule(self, now_ns: int = 0) -> SchedulerOutput:
+        cfg = self.config
+        out = SchedulerOutput()
+        budget = cfg.max_num_tokens
+        running = sorted(self.running(), key=lambda r: r.arrival_seq)
+        for r in running:
+            if r.prefill_done:
+                out.decodes.append(DecodeItem(r.request_id, r.slot, r.last_token_id(), r.num_computed_tokens))
+                budget -= 1
+        for r in running:
+            if not r.prefill_done and budget > 0:
+                budget -= self._plan_chunk(r, budget, out)
+        if self._may_admit(now_ns):
+            while self.waiting and self._free_slots:
+                if cfg.chunked_prefill and budget <= 0:
+                    break
+                request = self.waiting[0]
+                hits = self._lookup(request)
+                remaining = request.num_prompt_tokens - len(hits) * cfg.tokens_per_block
+                if not cfg.chunked_prefill and remaining > budget and not out.is_empty:
+                    break
+                self.waiting.pop(0)
+                self._admit(request, hits, now_ns, out)
+                budget -= self._plan_chunk(request, budget, out)
+        out.decodes.sort(key=lambda d: d.slot)
+        return out
+
+    def _may_admit(self, now_ns: int) -> bool:
+        cfg = self.config
+        if cfg.batching != "static":
+            return True
+        if self.num_running or not self.waiting:
+            return False
+        if len(self.waiting) >= cfg.max_batch_size:
+            return True
+        wake = self.next_wakeup_ns()
+        return wake is not None and now_ns >= wake
+
+    def _lookup(self, request: Request) -> list[int]:
+        if self.block_store is None:
+            return []
+        return self.block_store.lookup(request.prompt_ids, request.num_prompt_tokens - 1, record=False)
+
+    def _admit(self, request: Request, hits: list[int], now_ns: int, out: SchedulerOutput) -> None:
+        slot = heapq.heappop(self._free_slots)
+        bs = self.config.tokens_per_block
+        request.slot = slot
+        self.slots[slot] = request
+        request.status = RequestStatus.RUNNING
+        request.timings.first_scheduled_ns = now_ns
+        self.num_admitted += 1
+        self.queue_ns_total += max(0, now_ns - request.timings.arrival_ns)
+        out.admitted.append(request.request_id)
+        if self.block_store is not None:
+            self.block_store.record_lookup(request.num_prompt_tokens, len(hits))
+        if hits and self.block_store is not None:
+            self.block_store.pin(hits)
+            request.pinned_block_ids = list(hits)
+            for i, block_id in enumerate(hits):
+                out.loads.append(BlockCopy(block_id, slot, i * bs))
+            request.parent_hash = self.block_store.blocks[hits[-1]].key
+        request.num_cached_tokens = len(hits) * bs
+        request.num_computed_tokens = request.num_cached_tokens
+        request.num_saved_blocks = len(hits)
+
+    def _plan_chunk(self, request: Request, budget: int, out: SchedulerOutput) -> int:
+        """Plan the next prefill chunk of a running request; returns the tokens it uses."""
+        cfg = self.config
+        start = request.num_computed_tokens
+        remaining = request.num_prompt_tokens - start
+        size = min(remaining, cfg.max_prefill_tokens, budget) if cfg.chunked_prefill else remaining
+        if size <= 0:
+            return 0
+        end = start + size
+        chunk = PrefillChunk(
+            request.request_id,
+            request.slot,
+            start,
+            tuple(request.prompt_ids[start:end]),
+            end == request.num_prompt_tokens,
+        )
+        out.prefills.append(chunk)
+        self._plan_saves(request, end, out)
+        return size
+
+    def _plan_saves(self, request: Request, computed: int, out: SchedulerOutput) -> None:
+        """Offer every prompt block that is complete once `computed` tokens are in the slot."""
+        store = self.block_store
+        if store is None:
+            return
+        bs = self.config.tokens_per_block
+        while (request.num_saved_blocks + 1) * bs <= min(computed, request.num_prompt_tokens):
+            i = request.num_saved_blocks
+            key, block_id = store.offer(request.parent_hash, request.prompt_ids[i * bs : (i + 1) * bs])
+            request.parent_hash = key
+            request.num_saved_blocks += 1
+            if block_id is not None:
+                out.saves.append(BlockCopy(block_id, request.slot, i * bs))
+
+    # ------------------------------------------------------------------ results
+    def update_from_output(
+        self, out: SchedulerOutput, sampled: dict[str, int], now_ns: int = 0
+    ) -> list[tuple[Request, TokenEvent]]:
+        """Apply a step's sampled tokens; returns the token events (finished sequences are retired)."""
+        if self.block_store is not None and out.saves:
+            self.block_store.commit([s.block_id for s in out.saves])
+        events: list[tuple[Request, TokenEvent]] = []
+        for chunk in out.prefills:
+            request = self.requests[chunk.request_id]
+            request.num_computed_tokens += len(chunk.token_ids)
+            if chunk.sample:
+                events.append((request, self._append(request, sampled[chunk.request_id], now_ns)))
+        for item in out.decodes:
+            request = self.requests[item.request_id]
+            request.num_computed_tokens += 1
+            events.append((request, self._append(request, sampled[item.request_id], now_ns)))
+        return events
+
+    def abandon(self, out: SchedulerOutput, now_ns: int = 0) -> list[Request]:
+        """The runner failed on this plan: release its offered blocks and fail every running request."""
+        if self.block_store is not None and out.saves:
+            self.block_store.unpin([s.block_id for s in out.saves])
+        failed = self.running()
+        for request in failed:
+            self._finish(request, FinishReason.ERROR, now_ns)
+        return failed
+
+    def _append(self, request: Request, token_id: int, now_ns: int) -> TokenEvent:
+        cfg, params = self.config, request.params
+        request.output_ids.append(int(token_id))
+        if request.timings.first_token_ns is None:
+            request.timings.first_token_ns = now_ns
+        reason = None
+        if (not params.ignore_eos and token_id in cfg.eos_token_ids) or token_id in params.stop_token_ids:
+            reason = FinishReason.STOP
+        elif len(request.output_ids) >= params.max_tokens or request.num_tokens >= cfg.max_seq_len:
+            reason = FinishReason.LENGTH
+        if reason is not None:
+            self._finish(request, reason, now_ns)
+        return TokenEvent(
+            int(token_id), len(request.output_ids) - 1, reason is not None, reason.value if reason else None
+        )
+
+    def _finish(self, request: Request, reason: FinishReason, now_ns: int) -> None:
+        if request.slot is not None:
+            self.slots[request.slot] = None
+            heapq.heappush(self._free_slots, request.slot)
+            request.slot = None
+        if request.pinned_block_ids and self.block_store is not None:
+            self.block_store.unpin(request.pinned_block_ids)
+        request.pinned_block_ids = []
+        request.status = RequestStatus.FINISHED
+        request.finish_reason = reason
+        request.timings.finish_ns = now_ns
+        self.requests.pop(request.request_id, None)

@@ -1,0 +1,160 @@
+"""Factories and a fake runner for the runtime tests (vLLM's create_scheduler()/create_requests() pattern)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from llmkiln.runtime.kv_blocks import BlockStore
+from llmkiln.runtime.request import Request, RequestTimings, SamplingParams
+from llmkiln.runtime.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+
+VOCAB = 97
+EOS = 2
+
+
+def next_token(tokens: list[int]) -> int:
+    """The fake model: a deterministic function of the whole sequence (never EOS, so lengths are exact)."""
+    h = 7
+    for i, t in enumerate(tokens):
+        h = (h * 31 + t * (i + 3)) % 1_000_003
+    token = 3 + h % (VOCAB - 3)
+    return token
+
+
+def reference_generate(prompt: list[int], max_tokens: int) -> list[int]:
+    seq, out = list(prompt), []
+    for _ in range(max_tokens):
+        t = next_token(seq)
+        out.append(t)
+        seq.append(t)
+    return out
+
+
+class FakeRunner:
+    """Executes a SchedulerOutput on token lists instead of KV: slot s holds the token ids whose 'KV' it has.
+
+    It checks that the plan is consistent (chunks start where the slot's valid tokens end, loads copy exactly
+    the cached tokens) and returns a one-hot logits row of `next_token(slot tokens)` for every sampled entry.
+    """
+
+    def __init__(self, num_slots: int, num_blocks: int, tokens_per_block: int, max_len: int = 4096) -> None:
+        self.num_slots = num_slots
+        self.num_blocks = num_blocks
+        self.tokens_per_block = tokens_per_block
+        self.vocab_size = VOCAB
+        self.max_len = max_len
+        self.slots: list[list[int]] = [[] for _ in range(num_slots)]
+        self.blocks: dict[int, tuple[int, ...]] = {}
+        self.steps: list[SchedulerOutput] = []
+        self.prefill_tokens = 0
+
+    def _logits(self, tokens: list[int]) -> np.ndarray:
+        row = np.zeros(VOCAB, np.float32)
+        row[next_token(tokens)] = 1.0
+        return row
+
+    def execute(self, plan: SchedulerOutput) -> dict[str, np.ndarray]:
+        self.steps.append(plan)
+        bs = self.tokens_per_block
+        for load in plan.loads:
+            slot = self.slots[load.slot]
+            if load.start == 0:
+                slot.clear()
+            if len(slot) != load.start:
+                raise RuntimeError(f"load into slot {load.slot} at {load.start} but it holds {len(slot)}")
+            slot.extend(self.blocks[load.block_id])
+        out: dict[str, np.ndarray] = {}
+        for chunk in plan.prefills:
+            slot = self.slots[chunk.slot]
+            if chunk.start == 0:
+                slot.clear()
+            if len(slot) != chunk.start:
+                raise RuntimeError(f"chunk of {chunk.request_id} at {chunk.start}, slot holds {len(slot)}")
+            slot.extend(chunk.token_ids)
+            self.prefill_tokens += len(chunk.token_ids)
+            if chunk.sample:
+                out[chunk.request_id] = self._logits(slot)
+        for item in plan.decodes:
+            slot = self.slots[item.slot]
+            if len(slot) != item.position:
+                raise RuntimeError(f"decode of {item.request_id} at {item.position}, slot holds {len(slot)}")
+            slot.append(item.token_id)
+            out[item.request_id] = self._logits(slot)
+        for save in plan.saves:
+            self.blocks[save.block_id] = tuple(self.slots[save.slot][save.start : save.start + bs])
+            if len(self.blocks[save.block_id]) != bs:
+                raise RuntimeError(f"save of a partial block from slot {save.slot}")
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def make_scheduler(num_blocks: int = 64, **overrides) -> Scheduler:
+    base = dict(
+        max_batch_size=4,
+        max_num_tokens=64,
+        max_prefill_tokens=32,
+        tokens_per_block=4,
+        max_input_len=200,
+        max_seq_len=256,
+        eos_token_ids=(EOS,),
+    )
+    base.update(overrides)
+    config = SchedulerConfig(**base)
+    return Scheduler(config, BlockStore(num_blocks, config.tokens_per_block))
+
+
+_ids = itertools.count()
+
+
+def make_requests(
+    n: int,
+    prompt_len: int = 10,
+    max_tokens: int = 5,
+    prefix: list[int] | None = None,
+    priorities: list[int] | None = None,
+    seed: int = 0,
+) -> list[Request]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        body = [int(x) for x in rng.integers(3, VOCAB, prompt_len)]
+        prompt = (prefix or []) + body
+        out.append(
+            Request(
+                request_id=f"r{next(_ids)}",
+                prompt_ids=prompt,
+                params=SamplingParams(max_tokens=max_tokens),
+                priority=priorities[i] if priorities else 0,
+                timings=RequestTimings(arrival_ns=i),
+            )
+        )
+    return out
+
+
+def greedy(logits: dict[str, np.ndarray]) -> dict[str, int]:
+    return {rid: int(np.argmax(row)) for rid, row in logits.items()}
+
+
+def run_to_completion(
+    scheduler: Scheduler, runner: FakeRunner, max_steps: int = 10_000
+) -> dict[str, list[int]]:
+    """Drive schedule → execute → update until nothing is left; returns output ids per request."""
+    outputs: dict[str, list[int]] = {}
+    for step in range(max_steps):
+        if not scheduler.has_work():
+            return outputs
+        plan = scheduler.schedule(now_ns=step)
+        logits = runner.execute(plan)
+        for request, ev in scheduler.update_from_output(plan, greedy(logits), now_ns=step):
+            outputs.setdefault(request.request_id, []).append(ev.token_id)
+    raise RuntimeError("scheduler did not finish")
+
+
+@pytest.fixture
+def fake_runner_factory():
+    return FakeRunner

@@ -1,0 +1,86 @@
+"""Prefix block store bookkeeping: chained keys, pins, LRU eviction, collision guard."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmkiln.runtime.kv_blocks import BlockStore
+
+
+def _store_prefix(store: BlockStore, tokens: list[int]) -> list[int]:
+    parent, written = None, []
+    bs = store.tokens_per_block
+    for i in range(len(tokens) // bs):
+        parent, block_id = store.offer(parent, tokens[i * bs : (i + 1) * bs])
+        if block_id is not None:
+            written.append(block_id)
+    store.commit(written)
+    return written
+
+
+def test_chained_lookup_longest_prefix():
+    store = BlockStore(8, 4)
+    a = list(range(100, 112))
+    assert len(_store_prefix(store, a)) == 3
+    assert len(store.lookup(a + [1, 2], 100)) == 3
+    assert len(store.lookup(a[:8] + [0, 0, 0, 0], 100)) == 2
+    assert store.lookup([0] + a[1:], 100) == []
+    # same block content after a different prefix is a different key
+    assert len(store.lookup(a[4:8] + a[4:8], 100)) == 0
+    assert len(store.lookup(a, 11)) == 2  # max_tokens caps whole blocks
+    assert store.num_lookups == 5 and store.num_hits == 3 and store.num_hit_tokens == 4 * 7
+    store.check_invariants()
+
+
+def test_offer_dedups_and_not_ready_blocks_are_invisible():
+    store = BlockStore(4, 2)
+    key, block_id = store.offer(None, [5, 6])
+    assert block_id is not None
+    assert store.lookup([5, 6, 7], 10) == []  # written this step, not committed yet
+    key2, dup = store.offer(None, [5, 6])
+    assert key2 == key and dup is None
+    store.commit([block_id])
+    assert store.lookup([5, 6, 7], 10) == [block_id]
+
+
+def test_lru_evicts_unpinned_oldest_and_keeps_pinned():
+    store = BlockStore(3, 2)
+    b1 = _store_prefix(store, [1, 1])
+    b2 = _store_prefix(store, [2, 2])
+    _store_prefix(store, [3, 3])
+    store.pin(b2)
+    store.lookup([1, 1, 9], 10)  # a lookup alone does not refresh recency; pinning/unpinning does
+    store.pin(b1)
+    store.unpin(b1)  # b1 becomes most recent
+    _store_prefix(store, [4, 4])  # evicts b3 (oldest unpinned)
+    assert store.lookup([3, 3, 0], 10) == []
+    assert store.lookup([1, 1, 0], 10) == b1
+    assert store.num_evicted == 1
+    _store_prefix(store, [5, 5])  # evicts b1; b2 is pinned
+    _store_prefix(store, [6, 6])  # evicts [4, 4]
+    assert store.lookup([2, 2, 0], 10) == b2
+    assert store.offer(None, [7, 7])[1] is not None  # an unpinned block is evicted for it
+    store.check_invariants()
+
+
+def test_everything_pinned_means_no_space():
+    store = BlockStore(2, 2)
+    blocks = _store_prefix(store, [1, 1, 2, 2])
+    store.pin(blocks)
+    assert store.offer(None, [3, 3])[1] is None
+    store.unpin(blocks)
+    assert store.offer(None, [3, 3])[1] is not None
+
+
+def test_collision_guard_checks_tokens():
+    store = BlockStore(4, 2, hash_fn=lambda parent, tokens: 42)  # every block collides
+    _store_prefix(store, [1, 2])
+    assert store.lookup([9, 9, 9], 10) == []
+    assert len(store.lookup([1, 2, 9], 10)) == 1
+
+
+def test_unpin_more_than_pinned_raises():
+    store = BlockStore(2, 2)
+    blocks = _store_prefix(store, [1, 1])
+    with pytest.raises(RuntimeError):
+        store.unpin(blocks)

@@ -1,0 +1,203 @@
+"""Scheduler tests with the fake runner: no model, no arrays beyond one-hot logits."""
+
+from __future__ import annotations
+
+from llmkiln.runtime.request import FinishReason, RequestStatus
+
+from .conftest import FakeRunner, greedy, make_requests, make_scheduler, reference_generate, run_to_completion
+
+
+def _runner(sched) -> FakeRunner:
+    return FakeRunner(
+        sched.config.max_batch_size, sched.block_store.num_blocks if sched.block_store else 0, 4
+    )
+
+
+def _assert_all_free(sched) -> None:
+    assert sched.num_running == 0
+    assert sched.num_free_slots == sched.config.max_batch_size
+    assert not sched.requests
+    if sched.block_store is not None:
+        assert sched.block_store.num_pinned == 0
+        assert sched.block_store.num_free == sched.block_store.num_blocks
+        sched.block_store.check_invariants()
+
+
+def test_outputs_match_reference_with_every_switch():
+    for chunked in (True, False):
+        for reuse in (True, False):
+            for batching in ("inflight", "static"):
+                sched = make_scheduler(
+                    chunked_prefill=chunked, prefix_reuse=reuse, batching=batching, static_batch_timeout_ms=0
+                )
+                reqs = make_requests(7, prompt_len=23, max_tokens=6, prefix=list(range(3, 15)), seed=1)
+                for r in reqs:
+                    sched.add_request(r)
+                runner = _runner(sched)
+                outputs = run_to_completion(sched, runner)
+                for r in reqs:
+                    assert outputs[r.request_id] == reference_generate(r.prompt_ids, 6), (
+                        chunked,
+                        reuse,
+                        batching,
+                    )
+                    assert r.finish_reason is FinishReason.LENGTH
+                _assert_all_free(sched)
+
+
+def test_chunks_respect_budget_and_chunk_size():
+    sched = make_scheduler(max_num_tokens=20, max_prefill_tokens=8, max_batch_size=3)
+    reqs = make_requests(3, prompt_len=30, max_tokens=3)
+    for r in reqs:
+        sched.add_request(r)
+    runner = _runner(sched)
+    run_to_completion(sched, runner)
+    for plan in runner.steps:
+        assert plan.num_tokens <= 20
+        assert all(len(c.token_ids) <= 8 for c in plan.prefills)
+    # the first step already admitted more than one request (chunks interleave)
+    assert len(runner.steps[0].admitted) >= 2
+
+
+def test_unchunked_prompt_runs_whole():
+    sched = make_scheduler(chunked_prefill=False, max_num_tokens=16, max_prefill_tokens=8)
+    (r,) = make_requests(1, prompt_len=40, max_tokens=2)
+    sched.add_request(r)
+    plan = sched.schedule()
+    assert len(plan.prefills) == 1 and len(plan.prefills[0].token_ids) == 40 and plan.prefills[0].sample
+
+
+def test_decode_interleaves_with_prefill_chunks():
+    sched = make_scheduler(max_num_tokens=12, max_prefill_tokens=8)
+    a, b = make_requests(2, prompt_len=5, max_tokens=20)
+    sched.add_request(a)
+    runner = _runner(sched)
+    plan = sched.schedule()
+    sched.update_from_output(plan, greedy(runner.execute(plan)))
+    b.prompt_ids = b.prompt_ids + list(range(3, 40))  # a long prompt arrives while a decodes
+    sched.add_request(b)
+    plan = sched.schedule()
+    assert [d.request_id for d in plan.decodes] == [a.request_id]
+    assert plan.prefills and plan.prefills[0].request_id == b.request_id and not plan.prefills[0].sample
+
+
+def test_prefix_hit_loads_blocks_and_prefills_rest():
+    sched = make_scheduler(tokens_per_block=4)
+    prefix = list(range(10, 22))  # 3 full blocks of 4
+    (a,) = make_requests(1, prompt_len=5, prefix=prefix, max_tokens=2, seed=3)
+    (b,) = make_requests(1, prompt_len=7, prefix=prefix, max_tokens=2, seed=4)
+    runner = _runner(sched)
+    sched.add_request(a)
+    run_to_completion(sched, runner)
+    sched.add_request(b)
+    plan = sched.schedule()
+    assert [ld.start for ld in plan.loads] == [0, 4, 8]
+    assert b.num_cached_tokens == 12
+    assert plan.prefills[0].start == 12 and len(plan.prefills[0].token_ids) == 7
+    sched.update_from_output(plan, greedy(runner.execute(plan)))
+    assert sched.block_store.num_pinned == 3
+    outputs = run_to_completion(sched, runner)
+    assert b.output_ids == reference_generate(b.prompt_ids, 2)
+    assert outputs[b.request_id] == b.output_ids[1:]
+    _assert_all_free(sched)
+
+
+def test_lookup_never_covers_whole_prompt():
+    sched = make_scheduler(tokens_per_block=4)
+    (a,) = make_requests(1, prompt_len=8, max_tokens=1)
+    runner = _runner(sched)
+    sched.add_request(a)
+    run_to_completion(sched, runner)
+    (b,) = make_requests(1, prompt_len=0, max_tokens=1, prefix=list(a.prompt_ids))
+    sched.add_request(b)
+    run_to_completion(sched, runner)
+    assert b.num_cached_tokens == 4  # one token must still be computed to get logits
+    assert b.output_ids == reference_generate(b.prompt_ids, 1)
+
+
+def test_priority_policy_orders_admission():
+    sched = make_scheduler(policy="priority", max_batch_size=1)
+    reqs = make_requests(4, prompt_len=6, max_tokens=1, priorities=[0, 5, 1, 5])
+    for r in reqs:
+        sched.add_request(r)
+    runner = _runner(sched)
+    run_to_completion(sched, runner)
+    order = [rid for plan in runner.steps for rid in plan.admitted]
+    assert order == [reqs[1].request_id, reqs[3].request_id, reqs[2].request_id, reqs[0].request_id]
+
+
+def test_fcfs_ignores_priority():
+    sched = make_scheduler(policy="fcfs", max_batch_size=1)
+    reqs = make_requests(3, prompt_len=6, max_tokens=1, priorities=[0, 9, 5])
+    for r in reqs:
+        sched.add_request(r)
+    runner = _runner(sched)
+    run_to_completion(sched, runner)
+    assert [rid for p in runner.steps for rid in p.admitted] == [r.request_id for r in reqs]
+
+
+def test_cancel_frees_slot_and_blocks():
+    sched = make_scheduler(max_batch_size=2)
+    prefix = list(range(10, 22))
+    a, b, c = make_requests(3, prompt_len=6, prefix=prefix, max_tokens=50)
+    runner = _runner(sched)
+    sched.add_request(a)
+    run_to_completion_steps(sched, runner, 2)
+    sched.add_request(b)
+    sched.add_request(c)
+    run_to_completion_steps(sched, runner, 2)
+    assert b.status is RequestStatus.RUNNING and b.pinned_block_ids
+    assert c.status is RequestStatus.WAITING
+    assert sched.abort(b.request_id) is b and sched.abort(c.request_id) is c
+    assert sched.abort(c.request_id) is None
+    assert b.finish_reason is FinishReason.CANCELLED and c.finish_reason is FinishReason.CANCELLED
+    assert sched.abort(a.request_id) is a
+    _assert_all_free(sched)
+
+
+def run_to_completion_steps(sched, runner, n):
+    for _ in range(n):
+        plan = sched.schedule()
+        sched.update_from_output(plan, greedy(runner.execute(plan)))
+
+
+def test_eos_and_stop_tokens_finish():
+    sched = make_scheduler(eos_token_ids=tuple(range(0, 97)))  # every token is EOS
+    (a,) = make_requests(1, max_tokens=5)
+    sched.add_request(a)
+    run_to_completion(sched, _runner(sched))
+    assert len(a.output_ids) == 1 and a.finish_reason is FinishReason.STOP
+
+
+def test_static_batching_waits_for_batch_or_timeout():
+    sched = make_scheduler(batching="static", max_batch_size=3, static_batch_timeout_ms=1)
+    a, b, c, d = make_requests(4, max_tokens=2)
+    sched.add_request(a)
+    a.timings.arrival_ns = 0
+    assert sched.schedule(now_ns=10).is_empty  # not full, timeout not reached
+    assert sched.schedule(now_ns=2_000_000).admitted == [a.request_id]
+    sched2 = make_scheduler(batching="static", max_batch_size=2, static_batch_timeout_ms=10_000)
+    for r in (b, c, d):
+        sched2.add_request(r)
+    runner = _runner(sched2)
+    plan = sched2.schedule(now_ns=0)
+    assert plan.admitted == [b.request_id, c.request_id]
+    sched2.update_from_output(plan, greedy(runner.execute(plan)))
+    plan = sched2.schedule(now_ns=0)
+    assert not plan.admitted  # batch runs to completion first
+    sched2.update_from_output(plan, greedy(runner.execute(plan)))
+    plan = sched2.schedule(now_ns=0)
+    assert not plan.admitted and plan.is_empty  # d alone, waits for timeout
+    assert sched2.next_wakeup_ns() is not None
+
+
+def test_block_store_full_skips_saves_but_stays_correct():
+    sched = make_scheduler(num_blocks=2, tokens_per_block=4)
+    reqs = make_requests(5, prompt_len=17, max_tokens=3, prefix=list(range(20, 32)))
+    for r in reqs:
+        sched.add_request(r)
+    runner = _runner(sched)
+    outputs = run_to_completion(sched, runner)
+    for r in reqs:
+        assert outputs[r.request_id] == reference_generate(r.prompt_ids, 3)
+    _assert_all_free(sched)
