@@ -1,10 +1,10 @@
 """Async streaming gRPC client (tritonclient.grpc.aio) that replays a workload at a bounded concurrency.
 
 Each request is one decoupled stream: text_input/max_tokens/stream=True (plus the optional tensorrtllm_backend
-inputs the model declares). Every response carrying `text_output` counts as one generated token (the model streams
-one response per token); the final response is flagged by Triton's `triton_final_response` parameter, which the
-client asks for. Integer perf outputs the server returns (first-token time, reused KV tokens, ...) are kept per
-request. The client talks to loopback addresses only and stops by itself: a per-request timeout turns a hung
+inputs the model declares, greedy, with return_perf_metrics). Every response with non-empty `text_output` is a
+token arrival (the model streams one response per text delta); the final response is flagged by Triton's
+`triton_final_response` parameter, which the client asks for. Integer perf outputs the server returns
+(first-token time, reused KV tokens, output token count, ...) are kept per request. The client talks to loopback addresses only and stops by itself: a per-request timeout turns a hung
 stream into an error instead of a hang.
 """
 
@@ -25,7 +25,9 @@ from llmkiln.bench.workloads import BenchRequest
 from llmkiln.errors import BadInput, KilnError
 
 # Output names whose value is the number of prompt tokens served from the prefix cache.
-CACHED_TOKEN_OUTPUTS = ("num_cached_tokens", "cached_tokens", "reused_tokens", "kv_cache_reused_tokens")
+CACHED_TOKEN_OUTPUTS = ("kv_cache_reused_tokens", "num_cached_tokens", "cached_tokens")
+# Output name of the server's count of generated tokens (the final response's perf fields).
+OUTPUT_TOKEN_OUTPUTS = ("num_output_tokens",)
 
 
 def check_loopback(url: str) -> tuple[str, int]:
@@ -92,9 +94,11 @@ def _tensor(io: ModelIO, name: str, value: object) -> grpcclient.InferInput:
     if io.max_batch_size > 0:
         shape = [1, *shape]
     arr = np.full(shape, value, dtype=_NP.get(dtype, np.object_))
-    if dtype == "BYTES":
+    if dtype in ("STRING", "BYTES"):
         arr = np.array([str(value).encode("utf-8")] * int(np.prod(shape)), dtype=np.object_).reshape(shape)
-    t = grpcclient.InferInput(name, shape, np_to_triton_dtype(arr.dtype) if dtype != "BYTES" else "BYTES")
+    t = grpcclient.InferInput(
+        name, shape, "BYTES" if arr.dtype == np.object_ else np_to_triton_dtype(arr.dtype)
+    )
     t.set_data_from_numpy(arr)
     return t
 
@@ -102,7 +106,13 @@ def _tensor(io: ModelIO, name: str, value: object) -> grpcclient.InferInput:
 def build_inputs(io: ModelIO, req: BenchRequest, seed: int | None = None) -> list[grpcclient.InferInput]:
     """Greedy streaming request tensors for `req` (optional inputs only when the model declares them)."""
     values: dict[str, object] = {"text_input": req.prompt, "max_tokens": req.max_tokens}
-    optional = {"stream": True, "exclude_input_in_output": True, "temperature": 0.0, "top_k": 1}
+    optional = {
+        "stream": True,
+        "exclude_input_in_output": True,
+        "temperature": 0.0,
+        "top_k": 1,
+        "return_perf_metrics": True,
+    }
     if seed is not None:
         optional["random_seed"] = seed
     values.update({k: v for k, v in optional.items() if k in io.inputs})
@@ -136,25 +146,30 @@ async def run_one(
             "model_name": model,
             "inputs": inputs,
             "request_id": str(req.index),
-            "parameters": {"triton_enable_empty_final_response": True},
         }
 
     rec.send_ns = time.perf_counter_ns()
+    last_ns = rec.send_ns
     stream = client.stream_infer(requests(), stream_timeout=timeout_s)
     try:
+        # NOTE: the request stream is half-closed after the one request, so Triton ends the response stream
+        # once the request's final response is sent; `triton_final_response` (when present) ends it earlier.
         async for result, error in stream:
-            now = time.perf_counter_ns()
+            now = last_ns = time.perf_counter_ns()
             if error is not None:
                 rec.error = error.message() if hasattr(error, "message") else str(error)
                 break
-            if result.as_numpy("text_output") is not None:
+            text = result.as_numpy("text_output")
+            if text is not None and any(len(x) for x in text.reshape(-1)):
                 rec.token_ns.append(now)
                 rec.num_output_tokens += 1
-                rec.server.update(_int_outputs(result, io))
+            rec.server.update(_int_outputs(result, io))
             params = result.get_response().parameters
             if "triton_final_response" in params and params["triton_final_response"].bool_param:
                 rec.end_ns = now
                 break
+        else:
+            rec.end_ns = last_ns
     except InferenceServerException as exc:
         rec.error = exc.message()
     except Exception as exc:  # grpc.aio.AioRpcError (deadline, connection reset) and friends
@@ -164,10 +179,12 @@ async def run_one(
         stream.cancel()
     if rec.error is None and rec.end_ns is None:
         rec.error = "stream ended without a final response"
-    for name in CACHED_TOKEN_OUTPUTS:
-        if name in rec.server:
-            rec.num_cached_tokens = rec.server[name]
-            break
+    rec.num_cached_tokens = next((rec.server[n] for n in CACHED_TOKEN_OUTPUTS if n in rec.server), None)
+    # NOTE: a streamed response carries one text delta; a delta may hold several tokens when the detokenizer
+    # waits for a whole UTF-8 character, so the server's token count wins when it reports one.
+    served = next((rec.server[n] for n in OUTPUT_TOKEN_OUTPUTS if n in rec.server), None)
+    if served is not None:
+        rec.num_output_tokens = served
     return rec
 
 

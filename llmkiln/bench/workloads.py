@@ -156,6 +156,8 @@ def fit_text(tok: Tokenizer, head: str, target: int, rng: random.Random, lead: s
     def n(k: int) -> int:
         return len(_ids(tok, text_for(k)))
 
+    if n(0) > goal and lead:  # the label does not fit a very short turn: words only
+        return fit_text(tok, head, target, rng)
     if n(0) > goal:
         raise BadInput(f"cannot build a prompt of {target} tokens: its fixed part {lead!r} is already longer")
     while n(len(words)) < goal:  # rare: very short words; extend the pool

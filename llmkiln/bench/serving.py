@@ -1,0 +1,71 @@
+"""Serve an engine folder with tritonserver on free loopback ports for the duration of a benchmark."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmkiln.serve.repository import RepoSpec, spec_from_engine, write_repository
+from llmkiln.serve.server import ServerConfig, TritonServer, free_port
+
+
+@dataclass(frozen=True)
+class Served:
+    """A running server: its gRPC url, model name and process handle."""
+
+    url: str
+    model: str
+    server: TritonServer
+    ready_s: float
+
+
+@contextlib.contextmanager
+def serve_engine(
+    engine_dir: Path,
+    model_name: str = "llmkiln",
+    engine_loader: str | None = None,
+    ready_timeout_s: float = 600.0,
+    echo: bool = False,
+) -> Iterator[Served]:
+    """Write a model repository for `engine_dir` in a temp folder, start tritonserver on 127.0.0.1, stop it after.
+
+    Readiness includes the recipe's warmup (Triton runs it before the model is READY).
+    """
+    engine_dir = Path(engine_dir).resolve()
+    with tempfile.TemporaryDirectory(prefix="llmkiln-bench-") as tmp:
+        if engine_loader is None:
+            spec = spec_from_engine(engine_dir, model_name)
+        else:
+            spec = RepoSpec(model_name=model_name, engine_dir=engine_dir, engine_loader=engine_loader)
+        repo = Path(tmp) / "repo"
+        write_repository(spec, repo)
+        ports = _three_ports()
+        cfg = ServerConfig(
+            repository=repo,
+            http_port=ports[0],
+            grpc_port=ports[1],
+            metrics_port=ports[2],
+            ready_timeout_s=ready_timeout_s,
+            workdir=Path(tmp) / "work",
+            exit_timeout_s=10,
+        )
+        server = TritonServer(cfg, echo=sys.stderr if echo else None)
+        server.start()
+        try:
+            ready_s = server.wait_ready()
+            yield Served(url=server.url_grpc, model=model_name, server=server, ready_s=ready_s)
+        finally:
+            server.stop()
+
+
+def _three_ports() -> tuple[int, int, int]:
+    ports: list[int] = []
+    while len(ports) < 3:
+        p = free_port()
+        if p not in ports:
+            ports.append(p)
+    return ports[0], ports[1], ports[2]
