@@ -65,7 +65,7 @@ class EngineKit:
     engine: Any
     sampling_params: Callable[..., Any]
     rejected: tuple[type[BaseException], ...]
-    make_detokenizer: Callable[[], Any]
+    make_detokenizer: Callable[[Any], Any]  # (request handle) -> push/flush detokenizer
 
 
 def load_engine(engine_dir: Path, loader: str | None = None) -> EngineKit:
@@ -74,7 +74,7 @@ def load_engine(engine_dir: Path, loader: str | None = None) -> EngineKit:
         module, factory = load_plugin(loader)
         engine = factory(engine_dir)
         make = module.make_detokenizer
-        kit = EngineKit(engine, module.SamplingParams, (module.RequestRejected,), lambda: make(engine))
+        kit = EngineKit(engine, module.SamplingParams, (module.RequestRejected,), lambda h: make(engine, h))
     else:
         from llmkiln.runtime.detokenizer import IncrementalDetokenizer  # noqa: PLC0415
         from llmkiln.runtime.engine import LLMEngine  # noqa: PLC0415
@@ -236,14 +236,21 @@ class ServeCore:
         await self._stream(request, sender, req, handle)
 
     async def _stream(self, request: Any, sender: Any, req: ParsedRequest, handle: Any) -> None:
-        detok = self.make_detokenizer()
+        detok = self.make_detokenizer(handle)
         stops = StopMatcher(req.stop_words)
         pieces: list[str] = []
         n_tokens = 0
         stopped = False
         async for ev in handle.aiter():
-            n_tokens += 1
-            delta = detok.push(ev.token_id)
+            if ev.finish_reason == "error":
+                self._error(
+                    sender, f"llmkiln: generation failed: {getattr(handle, 'error', None) or 'runtime error'}"
+                )
+                return
+            delta = ""
+            if ev.token_id is not None:
+                n_tokens += 1
+                delta = detok.push(ev.token_id)
             if ev.finished:
                 delta += detok.flush()
             text, stopped = stops.feed(delta)

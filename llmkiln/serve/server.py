@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -241,7 +242,7 @@ class TritonServer:
         self.stop()
 
 
-def serve_forever(server: TritonServer, on_ready: callable | None = None) -> int:  # type: ignore[valid-type]
+def serve_forever(server: TritonServer, on_ready: Callable[[TritonServer], None] | None = None) -> int:
     """Start, wait ready, forward SIGINT/SIGTERM as SIGTERM, return the server's exit code."""
     stopping = threading.Event()
 
@@ -253,7 +254,12 @@ def serve_forever(server: TritonServer, on_ready: callable | None = None) -> int
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         server.start()
-        server.wait_ready()
+        try:
+            server.wait_ready()
+        except ServerFailed:
+            if stopping.is_set():  # interrupted while loading: a requested stop, not a failure
+                return int(server.stop() or 0)
+            raise
         if on_ready is not None:
             on_ready(server)
         assert server.proc is not None

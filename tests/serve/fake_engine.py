@@ -135,5 +135,5 @@ def load(engine_dir):
     return FakeEngine()
 
 
-def make_detokenizer(engine):
+def make_detokenizer(engine, handle):
     return ByteDetokenizer()

@@ -1,0 +1,70 @@
+"""`kiln repo` (write or check a Triton model repository) and `kiln serve` (run tritonserver on an engine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from llmkiln.errors import BadInput
+
+
+@click.command()
+@click.argument("engine", required=False, type=click.Path(path_type=Path))
+@click.option("-o", "--out", type=click.Path(path_type=Path), help="Repository folder to write.")
+@click.option(
+    "--model-name", default=None, help="Triton model name (default: the recipe's serve.model_name)."
+)
+@click.option("--force", is_flag=True, help="Replace a non-empty --out folder.")
+@click.option(
+    "--check", "check_dir", type=click.Path(path_type=Path), help="Parse and validate an existing repository."
+)
+def repo(
+    engine: Path | None, out: Path | None, model_name: str | None, force: bool, check_dir: Path | None
+) -> None:
+    """Write the Triton model repository for ENGINE to --out, or validate one with --check DIR."""
+    from llmkiln.serve.launch import resolve_engine_dir  # noqa: PLC0415
+    from llmkiln.serve.repository import check_repository, spec_from_engine, write_repository  # noqa: PLC0415
+
+    if check_dir is not None:
+        for m in check_repository(check_dir):
+            warm = len(m.config.model_warmup)
+            click.echo(f"ok: {check_dir / m.name} (engine {m.engine_dir}, {warm} warmup sample(s))")
+        if engine is None:
+            return
+    if engine is None or out is None:
+        raise BadInput("give ENGINE and -o OUT to write a repository, or --check DIR to validate one")
+    spec = spec_from_engine(resolve_engine_dir(engine), model_name)
+    model_dir = write_repository(spec, out, overwrite=force)
+    click.echo(f"wrote {model_dir} (config.pbtxt, 1/model.py, {len(spec.warmup.prompts)} warmup prompt(s))")
+
+
+@click.command()
+@click.argument("engine", type=click.Path(path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address the endpoints listen on.")
+@click.option("--http-port", type=int, default=None, help="Default: the recipe's serve.http_port.")
+@click.option("--grpc-port", type=int, default=None, help="Default: the recipe's serve.grpc_port.")
+@click.option("--metrics-port", type=int, default=None, help="Default: the recipe's serve.metrics_port.")
+@click.option("--exit-timeout", type=int, default=None, help="Seconds in-flight requests get at shutdown.")
+@click.option("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level.")
+def serve(
+    engine: Path,
+    host: str,
+    http_port: int | None,
+    grpc_port: int | None,
+    metrics_port: int | None,
+    exit_timeout: int | None,
+    log_verbose: int,
+) -> int:
+    """Serve ENGINE with tritonserver; ready only after warmup. Ctrl-C or SIGTERM shuts it down cleanly."""
+    from llmkiln.serve.launch import ServeOptions, serve_engine  # noqa: PLC0415
+
+    def ready(server, model_name: str) -> None:  # type: ignore[no-untyped-def]
+        ep = server.endpoints()
+        click.secho(f"ready: model {model_name!r}", fg="green", err=True)
+        click.echo(f"  HTTP    {ep['http']}   (POST {ep['http']}/v2/models/{model_name}/generate)", err=True)
+        click.echo(f"  gRPC    {ep['grpc']}", err=True)
+        click.echo(f"  metrics {ep['metrics']}", err=True)
+
+    opts = ServeOptions(host, http_port, grpc_port, metrics_port, exit_timeout, log_verbose)
+    return serve_engine(engine, opts, on_ready=ready)

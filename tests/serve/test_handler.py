@@ -1,0 +1,113 @@
+"""ServeCore with triton_python_backend_utils stubbed and the stand-in engine (no server)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llmkiln.serve.handler import ServeCore, load_engine
+
+from . import pb_stub as pb
+from .conftest import FAKE_ENGINE
+
+
+def core(warmup: int = 0, **kw) -> ServeCore:
+    kit = load_engine(Path("/nonexistent"), f"{FAKE_ENGINE}:load")
+    return ServeCore(pb, kit, warmup_requests=warmup, **kw)
+
+
+def req(prompt: str = "héllo", max_tokens: int = 5, **extra) -> pb.Request:
+    inputs = {
+        "text_input": np.array([[prompt.encode()]], dtype=object),
+        "max_tokens": np.array([[max_tokens]], np.int32),
+    }
+    inputs.update({k: np.array([[v]]) for k, v in extra.items()})
+    return pb.Request(**inputs)
+
+
+def run(c: ServeCore, *requests: pb.Request) -> None:
+    asyncio.run(c.execute(list(requests)))
+
+
+def test_non_streaming_gets_one_final_response_with_prompt():
+    c, r = core(), req("abc", 4)
+    run(c, r)
+    assert len(r.sender.sent) == 1 and r.sender.final
+    assert r.sender.texts() == ["abcabca"]
+
+
+def test_exclude_input_default_from_config():
+    c, r = core(exclude_input_default=True), req("abc", 4)
+    run(c, r)
+    assert r.sender.texts() == ["abca"]
+
+
+def test_streaming_never_splits_a_utf8_character():
+    c, r = core(), req("é€", 5, stream=True)
+    run(c, r)
+    parts = r.sender.texts()
+    assert "".join(parts) == "é€"  # 5 byte tokens = exactly the two characters
+    assert all("\ufffd" not in p for p in parts) and r.sender.final
+
+
+def test_stop_words_cut_the_text():
+    c = core(exclude_input_default=True)
+    r = req("abcd", 30, stream=True)
+    r.inputs["stop_words"] = np.array([[b"da"]], dtype=object)
+    run(c, r)
+    assert "".join(r.sender.texts()) == "abc" and r.sender.final
+
+
+def test_perf_fields_on_request():
+    c, r = core(), req("hello", 3, return_perf_metrics=True, exclude_input_in_output=True)
+    run(c, r)
+    resp = r.sender.sent[-1][0]
+    assert resp.out("num_output_tokens")[0, 0] == 3 and resp.out("num_input_tokens")[0, 0] == 5
+    assert resp.out("first_token_time_ns")[0, 0] >= resp.out("arrival_time_ns")[0, 0] > 0
+
+
+@pytest.mark.parametrize(
+    "request_, message",
+    [
+        (req("x", 0), "max_tokens"),
+        (req("x" * 300, 3), "request rejected: prompt has 300 tokens"),
+        (req("x", 3, top_p=2.0), "top_p"),
+    ],
+)
+def test_errors_are_final_triton_errors(request_, message):
+    c = core()
+    run(c, request_)
+    assert request_.sender.final and message in request_.sender.errors()[0]
+    assert c.metrics.rejected.value == 1
+
+
+def test_many_requests_in_flight():
+    c = core()
+    rs = [req(f"p{i}", 8, stream=True) for i in range(16)]
+    run(c, *rs)
+    assert all(r.sender.final for r in rs)
+    assert ["".join(r.sender.texts()) for r in rs] == [(f"p{i}" * 8)[:8] for i in range(16)]
+
+
+def test_cancelled_request_ends_with_a_final_flag():
+    c = core()
+    r = req("abc", 100, stream=True)
+    r.cancel_after = 1
+    run(c, r)
+    assert r.sender.final and len(r.sender.texts()) < 100
+
+
+def test_warmup_is_accounted_before_the_final_response():
+    pb.Logger.lines.clear()
+    c = core(warmup=2)
+    rs = [req("warm", 2), req("warm", 2)]
+    for r in rs:
+        run(c, r)
+    assert c.metrics.warmup_requests.value == 2 and c.metrics.warmup_seconds.value > 0
+    assert any("warmup done: 2 requests" in ln for ln in pb.Logger.lines)
+    run(c, req("user", 2))
+    assert c.metrics.warmup_requests.value == 2
+    assert c.metrics.prompt_tokens.value == 4 + 4 + 4 and len(c.metrics.ttft_ms.observed) == 3

@@ -1,0 +1,132 @@
+"""Request parsing, stop strings and response tensors (pure functions; no server)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llmkiln.serve.triton_io import InvalidRequest, StopMatcher, parse_request, response_arrays
+
+
+def getter(**inputs):
+    def get(name):
+        v = inputs.get(name)
+        return None if v is None else np.asarray(v)
+
+    return get
+
+
+def text(s: str) -> np.ndarray:
+    return np.array([[s.encode()]], dtype=np.object_)
+
+
+def test_minimal_request_has_trtllm_defaults():
+    r = parse_request(getter(text_input=text("héllo"), max_tokens=np.array([[7]], dtype=np.int32)))
+    assert (r.prompt, r.max_tokens, r.stream, r.exclude_input_in_output) == ("héllo", 7, False, False)
+    assert r.sampling_kwargs() == {
+        "max_tokens": 7,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "seed": None,
+    }
+
+
+def test_all_optional_inputs():
+    r = parse_request(
+        getter(
+            text_input=np.array([b"hi"], dtype=np.object_),  # no batch dimension is accepted too
+            max_tokens=np.array([3], dtype=np.int32),
+            stream=np.array([[True]]),
+            exclude_input_in_output=np.array([[True]]),
+            temperature=np.array([[0.7]], dtype=np.float32),
+            top_p=np.array([[0.9]], dtype=np.float32),
+            top_k=np.array([[5]], dtype=np.int32),
+            random_seed=np.array([[2**63]], dtype=np.uint64),
+            end_id=np.array([[2]], dtype=np.int32),
+            stop_words=np.array([[b"\n", b"", b"The end"]], dtype=np.object_),
+            priority=np.array([[3]], dtype=np.int32),
+            return_perf_metrics=np.array([[True]]),
+        ),
+        exclude_input_default=False,
+    )
+    assert r.stream and r.exclude_input_in_output and r.return_perf_metrics
+    assert r.seed == 2**63 and r.priority == 3 and r.top_k == 5
+    assert r.stop_words == ("\n", "The end")
+    kw = r.sampling_kwargs()
+    assert kw["stop_token_ids"] == (2,) and kw["temperature"] == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        ({"max_tokens": np.array([[3]], dtype=np.int32)}, "'text_input' is missing"),
+        ({"text_input": text("x")}, "'max_tokens' is missing"),
+        ({"text_input": text(""), "max_tokens": np.array([[3]])}, "'text_input' is empty"),
+        ({"text_input": text("x"), "max_tokens": np.array([[0]])}, "must be >= 1"),
+        ({"text_input": text("x"), "max_tokens": np.array([[1.5]])}, "expected an integer"),
+        (
+            {"text_input": np.array([[b"\xff\xfe"]], dtype=np.object_), "max_tokens": np.array([[3]])},
+            "not valid UTF-8",
+        ),
+        (
+            {"text_input": np.array([[b"a"], [b"b"]], dtype=np.object_), "max_tokens": np.array([[3]])},
+            "batch size 1",
+        ),
+        (
+            {"text_input": np.array([[b"a", b"b"]], dtype=np.object_), "max_tokens": np.array([[3]])},
+            "one value",
+        ),
+        ({"text_input": text("x"), "max_tokens": np.array([[3]]), "top_p": np.array([[0.0]])}, "(0, 1]"),
+        ({"text_input": text("x"), "max_tokens": np.array([[3]]), "temperature": np.array([[-1.0]])}, ">= 0"),
+        (
+            {"text_input": text("x"), "max_tokens": np.array([[3]]), "stream": np.array([[1]])},
+            "expected BOOL",
+        ),
+    ],
+)
+def test_bad_requests_name_the_input(inputs, message):
+    with pytest.raises(
+        InvalidRequest, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+    ):
+        parse_request(getter(**inputs))
+
+
+def test_stop_matcher_cuts_and_holds_back_partial_matches():
+    m = StopMatcher(("END",))
+    assert m.feed("abc E") == ("abc ", False)  # "E" might start "END": held
+    assert m.feed("N") == ("", False)
+    assert m.feed("Dxyz") == ("", True)
+
+
+def test_stop_matcher_releases_a_false_alarm():
+    m = StopMatcher(("END",))
+    assert m.feed("xE") == ("x", False)
+    assert m.feed("x") == ("Ex", False)
+    assert m.feed("E") == ("", False)
+    assert m.finish() == "E"
+
+
+@given(st.lists(st.text(alphabet="abcE ND", max_size=6), max_size=12))
+def test_stop_matcher_output_is_the_text_before_the_first_stop(chunks):
+    m = StopMatcher(("END", "cc"))
+    out, stopped = [], False
+    for c in chunks:
+        piece, stopped = m.feed(c)
+        out.append(piece)
+        if stopped:
+            break
+    if not stopped:
+        out.append(m.finish())
+    full = "".join(chunks)
+    cuts = [i for i in (full.find("END"), full.find("cc")) if i >= 0]
+    assert "".join(out) == (full[: min(cuts)] if cuts else full)
+    assert stopped == bool(cuts)
+
+
+def test_response_tensors():
+    out = response_arrays("é")
+    assert list(out) == ["text_output"]
+    assert out["text_output"].shape == (1, 1) and out["text_output"][0, 0] == "é".encode()
