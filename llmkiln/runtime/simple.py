@@ -141,3 +141,24 @@ class SimpleGenerator:
             if (stop_at_eos and token in self.info.eos_token_ids) or n + 1 == max_tokens:
                 return
             logits, past = self.forward([token], past)
+
+
+def stream_text(
+    engine_dir: str | Path,
+    prompt: str,
+    max_tokens: int = 64,
+    sampling: SamplingConfig | None = None,
+    seed: int | None = None,
+    stop_at_eos: bool = True,
+) -> Iterator[str]:
+    """Generate from a text prompt and yield text pieces as they complete (never half a UTF-8 character)."""
+    from llmkiln.runtime.detokenizer import IncrementalDetokenizer
+
+    gen = SimpleGenerator(engine_dir)
+    prompt_ids = gen.encode(prompt)
+    detok = IncrementalDetokenizer(gen.tokenizer, prompt_ids)
+    for token in gen.generate(prompt_ids, max_tokens, sampling, seed, stop_at_eos):
+        if piece := detok.push(token):
+            yield piece
+    if rest := detok.flush():
+        yield rest

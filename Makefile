@@ -1,0 +1,47 @@
+# llmkiln: `make engine` builds the default recipe (setting up .venv first), `make test` runs the suite.
+SHELL := /bin/bash
+.DEFAULT_GOAL := engine
+
+PYTHON ?= $(shell [ -x /usr/bin/python3.11 ] && echo /usr/bin/python3.11 || echo python3.11)
+VENV := .venv
+STAMP := $(VENV)/.llmkiln-setup
+RECIPE ?= tiny-fp32
+MODEL ?=
+ENGINES ?= engines
+PYTEST_ARGS ?=
+
+.PHONY: setup engine test lint serve bench-ttft genai-perf clean-engines
+
+setup: $(STAMP)
+
+# Idempotent: reruns only when pyproject.toml changes (or the venv is gone). torch first, so pip takes the
+# pinned CPU wheel instead of resolving a CUDA build through another package.
+$(STAMP): pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet torch==2.13.0
+	$(VENV)/bin/pip install --quiet -e '.[cpu,dev]'
+	@touch $(STAMP)
+
+engine: setup
+	$(VENV)/bin/kiln build $(RECIPE) --engines-dir $(ENGINES) $(if $(MODEL),--model $(MODEL)) $(if $(FORCE),--force)
+
+# pytest exits 5 when it collected no tests: that is a failure here, not a pass.
+test: setup
+	@$(VENV)/bin/pytest -q $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest ran no tests: failing"; exit 1; fi; exit $$rc
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+serve: setup
+	$(VENV)/bin/kiln serve $(ENGINES)/$(RECIPE)
+
+bench-ttft: setup
+	$(VENV)/bin/kiln bench experiment --out bench/results
+
+genai-perf: setup
+	bash scripts/genai_perf.sh
+
+clean-engines:
+	rm -rf $(ENGINES)
