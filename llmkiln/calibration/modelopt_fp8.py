@@ -1,0 +1,331 @@
+"""FP8 weights + FP8 KV calibration with NVIDIA ModelOpt on CPU (fake quantization), and both exports.
+
+`calibrate_fp8(hf_dir, out_dir, texts, max_seq_len)` loads the HF checkpoint in fp32, inserts ModelOpt quantizers
+(FP8_DEFAULT_CFG + the FP8 KV entries of FP8_KV_CFG, max calibration), runs one forward per calibration text, and
+writes into out_dir (assembled in a temp folder, renamed into place when complete):
+
+    hf_checkpoint/          export_hf_checkpoint (unified HF: fp8 weights, weight_scale/input_scale/k_scale/v_scale,
+                            hf_quant_config.json) + the source tokenizer files; unquantized tensors bit-identical
+    trtllm_checkpoint/      export_tensorrt_llm_checkpoint (config.json + rank0.safetensors), with two fixes:
+                            rotary_base restored from the HF config (dropped under transformers 5.x), and
+    kv_cache_scales.json    the calibrated per-layer KV scales (amax/448) next to the ones the export clamps to >= 1.0
+    kv_scales.json          per-layer, per-KV-head fp8 scales in the CPU runtime's schema (kv_scales.py)
+    modelopt_state.pth      mto.save of the fake-quant model (quality_diff reloads it with mto.restore)
+    calibration.json        what was done: source, samples, tokens, algorithm, amax table, tool versions
+
+The TRT-LLM checkpoint is the hand-off to the GPU build (trtllm-build runs on a GPU host).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from llmkiln.calibration.kv_scales import KV_SCALES_NAME, KvAbsmax, KvScales
+from llmkiln.errors import BadInput, BuildFailed
+
+FP8_MAX = 448.0
+HF_DIR_NAME = "hf_checkpoint"
+TRTLLM_DIR_NAME = "trtllm_checkpoint"
+STATE_NAME = "modelopt_state.pth"
+META_NAME = "calibration.json"
+KV_CACHE_SCALES_NAME = "kv_cache_scales.json"
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+)
+# HF model_type -> ModelOpt decoder_type for export_tensorrt_llm_checkpoint
+DECODER_TYPES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen", "qwen3": "qwen", "gemma": "gemma"}
+TRTLLM_DTYPES = ("float16", "bfloat16", "float32")
+_TOOLS = ("nvidia-modelopt", "torch", "transformers", "safetensors")
+
+
+@dataclass
+class Fp8CalibrationResult:
+    """Where calibrate_fp8 wrote its outputs, and the calibrated KV scales."""
+
+    out_dir: Path
+    hf_checkpoint_dir: Path
+    trtllm_checkpoint_dir: Path
+    kv_scales: KvScales
+    trtllm_kv_scales: list[dict[str, float]]
+    modelopt_state_path: Path
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def tool_versions() -> dict[str, str]:
+    out = {}
+    for name in _TOOLS:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def fp8_quant_config() -> dict[str, Any]:
+    """FP8_DEFAULT_CFG with the FP8 KV-cache quantizer entries appended (what hf_ptq.py does for fp8 + fp8 KV)."""
+    import modelopt.torch.quantization as mtq
+
+    return mtq.update_quant_cfg_with_kv_cache_quant(mtq.FP8_DEFAULT_CFG, mtq.FP8_KV_CFG["quant_cfg"])
+
+
+def rope_theta(hf_config: dict[str, Any]) -> float | None:
+    """rope_theta from a HF config.json (transformers 5.x keeps it under rope_parameters)."""
+    params = hf_config.get("rope_parameters")
+    if isinstance(params, dict) and "rope_theta" in params:
+        return float(params["rope_theta"])
+    if "rope_theta" in hf_config:
+        return float(hf_config["rope_theta"])
+    return None
+
+
+def load_hf_model(hf_dir: Path):
+    """The HF causal LM in fp32 on CPU, eval mode, with config.architectures set (ModelOpt's export needs it)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if not (hf_dir / "config.json").is_file():
+        raise BadInput(f"{hf_dir}: not a Hugging Face model folder (no config.json)")
+    model = AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32)
+    model.eval()
+    if not getattr(model.config, "architectures", None):
+        model.config.architectures = [type(model).__name__]
+    return model
+
+
+def tokenize(hf_dir: Path, texts: Sequence[str], max_seq_len: int) -> list[list[int]]:
+    """Token ids of each text (with the tokenizer's BOS), truncated to max_seq_len."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(hf_dir))
+    out = [tok(t, truncation=True, max_length=max_seq_len).input_ids for t in texts]
+    return [ids for ids in out if ids]
+
+
+def hf_kv_absmax(model, sequences: Sequence[Sequence[int]], algorithm: str = "max") -> KvAbsmax:
+    """Per-layer, per-KV-head |K| (post-rotary, as cached) and |V| statistics of the HF model over `sequences`."""
+    import torch
+
+    cfg = model.config
+    stats = KvAbsmax(cfg.num_hidden_layers, cfg.num_key_value_heads, algorithm=algorithm)
+    with torch.no_grad():
+        for ids in sequences:
+            out = model(torch.tensor([list(ids)]), use_cache=True)
+            for i, layer in enumerate(out.past_key_values.layers):
+                stats.update(i, layer.keys.float().numpy(), layer.values.float().numpy())
+    return stats
+
+
+def _quantizer_amax(model) -> dict[str, float]:
+    from modelopt.torch.quantization.nn import TensorQuantizer
+
+    out = {}
+    for name, mod in model.named_modules():
+        if isinstance(mod, TensorQuantizer) and mod.is_enabled and getattr(mod, "amax", None) is not None:
+            out[name] = float(mod.amax.float().max())
+    return out
+
+
+def fix_trtllm_config(trt_dir: Path, hf_config: dict[str, Any]) -> dict[str, Any]:
+    """Restore rotary_base (and max_position_embeddings) from the HF config; returns what was changed."""
+    path = trt_dir / "config.json"
+    cfg = json.loads(path.read_text())
+    changed: dict[str, Any] = {}
+    theta = rope_theta(hf_config)
+    if theta is not None and cfg.get("rotary_base") != theta:
+        changed["rotary_base"] = {"was": cfg.get("rotary_base"), "now": theta}
+        cfg["rotary_base"] = theta
+    if "max_position_embeddings" in hf_config and "max_position_embeddings" not in cfg:
+        cfg["max_position_embeddings"] = hf_config["max_position_embeddings"]
+        changed["max_position_embeddings"] = {"was": None, "now": hf_config["max_position_embeddings"]}
+    path.write_text(json.dumps(cfg, indent=4) + "\n")
+    return changed
+
+
+def trtllm_kv_cache_scales(model, trt_dir: Path) -> list[dict[str, float]]:
+    """Per layer: the calibrated KV scales (k/v amax / 448, unclamped) and what the TRT-LLM export wrote."""
+    from safetensors import safe_open
+
+    amax = _quantizer_amax(model)
+    layers = []
+    with safe_open(str(trt_dir / "rank0.safetensors"), "pt") as f:
+        keys = set(f.keys())
+        for i in range(model.config.num_hidden_layers):
+            k = amax.get(f"model.layers.{i}.self_attn.k_bmm_quantizer")
+            v = amax.get(f"model.layers.{i}.self_attn.v_bmm_quantizer")
+            if k is None or v is None:
+                raise BuildFailed(
+                    f"layer {i}: ModelOpt inserted no calibrated k/v_bmm_quantizer (FP8 KV cache)"
+                )
+            entry = {
+                "k_amax": k,
+                "v_amax": v,
+                "k_scale": k / FP8_MAX,
+                "v_scale": v / FP8_MAX,
+                "kv_scale": max(k, v) / FP8_MAX,
+            }
+            name = f"transformer.layers.{i}.attention.kv_cache_scaling_factor"
+            if name in keys:
+                entry["exported_kv_cache_scaling_factor"] = float(f.get_tensor(name).float().max())
+            layers.append(entry)
+    return layers
+
+
+def _copy_tokenizer(src: Path, dst: Path) -> list[str]:
+    copied = []
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            shutil.copyfile(src / name, dst / name)
+            copied.append(name)
+    return copied
+
+
+def calibrate_fp8(
+    hf_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    texts: Sequence[str],
+    max_seq_len: int,
+    trtllm_dtype: str = "float16",
+    algorithm: str = "max",
+) -> Fp8CalibrationResult:
+    """Calibrate FP8 weights/activations/KV with ModelOpt on CPU and export the HF and TRT-LLM checkpoints."""
+    import modelopt.torch.opt as mto
+    import modelopt.torch.quantization as mtq
+    import torch
+    from modelopt.torch.export import export_hf_checkpoint, export_tensorrt_llm_checkpoint
+
+    hf_dir, out_dir = Path(hf_dir).resolve(), Path(out_dir).resolve()
+    if algorithm != "max":
+        raise BadInput(f"calibration.algorithm {algorithm!r}: ModelOpt FP8 calibration supports 'max' only")
+    if trtllm_dtype not in TRTLLM_DTYPES:
+        raise BadInput(f"trtllm dtype {trtllm_dtype!r}: use one of {', '.join(TRTLLM_DTYPES)}")
+    if not texts:
+        raise BadInput("calibrate_fp8: the calibration set is empty")
+    hf_config = json.loads((hf_dir / "config.json").read_text()) if (hf_dir / "config.json").is_file() else {}
+    decoder = DECODER_TYPES.get(hf_config.get("model_type", ""))
+    if decoder is None:
+        raise BadInput(
+            f"{hf_dir}: model_type {hf_config.get('model_type')!r} has no ModelOpt decoder mapping; "
+            f"supported: {', '.join(sorted(DECODER_TYPES))}"
+        )
+    t0 = time.perf_counter()
+    model = load_hf_model(hf_dir)
+    source_dtype = next(model.parameters()).dtype
+    sequences = tokenize(hf_dir, texts, max_seq_len)
+    stats = KvAbsmax(model.config.num_hidden_layers, model.config.num_key_value_heads)
+
+    def forward_loop(m) -> None:
+        with torch.no_grad():
+            for ids in sequences:
+                out = m(torch.tensor([ids]), use_cache=True)
+                for i, layer in enumerate(out.past_key_values.layers):
+                    stats.update(i, layer.keys.float().numpy(), layer.values.float().numpy())
+
+    log = io.StringIO()  # ModelOpt prints its whole config and per-rank chatter; keep it for calibration.log
+    with contextlib.redirect_stdout(log):
+        mtq.quantize(model, fp8_quant_config(), forward_loop)
+    t_cal = time.perf_counter() - t0
+    amax = _quantizer_amax(model)
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{out_dir.name}-", dir=out_dir.parent))
+    try:
+        mto.save(model, str(tmp / STATE_NAME))
+        trt_tmp = tmp / TRTLLM_DIR_NAME
+        with contextlib.redirect_stdout(log):
+            export_tensorrt_llm_checkpoint(
+                model,
+                decoder,
+                dtype=getattr(torch, trtllm_dtype),
+                export_dir=str(trt_tmp),
+                inference_tensor_parallel=1,
+            )
+        fixes = fix_trtllm_config(trt_tmp, hf_config)
+        kv_cache = trtllm_kv_cache_scales(model, trt_tmp)
+        (tmp / KV_CACHE_SCALES_NAME).write_text(
+            json.dumps(
+                {
+                    "note": "FP8 KV per-tensor scales = amax/448 as calibrated; TRT-LLM's export clamps "
+                    "kv_cache_scaling_factor to >= 1.0 (exported_kv_cache_scaling_factor)",
+                    "layers": kv_cache,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
+        hf_tmp = tmp / HF_DIR_NAME
+        with torch.inference_mode(), contextlib.redirect_stdout(log):
+            export_hf_checkpoint(model, dtype=source_dtype, export_dir=str(hf_tmp))
+        tokenizer_files = _copy_tokenizer(hf_dir, hf_tmp)
+        kv = stats.to_scales("fp8", source="hf-transformers fp32 cache (post-rotary K), calibration pass")
+        kv.write(tmp / KV_SCALES_NAME)
+        meta = {
+            "source": str(hf_dir),
+            "samples": len(sequences),
+            "tokens": sum(len(s) for s in sequences),
+            "max_seq_len": max_seq_len,
+            "algorithm": algorithm,
+            "quant_cfg": "FP8_DEFAULT_CFG + FP8_KV_CFG",
+            "decoder_type": decoder,
+            "trtllm_dtype": trtllm_dtype,
+            "hf_export_dtype": str(source_dtype).removeprefix("torch."),
+            "trtllm_config_fixes": fixes,
+            "tokenizer_files": tokenizer_files,
+            "amax": amax,
+            "calibration_seconds": round(t_cal, 3),
+            "total_seconds": round(time.perf_counter() - t0, 3),
+            "tools": tool_versions(),
+        }
+        (tmp / META_NAME).write_text(json.dumps(meta, indent=1) + "\n")
+        (tmp / "calibration.log").write_text(log.getvalue())
+        for p in (tmp, *tmp.rglob("*")):
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        old = None
+        if out_dir.exists():
+            old = out_dir.with_name(f".old-{out_dir.name}-{os.getpid()}")
+            os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Fp8CalibrationResult(
+        out_dir=out_dir,
+        hf_checkpoint_dir=out_dir / HF_DIR_NAME,
+        trtllm_checkpoint_dir=out_dir / TRTLLM_DIR_NAME,
+        kv_scales=kv,
+        trtllm_kv_scales=kv_cache,
+        modelopt_state_path=out_dir / STATE_NAME,
+        meta=meta,
+    )
+
+
+def load_fake_quant_model(calib_dir: Path, source_hf_dir: Path | None = None):
+    """The ModelOpt fake-quant model of a calibrate_fp8 output folder (mto.restore over the fp32 source)."""
+    import modelopt.torch.opt as mto
+
+    meta_path = calib_dir / META_NAME
+    if not meta_path.is_file() or not (calib_dir / STATE_NAME).is_file():
+        raise BadInput(f"{calib_dir}: not a calibrate_fp8 output (needs {META_NAME} and {STATE_NAME})")
+    src = source_hf_dir or Path(json.loads(meta_path.read_text())["source"])
+    model = load_hf_model(src)
+    model = mto.restore(model, str(calib_dir / STATE_NAME))
+    model.eval()
+    return model
