@@ -20,10 +20,9 @@ Stage API (so other rooms plug in stages):
         def run(self, ctx, out_dir: Path) -> dict: ...   # write files into out_dir, return the manifest part
  - A non-cacheable stage runs with out_dir = ctx.work_dir, the engine folder being assembled (it already holds
    the earlier stages' files). A cacheable stage (the expensive ONNX export) runs into
-   engines/.stages/<name>/<key digest>/ and its files are hard-linked (or copied) into the engine folder; the next
-   build with the same key reuses them, so recipes differing only in runtime fields share one export.
-   Because of the hard links, stages must never modify an earlier stage's files in place: write a new file and
-   os.replace() it.
+   engines/.stages/<name>/<key digest>/ and its files are copied (cloned where the filesystem can) into the engine
+   folder; the next build with the same key reuses them, so recipes differing only in runtime fields share one
+   export. (Not hard links: onnx.load refuses external data files with several links.)
  - STAGE_REGISTRY maps a backend to its ordered stages, as "module:Class" strings (imported lazily, so a no-op
    build never imports torch) or Stage instances. Add yours with one line, or at run time with register_stage().
  - ctx.options carries `dry_run` and `allow_quality_regression` for stages that honour them; ctx.scratch is a
@@ -75,7 +74,12 @@ STAGE_REGISTRY: dict[str, list[Any]] = {
         "llmkiln.build.onnx_export:OnnxExportStage",
         "llmkiln.build.onnx_export:TokenizerStage",
     ],
-    "trtllm": [],
+    "trtllm": [
+        "llmkiln.build.trtllm_stage:TrtllmCheckpointStage",
+        "llmkiln.build.trtllm_stage:TrtllmTokenizerStage",
+        "llmkiln.build.trtllm_stage:TrtllmRepoStage",
+        "llmkiln.build.trtllm_stage:TrtllmEngineStage",
+    ],
 }
 
 
@@ -185,26 +189,39 @@ def _lock(engines_root: Path, name: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _link_tree(src: Path, dst: Path, skip: set[str]) -> None:
-    """Hard-link every file of src into dst (copy when linking is not possible)."""
+def _clone_file(src: Path, dst: Path) -> None:
+    """Copy src to dst: a copy-on-write clone where the filesystem has one (FICLONE), else an in-kernel copy.
+
+    NOTE: not hard links: onnx refuses external data files with several links ("potential hardlink attack").
+    """
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        try:
+            fcntl.ioctl(fout.fileno(), _FICLONE, fin.fileno())
+            return
+        except OSError:
+            pass
+    shutil.copyfile(src, dst)
+
+
+_FICLONE = 0x40049409
+
+
+def _copy_tree(src: Path, dst: Path, skip: set[str]) -> None:
+    """Copy every file of a stage cache folder into the engine folder being assembled."""
     for f in sorted(src.rglob("*")):
         rel = f.relative_to(src)
         if f.is_dir() or rel.as_posix() in skip:
             continue
         target = dst / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        if target.exists():
-            target.unlink()
-        try:
-            os.link(f, target)
-        except OSError:
-            shutil.copy2(f, target)
+        target.unlink(missing_ok=True)
+        _clone_file(f, target)
 
 
 def _run_cached_stage(
     stage: Stage, ctx: BuildContext, key_digest: str, key: dict[str, Any]
 ) -> tuple[dict, bool]:
-    """Run a cacheable stage into engines/.stages/<name>/<digest>/ (or reuse it); link its files into work_dir."""
+    """Run a cacheable stage into engines/.stages/<name>/<digest>/ (or reuse it); copy its files into work_dir."""
     assert ctx.work_dir is not None  # internal invariant: set by build_engine before stages run
     cache_dir = ctx.engines_root / ".stages" / stage.name / key_digest[:24]
     meta_path = cache_dir / STAGE_META_NAME
@@ -229,7 +246,7 @@ def _run_cached_stage(
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    _link_tree(cache_dir, ctx.work_dir, skip={STAGE_META_NAME, STAGE_LOG_NAME})
+    _copy_tree(cache_dir, ctx.work_dir, skip={STAGE_META_NAME, STAGE_LOG_NAME})
     ctx.known_hashes.update(meta.get("files", {}))
     return meta.get("result", {}), cached
 
@@ -373,7 +390,11 @@ def _dry_run(ctx: BuildContext, stages: list[Stage], t0: float) -> BuildResult:
             stage.cacheable
             and (ctx.engines_root / ".stages" / stage.name / d[:24] / STAGE_META_NAME).is_file()
         )
-        plan.append({"name": stage.name, "key": d, "cacheable": stage.cacheable, "cached": cached})
+        entry = {"name": stage.name, "key": d, "cacheable": stage.cacheable, "cached": cached}
+        describe = getattr(stage, "describe", None)  # optional: a stage's own plan text (trtllm: the argv)
+        if describe is not None:
+            entry["describe"] = describe(ctx)
+        plan.append(entry)
         ctx.progress.info(f"{stage.name}: {'cached' if cached else 'would run'}")
     seconds = time.perf_counter() - t0
     manifest = {
