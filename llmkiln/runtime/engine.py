@@ -1,0 +1,320 @@
+"""LLMEngine: ties the scheduler, the prefix block store and the runner together behind a thread-safe submit().
+
+One scheduler thread runs steps: drain submissions and cancels → schedule() → runner.execute() → sample →
+update_from_output() → push token events to the handles. `submit` never blocks: it validates the request,
+checks the queue bound and hands it to the thread, raising a RequestRejected subclass at once otherwise.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from llmkiln.runtime import metrics as metrics_mod
+from llmkiln.runtime.handle import RequestHandle
+from llmkiln.runtime.kv_blocks import BlockStore
+from llmkiln.runtime.request import (
+    BadRequestParams,
+    FinishReason,
+    PromptTooLong,
+    QueueFull,
+    Request,
+    RequestTimings,
+    SamplingParams,
+    TokenEvent,
+)
+from llmkiln.runtime.sampling import make_rng, sample_token
+from llmkiln.runtime.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+
+
+class Runner(Protocol):
+    """What the engine needs from a runner (runner.OnnxRunner, or the tests' fake)."""
+
+    num_slots: int
+    num_blocks: int
+    vocab_size: int
+
+    def execute(self, plan: SchedulerOutput) -> dict[str, np.ndarray]: ...
+
+    def close(self) -> None: ...
+
+
+class LLMEngine:
+    """The CPU serving runtime. Build it with `from_engine_dir`, `start()` it, `submit()` prompts."""
+
+    def __init__(
+        self, config: SchedulerConfig, runner: Runner, tokenizer: Any = None, recipe: Any = None
+    ) -> None:
+        if runner.num_slots < config.max_batch_size:
+            raise ValueError(f"runner has {runner.num_slots} slots, scheduler wants {config.max_batch_size}")
+        self.config = config
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.recipe = recipe
+        self.engine_dir: Path | None = None
+        self.model_info: Any = None
+        self.vocab_size = runner.vocab_size
+        store = BlockStore(runner.num_blocks, config.tokens_per_block) if config.prefix_reuse else None
+        self.block_store = store
+        self.scheduler = Scheduler(config, store)
+        self.stats = metrics_mod.StepStats()
+        self._lock = threading.Condition()
+        self._inbox: list[tuple[Request, RequestHandle]] = []
+        self._cancels: list[str] = []
+        self._handles: dict[str, RequestHandle] = {}
+        self._rngs: dict[str, np.random.Generator] = {}
+        self._num_queued = 0  # inbox + scheduler waiting queue
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._stop = False
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_engine_dir(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> LLMEngine:
+        """Settings from recipe.resolved.yaml (+ nested overrides), shapes from genai_config.json."""
+        from llmkiln.runtime.loader import load_engine
+
+        return load_engine(cls, Path(path), overrides)
+
+    # ------------------------------------------------------------------ text
+    def encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise BadRequestParams("this engine has no tokenizer: submit token ids")
+        return list(self.tokenizer.encode(text, add_special_tokens=True).ids)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        if self.tokenizer is None:
+            raise BadRequestParams("this engine has no tokenizer")
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> LLMEngine:
+        """Start the scheduler thread (idempotent)."""
+        with self._lock:
+            if self._thread is None:
+                self._stop = False
+                self._thread = threading.Thread(target=self._loop, name="llmkiln-scheduler", daemon=True)
+                self._thread.start()
+        return self
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Let running requests finish for up to timeout_s, then cancel what is left and stop the thread."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self._thread is not None:
+            with self._lock:
+                if not self._inbox and not self.scheduler.has_work():
+                    break
+            time.sleep(0.005)
+        with self._lock:
+            for handle in self._handles.values():
+                self._cancels.append(handle.request_id)
+            self._lock.notify_all()
+        if self._thread is not None:
+            time.sleep(0)  # let the thread process the cancels
+            with self._lock:
+                self._stop = True
+                self._lock.notify_all()
+            self._thread.join(timeout=max(1.0, deadline - time.monotonic()))
+            self._thread = None
+        self._drain()
+        for rid in list(self._handles):
+            self._cancel_now(rid)
+        self.runner.close()
+
+    def __enter__(self) -> LLMEngine:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------------------ submission
+    def submit(
+        self,
+        prompt: str | Sequence[int],
+        params: SamplingParams | None = None,
+        priority: int = 0,
+        request_id: str | None = None,
+    ) -> RequestHandle:
+        """Queue a request; raises QueueFull / PromptTooLong / BadRequestParams at once. Never blocks."""
+        arrival = time.time_ns()
+        params = params if params is not None else SamplingParams()
+        try:
+            prompt_ids = self._prompt_ids(prompt)
+            self._check(prompt_ids, params, priority)
+        except Exception:
+            with self._lock:
+                self.stats.requests_rejected += 1
+            raise
+        with self._lock:
+            rid = request_id if request_id is not None else f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
+            if not isinstance(rid, str) or not rid:
+                self.stats.requests_rejected += 1
+                raise BadRequestParams(f"request_id must be a non-empty string, got {rid!r}")
+            if rid in self._handles:
+                self.stats.requests_rejected += 1
+                raise BadRequestParams(f"request_id {rid!r} is already in use")
+            if self._num_queued >= self.config.max_queue_size:
+                self.stats.requests_rejected += 1
+                raise QueueFull(
+                    f"queue full: {self._num_queued} requests wait (scheduler.max_queue_size = "
+                    f"{self.config.max_queue_size}); retry later or raise the limit in the recipe"
+                )
+            request = Request(rid, prompt_ids, params, priority, timings=RequestTimings(arrival_ns=arrival))
+            handle = RequestHandle(request, self.cancel)
+            self._handles[rid] = handle
+            self._rngs[rid] = make_rng(params.seed)
+            self._inbox.append((request, handle))
+            self._num_queued += 1
+            self.stats.requests_submitted += 1
+            self._lock.notify_all()
+        return handle
+
+    def generate(
+        self, prompts: Sequence[str | Sequence[int]], params: SamplingParams | None = None
+    ) -> list[list[int]]:
+        """Convenience: submit all, wait for all (starts the thread if needed)."""
+        self.start()
+        handles = [self.submit(p, params) for p in prompts]
+        return [h.result() for h in handles]
+
+    def cancel(self, request_id: str) -> None:
+        """Cancel a request: it finishes with reason 'cancelled'; its slot and blocks are freed next step."""
+        with self._lock:
+            self._cancels.append(request_id)
+            self._lock.notify_all()
+
+    def _prompt_ids(self, prompt: str | Sequence[int]) -> list[int]:
+        if isinstance(prompt, str):
+            return self.encode(prompt)
+        try:
+            ids = [int(t) for t in prompt]
+        except (TypeError, ValueError):
+            raise BadRequestParams(
+                f"prompt must be text or a sequence of token ids, got {type(prompt)}"
+            ) from None
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise BadRequestParams(f"prompt token ids out of range [0, {self.vocab_size}): {bad[:5]}")
+        return ids
+
+    def _check(self, prompt_ids: list[int], params: SamplingParams, priority: int) -> None:
+        cfg = self.config
+        if not isinstance(params, SamplingParams):
+            raise BadRequestParams(f"params must be SamplingParams, got {type(params).__name__}")
+        params.check(self.vocab_size)
+        if not isinstance(priority, int):
+            raise BadRequestParams(f"priority must be an integer, got {priority!r}")
+        n = len(prompt_ids)
+        if n == 0:
+            raise BadRequestParams("the prompt is empty")
+        if n > cfg.max_input_len:
+            raise PromptTooLong(
+                f"prompt has {n} tokens; limits.max_input_len is {cfg.max_input_len}: shorten the prompt"
+            )
+        if n + params.max_tokens > cfg.max_seq_len:
+            raise PromptTooLong(
+                f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) = {n + params.max_tokens} exceeds "
+                f"limits.max_seq_len ({cfg.max_seq_len}): lower max_tokens to {max(cfg.max_seq_len - n, 0)}"
+            )
+
+    # ------------------------------------------------------------------ the scheduler thread
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                if self._stop:
+                    return
+                if not self._inbox and not self._cancels and not self.scheduler.has_work():
+                    self._lock.wait()
+                    continue
+            if not self.step():
+                wake = self.scheduler.next_wakeup_ns()
+                with self._lock:
+                    if self._stop or self._inbox or self._cancels:
+                        continue
+                    timeout = None if wake is None else max(0.0, (wake - time.time_ns()) / 1e9)
+                    if timeout is None and not self.scheduler.has_work():
+                        continue
+                    self._lock.wait(timeout if timeout is not None else 0.05)
+
+    def step(self) -> bool:
+        """Run one iteration. Returns False when there was nothing to run (tests may call it without a thread)."""
+        self._drain()
+        now = time.time_ns()
+        plan = self.scheduler.schedule(now)
+        if plan.admitted:
+            with self._lock:
+                self._num_queued -= len(plan.admitted)
+        if plan.is_empty:
+            return False
+        t0 = time.perf_counter_ns()
+        try:
+            logits = self.runner.execute(plan)
+            sampled = {rid: self._sample(rid, logits[rid]) for rid in plan.sampled_request_ids()}
+        except Exception as exc:  # fail the running requests, keep serving the rest
+            failed = self.scheduler.abandon(plan, time.time_ns())
+            with self._lock:
+                self.stats.requests_failed += len(failed)
+            for request in failed:
+                self._finish_handle(
+                    request.request_id, TokenEvent(None, len(request.output_ids), True, "error"), repr(exc)
+                )
+            return True
+        elapsed = time.perf_counter_ns() - t0
+        events = self.scheduler.update_from_output(plan, sampled, time.time_ns())
+        with self._lock:
+            self.stats.record_step(plan, elapsed, len(sampled))
+        for request, event in events:
+            if event.finished:
+                self._finish_handle(request.request_id, event)
+            else:
+                handle = self._handles.get(request.request_id)
+                if handle is not None:
+                    handle._push(event)
+        return True
+
+    def _sample(self, request_id: str, row: np.ndarray) -> int:
+        p = self.scheduler.requests[request_id].params
+        return sample_token(row, p.temperature, p.top_p, p.top_k, self._rngs.get(request_id))
+
+    def _drain(self) -> None:
+        with self._lock:
+            inbox, self._inbox = self._inbox, []
+            cancels, self._cancels = self._cancels, []
+        for request, _handle in inbox:
+            self.scheduler.add_request(request)
+        for rid in cancels:
+            self._cancel_now(rid)
+
+    def _cancel_now(self, request_id: str) -> None:
+        request = self.scheduler.abort(request_id, time.time_ns())
+        if request is None:
+            return
+        with self._lock:
+            if request.timings.first_scheduled_ns is None:
+                self._num_queued -= 1
+            self.stats.requests_cancelled += 1
+        self._finish_handle(
+            request_id, TokenEvent(None, len(request.output_ids), True, FinishReason.CANCELLED.value)
+        )
+
+    def _finish_handle(self, request_id: str, event: TokenEvent, error: str | None = None) -> None:
+        with self._lock:
+            handle = self._handles.pop(request_id, None)
+            self._rngs.pop(request_id, None)
+            if event.finish_reason in (FinishReason.STOP.value, FinishReason.LENGTH.value):
+                self.stats.requests_finished += 1
+        if handle is not None:
+            handle._push(event, error)
+
+    # ------------------------------------------------------------------ observability
+    def metrics(self) -> dict[str, float]:
+        """Prefix-cache, block, queue, step-time and throughput counters (see docs/runtime.md)."""
+        with self._lock:
+            return metrics_mod.snapshot(self.stats, self.scheduler, self.block_store, self._num_queued)

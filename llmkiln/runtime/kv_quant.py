@@ -1,0 +1,152 @@
+"""Storage of prefix-cache blocks: fp32, fp16, int8 (per block and head scales) or fp8 e4m3 (ml_dtypes).
+
+A block is the KV of `tokens_per_block` tokens for every layer: float32 (L, 2, kv_heads, tokens, head_dim),
+axis 1 = key/value. Quantized storage keeps one float32 scale per (layer, key/value, head) of each block, with
+x ≈ q * scale: dynamic scales are amax / 127 (int8) or amax / 448 (fp8) over the block's tokens and head dims.
+When the engine folder has calibration/kv_scales.json, its static per-layer, per-head scales are used instead.
+
+kv_scales.json schema (written by the calibration stage):
+    {"dtype": "int8" | "fp8", "layers": [{"k_scale": [one float per kv head], "v_scale": [...]}, ...]}
+with the same meaning (x ≈ q * scale); a file for the other 8-bit dtype is converted through its amax.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+from llmkiln.errors import BadInput
+
+STORAGE_DTYPES: dict[str, np.dtype] = {
+    "fp32": np.dtype(np.float32),
+    "fp16": np.dtype(np.float16),
+    "int8": np.dtype(np.int8),
+    "fp8": np.dtype(ml_dtypes.float8_e4m3fn),
+}
+QMAX = {"int8": 127.0, "fp8": 448.0}
+KV_SCALES_FILE = Path("calibration") / "kv_scales.json"
+
+
+def is_quantized(dtype: str) -> bool:
+    return dtype in QMAX
+
+
+def bytes_per_block(dtype: str, num_layers: int, kv_heads: int, tokens_per_block: int, head_dim: int) -> int:
+    """Bytes one block takes in the store (values plus float32 scales for int8/fp8)."""
+    values = num_layers * 2 * kv_heads * tokens_per_block * head_dim * STORAGE_DTYPES[dtype].itemsize
+    scales = num_layers * 2 * kv_heads * 4 if is_quantized(dtype) else 0
+    return values + scales
+
+
+@dataclass(frozen=True)
+class KvScales:
+    """Static scales from calibration: float32 (num_layers, 2, kv_heads), x ≈ q * scale for `dtype`."""
+
+    dtype: str
+    scales: np.ndarray
+
+    @classmethod
+    def load(cls, path: Path, num_layers: int, kv_heads: int) -> KvScales:
+        """Read and check kv_scales.json; raise BadInput naming the field on a bad file."""
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BadInput(f"{path}: cannot read KV scales: {exc}") from exc
+        dtype = data.get("dtype") if isinstance(data, dict) else None
+        if dtype not in QMAX:
+            raise BadInput(f"{path}: field 'dtype': {dtype!r}; expected 'int8' or 'fp8'")
+        layers = data.get("layers")
+        if not isinstance(layers, list) or len(layers) != num_layers:
+            got = len(layers) if isinstance(layers, list) else layers
+            raise BadInput(f"{path}: field 'layers': expected a list of {num_layers} layers, got {got!r}")
+        out = np.empty((num_layers, 2, kv_heads), np.float32)
+        for i, layer in enumerate(layers):
+            for j, name in enumerate(("k_scale", "v_scale")):
+                values = layer.get(name) if isinstance(layer, dict) else None
+                if not isinstance(values, list) or len(values) != kv_heads:
+                    raise BadInput(
+                        f"{path}: field 'layers.{i}.{name}': expected {kv_heads} floats, got {values!r}"
+                    )
+                arr = np.asarray(values, np.float64)
+                if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+                    raise BadInput(
+                        f"{path}: field 'layers.{i}.{name}': scales must be finite and > 0, got {values}"
+                    )
+                out[i, j] = arr
+        return cls(dtype, out)
+
+    def for_dtype(self, dtype: str) -> np.ndarray:
+        """The scales for storing in `dtype` (converted through amax when calibrated for the other one)."""
+        if dtype == self.dtype:
+            return self.scales
+        return (self.scales * QMAX[self.dtype] / QMAX[dtype]).astype(np.float32)
+
+
+def quantize(
+    x: np.ndarray, dtype: str, scales: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """x float32 (..., tokens, head_dim) → (values in the storage dtype, float32 scales (...) or None).
+
+    scales None: dynamic, amax of each (..., :, :) slice. Given scales are static (values beyond are clipped).
+    """
+    if dtype == "fp32":
+        return np.asarray(x, np.float32), None
+    if dtype == "fp16":
+        return np.asarray(x, np.float16), None
+    qmax = QMAX[dtype]
+    if scales is None:
+        amax = np.abs(x).max(axis=(-2, -1))
+        scales = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
+    y = np.clip(x / scales[..., None, None], -qmax, qmax)
+    if dtype == "int8":
+        return np.rint(y).astype(np.int8), scales
+    return y.astype(ml_dtypes.float8_e4m3fn), scales
+
+
+def dequantize(q: np.ndarray, scales: np.ndarray | None, dtype: str) -> np.ndarray:
+    """Inverse of quantize, to float32."""
+    if scales is None or not is_quantized(dtype):
+        return np.asarray(q, np.float32)
+    return q.astype(np.float32) * scales[..., None, None]
+
+
+class BlockData:
+    """The arrays behind BlockStore ids: num_blocks blocks of (L, 2, kv_heads, tokens_per_block, head_dim)."""
+
+    def __init__(
+        self,
+        dtype: str,
+        num_blocks: int,
+        num_layers: int,
+        kv_heads: int,
+        tokens_per_block: int,
+        head_dim: int,
+        static_scales: KvScales | None = None,
+    ) -> None:
+        if dtype not in STORAGE_DTYPES:
+            raise BadInput(f"kv_cache.dtype: {dtype!r}; allowed: {', '.join(STORAGE_DTYPES)}")
+        self.dtype = dtype
+        shape = (num_blocks, num_layers, 2, kv_heads, tokens_per_block, head_dim)
+        self.values = np.zeros(shape, STORAGE_DTYPES[dtype])
+        self.scales = np.ones(shape[:4], np.float32) if is_quantized(dtype) else None
+        self.static = (
+            static_scales.for_dtype(dtype) if static_scales is not None and is_quantized(dtype) else None
+        )
+
+    @property
+    def nbytes(self) -> int:
+        return self.values.nbytes + (self.scales.nbytes if self.scales is not None else 0)
+
+    def write(self, block_id: int, kv: np.ndarray) -> None:
+        q, scales = quantize(kv, self.dtype, self.static)
+        self.values[block_id] = q
+        if self.scales is not None and scales is not None:
+            self.scales[block_id] = scales
+
+    def read(self, block_id: int) -> np.ndarray:
+        scales = self.scales[block_id] if self.scales is not None else None
+        return dequantize(self.values[block_id], scales, self.dtype)

@@ -1,0 +1,242 @@
+"""Executes a SchedulerOutput on the builder's ONNX graph. The only module that imports onnxruntime.
+
+One InferenceSession driven through IOBinding. The KV lives in a pool per layer shaped
+(slots, kv_heads, max_len, head_dim); past and present are bound to the same memory, so GroupQueryAttention
+writes the new K/V in place. KV is right-padded: slot s holds valid entries [0, len_s); attention-mask row sums
+give the lengths and the graph derives positions from them.
+
+Shapes the op accepts (measured): a decode is one run over a contiguous range of slots with S=1 (slots in the
+range that do not decode get a dummy token written at their current length, which nothing reads); a prefill
+with a past (a chunk, or the rest of a prompt after a prefix hit) runs alone (B=1); prompts that start from
+scratch and fit in one chunk run together, right-padded, into scratch buffers that are then copied into slots.
+Copying cached blocks into a slot and prefilling the rest is bit-exact with a full prefill, as is chunking.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from llmkiln.runtime.kv_quant import BlockData, KvScales
+from llmkiln.runtime.model_info import ModelInfo
+from llmkiln.runtime.scheduler import PrefillChunk, SchedulerOutput
+
+# Fresh prompts batched together may waste at most this share of their padded tokens on padding.
+_MAX_PADDING = 0.25
+
+
+class OnnxRunner:
+    """Holds the session, the slot KV pools and the prefix-store block data; runs one plan per call."""
+
+    def __init__(
+        self,
+        engine_dir: Path,
+        info: ModelInfo,
+        num_slots: int,
+        max_len: int,
+        tokens_per_block: int,
+        num_blocks: int,
+        kv_dtype: str = "fp32",
+        kv_scales: KvScales | None = None,
+        intra_op_threads: int = 0,
+    ) -> None:
+        self.info = info
+        self.num_slots = num_slots
+        self.max_len = max_len
+        self.tokens_per_block = tokens_per_block
+        self.num_blocks = num_blocks
+        self.vocab_size = info.vocab_size
+        opts = ort.SessionOptions()
+        if intra_op_threads:
+            opts.intra_op_num_threads = intra_op_threads
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        path = Path(engine_dir) / info.model_file
+        self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        self.input_names = {i.name for i in self.session.get_inputs()}
+        self.has_position_ids = "position_ids" in self.input_names
+        L = info.num_layers
+        shape = (num_slots, info.kv_heads, max_len, info.head_size)
+        self.k = [np.empty(shape, np.float32) for _ in range(L)]
+        self.v = [np.empty(shape, np.float32) for _ in range(L)]
+        for arr in (*self.k, *self.v):
+            arr.fill(0.0)  # NOTE: touch every page now; fresh pages make the first prefill ~1.6x slower
+        self.slot_len = [0] * num_slots
+        self.blocks = BlockData(
+            kv_dtype, num_blocks, L, info.kv_heads, tokens_per_block, info.head_size, kv_scales
+        )
+        self._empty_past = np.zeros((1,), np.float32)
+        self._names = [
+            (
+                info.past_key_fmt % i,
+                info.past_value_fmt % i,
+                info.present_key_fmt % i,
+                info.present_value_fmt % i,
+            )
+            for i in range(L)
+        ]
+
+    def close(self) -> None:
+        self.session = None  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------ plan execution
+    def execute(self, plan: SchedulerOutput) -> dict[str, np.ndarray]:
+        """Run one step: loads, prefills, decodes, saves. Returns the last-position logits row per sampled request."""
+        out: dict[str, np.ndarray] = {}
+        for load in plan.loads:
+            self._load_block(load.block_id, load.slot, load.start)
+        fresh, single = self._group_prefills(plan.prefills)
+        for group in fresh:
+            out.update(self._prefill_fresh(group))
+        for chunk in single:
+            logits = self._prefill_slot(chunk)
+            if chunk.sample:
+                out[chunk.request_id] = logits
+        if plan.decodes:
+            out.update(self._decode(plan))
+        for save in plan.saves:
+            self._save_block(save.block_id, save.slot, save.start)
+        return out
+
+    def _group_prefills(
+        self, chunks: list[PrefillChunk]
+    ) -> tuple[list[list[PrefillChunk]], list[PrefillChunk]]:
+        whole = sorted((c for c in chunks if c.start == 0 and c.sample), key=lambda c: len(c.token_ids))
+        single = [c for c in chunks if not (c.start == 0 and c.sample)]
+        groups: list[list[PrefillChunk]] = []
+        for c in whole:
+            if groups:
+                g = groups[-1]
+                real = sum(len(x.token_ids) for x in g) + len(c.token_ids)
+                if real >= (1 - _MAX_PADDING) * len(c.token_ids) * (len(g) + 1):
+                    g.append(c)
+                    continue
+            groups.append([c])
+        fresh = [g for g in groups if len(g) > 1]
+        single += [g[0] for g in groups if len(g) == 1]
+        return fresh, single
+
+    def _bind_common(
+        self, binding: ort.IOBinding, ids: np.ndarray, mask: np.ndarray, logits: np.ndarray
+    ) -> None:
+        binding.bind_cpu_input(self.info.input_ids_name, ids)
+        binding.bind_cpu_input(self.info.attention_mask_name, mask)
+        if self.has_position_ids:  # graphs that did not derive positions from the mask
+            total = mask.sum(axis=1, keepdims=True)
+            S = ids.shape[1]
+            start = np.zeros_like(total) if mask.shape[1] == S else total - S
+            binding.bind_cpu_input(
+                "position_ids", np.maximum(start + np.arange(S)[None, :], 0).astype(np.int64)
+            )
+        binding.bind_output(
+            self.info.logits_name, "cpu", 0, np.float32, list(logits.shape), logits.ctypes.data
+        )
+
+    @staticmethod
+    def _bind_array(binding: ort.IOBinding, name: str, arr: np.ndarray, output: bool) -> None:
+        if output:
+            binding.bind_output(name, "cpu", 0, np.float32, list(arr.shape), arr.ctypes.data)
+        else:
+            binding.bind_input(name, "cpu", 0, np.float32, list(arr.shape), arr.ctypes.data)
+
+    def _run_pooled(self, lo: int, hi: int, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Run over slots [lo, hi) with past and present bound to the pools (in-place KV writes)."""
+        B, S = ids.shape
+        logits = np.empty((B, S, self.vocab_size), np.float32)
+        binding = self.session.io_binding()
+        self._bind_common(binding, ids, mask, logits)
+        for layer, (pk, pv, ok, ov) in enumerate(self._names):
+            kview, vview = self.k[layer][lo:hi], self.v[layer][lo:hi]
+            self._bind_array(binding, pk, kview, False)
+            self._bind_array(binding, pv, vview, False)
+            self._bind_array(binding, ok, kview, True)
+            self._bind_array(binding, ov, vview, True)
+        self.session.run_with_iobinding(binding)
+        return logits
+
+    def _prefill_slot(self, chunk: PrefillChunk) -> np.ndarray:
+        """B=1 prefill of a chunk at [start, start + n) of its slot; returns the last row of logits."""
+        n = len(chunk.token_ids)
+        ids = np.asarray(chunk.token_ids, np.int64)[None, :]
+        mask = np.ones((1, chunk.start + n), np.int64)
+        logits = self._run_pooled(chunk.slot, chunk.slot + 1, ids, mask)
+        self.slot_len[chunk.slot] = chunk.start + n
+        return logits[0, -1]
+
+    def _prefill_fresh(self, group: list[PrefillChunk]) -> dict[str, np.ndarray]:
+        """Right-padded batch of prompts without a past into scratch present buffers, then copied into slots."""
+        info = self.info
+        B = len(group)
+        lens = [len(c.token_ids) for c in group]
+        S = max(lens)
+        ids = np.zeros((B, S), np.int64)
+        mask = np.zeros((B, S), np.int64)
+        for b, c in enumerate(group):
+            ids[b, : lens[b]] = c.token_ids
+            mask[b, : lens[b]] = 1
+        logits = np.empty((B, S, self.vocab_size), np.float32)
+        binding = self.session.io_binding()
+        self._bind_common(binding, ids, mask, logits)
+        past_shape = [B, info.kv_heads, 0, info.head_size]
+        present = []
+        for pk, pv, ok, ov in self._names:
+            pk_arr = np.empty((B, info.kv_heads, S, info.head_size), np.float32)
+            pv_arr = np.empty_like(pk_arr)
+            for name in (pk, pv):
+                binding.bind_input(name, "cpu", 0, np.float32, past_shape, self._empty_past.ctypes.data)
+            self._bind_array(binding, ok, pk_arr, True)
+            self._bind_array(binding, ov, pv_arr, True)
+            present.append((pk_arr, pv_arr))
+        self.session.run_with_iobinding(binding)
+        out = {}
+        for b, c in enumerate(group):
+            n = lens[b]
+            for layer, (pk_arr, pv_arr) in enumerate(present):
+                self.k[layer][c.slot, :, :n] = pk_arr[b, :, :n]
+                self.v[layer][c.slot, :, :n] = pv_arr[b, :, :n]
+            self.slot_len[c.slot] = n
+            out[c.request_id] = logits[b, n - 1]
+        return out
+
+    def _decode(self, plan: SchedulerOutput) -> dict[str, np.ndarray]:
+        items = {d.slot: d for d in plan.decodes}
+        lo, hi = min(items), max(items) + 1
+        ids = np.zeros((hi - lo, 1), np.int64)
+        lens = []
+        for s in range(lo, hi):
+            item = items.get(s)
+            if item is not None:
+                ids[s - lo, 0] = item.token_id
+                lens.append(item.position)
+            else:  # dummy row: writes at the slot's current length, which is never read
+                lens.append(min(self.slot_len[s], self.max_len - 1))
+        mask = np.zeros((hi - lo, max(lens) + 1), np.int64)
+        for r, n in enumerate(lens):
+            mask[r, : n + 1] = 1
+        logits = self._run_pooled(lo, hi, ids, mask)
+        out = {}
+        for s, item in items.items():
+            self.slot_len[s] = item.position + 1
+            out[item.request_id] = logits[s - lo, 0]
+        return out
+
+    # ------------------------------------------------------------------ prefix store copies
+    def _load_block(self, block_id: int, slot: int, start: int) -> None:
+        kv = self.blocks.read(block_id)
+        end = start + self.tokens_per_block
+        for layer in range(self.info.num_layers):
+            self.k[layer][slot, :, start:end] = kv[layer, 0]
+            self.v[layer][slot, :, start:end] = kv[layer, 1]
+        self.slot_len[slot] = end
+
+    def _save_block(self, block_id: int, slot: int, start: int) -> None:
+        end = start + self.tokens_per_block
+        kv = np.stack(
+            [
+                np.stack((self.k[layer][slot, :, start:end], self.v[layer][slot, :, start:end]))
+                for layer in range(self.info.num_layers)
+            ]
+        )
+        self.blocks.write(block_id, kv)
