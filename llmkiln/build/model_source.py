@@ -35,9 +35,15 @@ def check_hf_folder(path: Path, field: str, recipe_file: Path | None) -> None:
     """Raise BadInput unless `path` looks like a Hugging Face model folder (config.json + weights)."""
     where = f"{recipe_file}: field '{field}'" if recipe_file else f"--model {path}"
     if not path.exists():
+        hint = (
+            f" or pass one: `make engine RECIPE={recipe_file.stem} MODEL=/path` (kiln build --model PATH)"
+            if recipe_file
+            else ""
+        )
         raise BadInput(
             f"{where}: model folder {path} does not exist. Point it at a local Hugging Face folder "
-            f"(config.json + *.safetensors); the trained model lives in ../shared/models/stories260K"
+            f"(config.json + *.safetensors){hint}; the trained model lives in "
+            "../shared/models/stories260K"
         )
     if not path.is_dir():
         raise BadInput(f"{where}: {path} is not a folder; expected a local Hugging Face model folder")

@@ -12,7 +12,14 @@ from llmkiln.build.progress import make_progress
 
 
 @click.command()
-@click.argument("recipe")
+@click.argument("recipe", required=False)
+@click.option(
+    "--resume",
+    "resume_plan",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Finish a trtllm build on a GPU host from its plan file (engines/.pending/<recipe>/plan.json).",
+)
 @click.option(
     "--force", is_flag=True, help="Rebuild even when the engine is up to date (ignores stage caches)."
 )
@@ -40,7 +47,8 @@ from llmkiln.build.progress import make_progress
     "--dry-run", is_flag=True, help="Show what would be built (stage keys, cache hits); write nothing."
 )
 def build(
-    recipe: str,
+    recipe: str | None,
+    resume_plan: Path | None,
     force: bool,
     quiet: bool,
     as_json: bool,
@@ -50,6 +58,15 @@ def build(
     dry_run: bool,
 ) -> None:
     """Build the engine for RECIPE (a name in recipes/ or a path to a YAML file)."""
+    if resume_plan is not None:
+        from llmkiln.build.trtllm_resume import resume_build
+
+        done = resume_build(resume_plan)
+        if not quiet:
+            click.echo(f"engine ready: {done.engine_dir} ({done.seconds:.0f} s)")
+        return
+    if recipe is None:
+        raise click.UsageError("give a RECIPE (or --resume PLAN)")
     progress = make_progress("json" if as_json else "quiet" if quiet else "rich")
     result = build_engine(
         recipe,
@@ -69,4 +86,6 @@ def _plan_text(plan: dict) -> str:
     for stage in plan["plan"]:
         state = "cached" if stage["cached"] else "would run"
         lines.append(f"  {stage['name']:<14} {state:<10} key {stage['key'][:16]}")
+        if stage.get("describe"):
+            lines.append(stage["describe"])
     return "\n".join(lines)

@@ -1,0 +1,125 @@
+"""`kiln build --resume PLAN`: finish a trtllm build on a GPU host from the plan folder the CPU host left.
+
+Steps (plan.json lists them): check the host (CUDA + tensorrt_llm, else NeedsGpuHost again), re-validate the
+checkpoint, run the recorded trtllm-build argv in the plan folder, check engine/config.json + rank*.engine,
+re-render the Triton repository with the final paths, write manifest.json (the CPU host's draft + the engine part
++ hashes of every file), mark every step done, and rename the folder into place (plan "publish" step:
+engines/<recipe>). A failure leaves the plan folder as it was (a partial engine/ is removed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from llmkiln.build import trtllm_plan as plan_mod
+from llmkiln.build.trtllm_checkpoint import validate_checkpoint
+from llmkiln.build.trtllm_engine import gpu_status, run_trtllm_build, validate_engine
+from llmkiln.build.trtllm_stage import render_repository
+from llmkiln.errors import BadInput, NeedsGpuHost
+from llmkiln.recipe import Recipe, validate
+
+
+@dataclass
+class ResumeResult:
+    """Where the finished engine folder is, and its manifest."""
+
+    engine_dir: Path
+    manifest: dict[str, Any]
+    seconds: float
+
+
+def final_dir_for(plan_dir: Path, plan: dict[str, Any]) -> Path:
+    to = plan_mod.get_step(plan, "publish").get("to")
+    if not to:
+        raise BadInput(f"{plan_dir}: plan step 'publish' has no destination")
+    return (plan_dir / to).resolve()
+
+
+def resume_build(plan_path: Path, *, check_host: bool = True) -> ResumeResult:
+    """Finish the build described by plan_path (a plan.json or its folder). See the module docstring."""
+    t0 = time.perf_counter()
+    plan_path = Path(plan_path)
+    plan = plan_mod.read_plan(plan_path)
+    plan_dir = (plan_path if plan_path.is_dir() else plan_path.parent).resolve()
+    recipe: Recipe = validate(plan["resolved_recipe"], f"{plan_path}: resolved_recipe")
+    if check_host:
+        status = gpu_status()
+        if not status.ok:
+            raise NeedsGpuHost(
+                f"{plan_path}: trtllm-build still needs a GPU host. Missing here: {'; '.join(status.missing)}. "
+                f"Use the container {plan['pins']['container']}"
+            )
+    else:
+        status = None
+    final = final_dir_for(plan_dir, plan)
+    hf_config = json.loads((plan_dir / plan_mod.CALIBRATION_DIR / "hf_config.json").read_text())
+    validate_checkpoint(plan_dir / plan_mod.CHECKPOINT_DIR, hf_config, dtype=recipe.trtllm.dtype,
+                        tp_size=recipe.trtllm.tp_size, pp_size=recipe.trtllm.pp_size)  # fmt: skip
+    argv = plan_mod.get_step(plan, "trtllm-build")["argv"]
+    try:
+        seconds = run_trtllm_build(argv, plan_dir, plan_dir / "trtllm-build.log")
+        engine = validate_engine(plan_dir / plan_mod.ENGINE_DIR, recipe)
+    except BaseException:
+        shutil.rmtree(plan_dir / plan_mod.ENGINE_DIR, ignore_errors=True)
+        raise
+    repo = render_repository(recipe, plan_dir, final_dir=final)
+    for s in plan["steps"]:
+        s["status"] = "done"
+    plan["resumed_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    plan_mod.write_plan(plan_dir / plan_mod.PLAN_NAME, plan)
+    manifest = write_manifest(plan_dir, plan, engine, repo, argv, seconds, status, time.perf_counter() - t0)
+    _publish(plan_dir, final)
+    return ResumeResult(final, manifest, time.perf_counter() - t0)
+
+
+def write_manifest(
+    folder: Path,
+    plan: dict[str, Any],
+    engine: dict[str, Any],
+    repo: dict[str, Any],
+    argv: list[str],
+    build_seconds: float,
+    status: Any,
+    seconds: float,
+) -> dict[str, Any]:
+    from llmkiln.build.manifest import MANIFEST_NAME, hash_engine_files, tool_versions, write_json_atomic
+
+    manifest = dict(plan.get("manifest_draft") or {})
+    manifest.update(
+        {
+            "trtllm-engine": {
+                "argv": argv,
+                "build_seconds": round(build_seconds, 3),
+                "engine": engine,
+                "tensorrt_llm": getattr(status, "tensorrt_llm_version", None),
+                "device": getattr(status, "device", None),
+                "resumed_on_tool_versions": tool_versions(),
+            },
+            "triton-repo": repo,
+            "engine_files": hash_engine_files(folder),
+            "build_seconds": round(seconds, 3),
+            "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "resumed_from_plan": plan_mod.PLAN_NAME,
+        }
+    )
+    write_json_atomic(folder / MANIFEST_NAME, manifest)
+    return manifest
+
+
+def _publish(folder: Path, final: Path) -> None:
+    """Rename the finished plan folder to its final place, replacing an older engine."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    old = None
+    if final.exists():
+        old = final.parent / f".old-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
+        final.rename(old)
+    folder.rename(final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,287 @@
+"""The trtllm backend's build stages (registered in pipeline.STAGE_REGISTRY["trtllm"]).
+
+Order: trtllm-checkpoint (ModelOpt FP8 + FP8 KV calibration → TensorRT-LLM checkpoint, restored and validated;
+cacheable) → trtllm-tokenizer (HF tokenizer files into tokenizer/) → triton-repo (the tensorrtllm model set,
+warmup tokenized) → trtllm-engine (plan.json; trtllm-build when this is a GPU host).
+
+On a host without CUDA or TensorRT-LLM the engine stage copies everything built so far into
+engines/.pending/<recipe>/ (temp folder + rename), writes plan.json there and raises NeedsGpuHost (exit 3) naming
+what is missing and the command to finish: `kiln build --resume engines/.pending/<recipe>/plan.json` on a GPU host
+(trtllm_resume.py). The pipeline then drops its own temp folder, so engines/<recipe> is never half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from llmkiln.build import trtllm_plan as plan_mod
+from llmkiln.build.trtllm_checkpoint import finalize_checkpoint, validate_checkpoint
+from llmkiln.build.trtllm_engine import gpu_status, run_trtllm_build, validate_engine
+from llmkiln.errors import BadInput, NeedsGpuHost
+
+TOKENIZER_DIR = "tokenizer"
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "added_tokens.json",
+    "vocab.json", "merges.txt", "generation_config.json", "config.json",
+)  # fmt: skip
+PENDING_DIR = ".pending"
+RESOLVED_RECIPE_NAME = "recipe.resolved.yaml"
+LLAMA_MODEL_TYPES = ("llama", "mistral")
+
+
+def pending_dir(engines_root: Path, recipe_name: str) -> Path:
+    return Path(engines_root) / PENDING_DIR / recipe_name
+
+
+class TrtllmCheckpointStage:
+    """ModelOpt FP8 + FP8-KV calibration and the validated TensorRT-LLM checkpoint (checkpoint/, calibration/)."""
+
+    name = "trtllm-checkpoint"
+    version = "1"
+    cacheable = True
+
+    def check(self, ctx: Any) -> None:
+        where = str(ctx.recipe_file)
+        plan_mod.check_recipe(ctx.recipe, where)
+        cfg_path = ctx.source.path / "config.json"
+        if cfg_path.is_file():
+            model_type = json.loads(cfg_path.read_text()).get("model_type")
+            if model_type not in LLAMA_MODEL_TYPES:
+                raise BadInput(
+                    f"{where}: model {ctx.source.path} has model_type {model_type!r}; the trtllm recipes build "
+                    f"Llama-family models ({', '.join(LLAMA_MODEL_TYPES)})"
+                )
+
+    def cache_key(self, ctx: Any) -> dict[str, Any]:
+        r = ctx.recipe
+        return {
+            "source": ctx.source_hashes,
+            "calibration": r.calibration.model_dump(mode="json"),
+            "dtype": r.trtllm.dtype,
+            "tp": r.trtllm.tp_size,
+            "pp": r.trtllm.pp_size,
+            "kv": r.kv_cache.dtype,
+        }
+
+    def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
+        from llmkiln.build.trtllm_calibrate import calibrate
+
+        r = ctx.recipe
+        t0 = time.perf_counter()
+        cal = calibrate(r, ctx.source.path, out_dir)
+        ckpt = out_dir / plan_mod.CHECKPOINT_DIR
+        if cal.trtllm_checkpoint_dir.resolve() != ckpt.resolve():
+            shutil.move(str(cal.trtllm_checkpoint_dir), str(ckpt))
+        calib_dir = out_dir / plan_mod.CALIBRATION_DIR
+        calib_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ctx.source.path / "config.json", calib_dir / "hf_config.json")
+        summary = finalize_checkpoint(ckpt, ctx.source.path, dtype=r.trtllm.dtype, tp_size=r.trtllm.tp_size,
+                                      pp_size=r.trtllm.pp_size)  # fmt: skip
+        return {
+            "checkpoint": summary.to_dict() | {"path": plan_mod.CHECKPOINT_DIR},
+            "calibration": {
+                "implementation": cal.implementation,
+                "samples": r.calibration.samples,
+                "max_seq_len": r.calibration.max_seq_len,
+                "kv_scales_calibrated": _jsonable(cal.kv_scales),
+                "kv_scales_exported": summary.kv_cache_scales,
+            },
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
+
+
+class TrtllmTokenizerStage:
+    """Copy the source tokenizer (and config.json, for AutoTokenizer) into tokenizer/ for pre/postprocessing."""
+
+    name = "trtllm-tokenizer"
+    version = "1"
+    cacheable = False
+
+    def cache_key(self, ctx: Any) -> dict[str, Any]:
+        return {f: h for f, h in ctx.source_hashes.items() if f in TOKENIZER_FILES}
+
+    def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
+        dst = out_dir / TOKENIZER_DIR
+        dst.mkdir(parents=True, exist_ok=True)
+        copied = [n for n in TOKENIZER_FILES if (ctx.source.path / n).is_file()]
+        for n in copied:
+            shutil.copyfile(ctx.source.path / n, dst / n)
+        if not any(n in copied for n in ("tokenizer.json", "tokenizer.model", "vocab.json")):
+            raise BadInput(
+                f"{ctx.source.path}: no tokenizer files (tokenizer.json / tokenizer.model / vocab.json)"
+            )
+        return {"files": copied}
+
+
+class TrtllmRepoStage:
+    """The tensorrtllm Triton repository (triton_repo/), paths pointing at the published engine folder."""
+
+    name = "triton-repo"
+    version = "1"
+    cacheable = False
+
+    def cache_key(self, ctx: Any) -> dict[str, Any]:
+        return {"recipe": ctx.recipe.compute_hash(), "engine_dir": str(ctx.engine_dir)}
+
+    def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
+        return render_repository(ctx.recipe, out_dir, final_dir=ctx.engine_dir)
+
+
+def render_repository(recipe: Any, folder: Path, final_dir: Path) -> dict[str, Any]:
+    """(Re)write folder/triton_repo for an engine folder that will live at `final_dir` on the serving host."""
+    from llmkiln.serve.trtllm_repo_check import check_trtllm_repository
+    from llmkiln.serve.trtllm_repository import TrtllmRepoSpec, tokenize_warmup, write_trtllm_repository
+
+    ids, end_id, pad_id = tokenize_warmup(recipe, folder / TOKENIZER_DIR)
+    spec = TrtllmRepoSpec(
+        recipe, final_dir / plan_mod.ENGINE_DIR, final_dir / TOKENIZER_DIR, ids, end_id, pad_id
+    )
+    upstream = os.environ.get("LLMKILN_TRTLLM_MODELS")
+    repo = write_trtllm_repository(
+        spec,
+        folder / plan_mod.TRITON_REPO_DIR,
+        upstream_models=Path(upstream) if upstream else None,
+        overwrite=True,
+    )
+    problems = check_trtllm_repository(repo)
+    if problems:
+        raise BadInput(f"{repo}: generated repository is invalid:\n  " + "\n  ".join(problems))
+    return {
+        "path": plan_mod.TRITON_REPO_DIR,
+        "engine_dir": str(spec.engine_dir),
+        "warmup_prompts": len(ids),
+        "warmup_tokens": [len(x) for x in ids],
+        "upstream_model_files": bool(upstream),
+    }
+
+
+class TrtllmEngineStage:
+    """plan.json, then trtllm-build on a GPU host, or stop with exit 3 and a plan to resume elsewhere."""
+
+    name = "trtllm-engine"
+    version = "1"
+    cacheable = False
+
+    def cache_key(self, ctx: Any) -> dict[str, Any]:
+        return {"argv": plan_mod.build_argv(ctx.recipe)}
+
+    def describe(self, ctx: Any) -> str:
+        """The whole plan, for --dry-run (nothing is run)."""
+        return plan_mod.render_plan(plan_mod.make_plan(ctx.recipe, recipe_file=ctx.recipe_file, done={}))
+
+    def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
+        scratch = ctx.scratch.setdefault("trtllm", {})
+        done = _done_steps(ctx, out_dir)
+        status = gpu_status()
+        pending = pending_dir(ctx.engines_root, ctx.recipe.name)
+        publish_to = str(Path("..", "..", ctx.recipe.name)) if not status.ok else None
+        plan = plan_mod.make_plan(
+            ctx.recipe,
+            recipe_file=ctx.recipe_file,
+            done=done,
+            manifest_draft=_manifest_draft(ctx),
+            publish_to=publish_to,
+        )
+        if not status.ok:
+            plan_mod.write_plan(out_dir / plan_mod.PLAN_NAME, plan)
+            _stash(out_dir, pending, ctx.recipe.to_yaml())
+            plan_path = pending / plan_mod.PLAN_NAME
+            raise NeedsGpuHost(
+                f"recipe {ctx.recipe.name}: built everything up to the TensorRT-LLM checkpoint and the Triton "
+                f"repository, but trtllm-build needs a GPU host. Missing here: {'; '.join(status.missing)}. "
+                f"Finish on a GPU host (container {plan_mod.PINS['container']}, this checkout at the same path): "
+                f"kiln build --resume {plan_path}"
+            )
+        argv = plan_mod.get_step(plan, "trtllm-build")["argv"]
+        seconds = run_trtllm_build(argv, out_dir, out_dir / "trtllm-build.log")
+        summary = validate_engine(out_dir / plan_mod.ENGINE_DIR, ctx.recipe)
+        for s in plan["steps"]:
+            s["status"] = "done"
+        plan_mod.write_plan(out_dir / plan_mod.PLAN_NAME, plan)
+        scratch["engine"] = summary
+        return {"argv": argv, "build_seconds": round(seconds, 3), "engine": summary,
+                "tensorrt_llm": status.tensorrt_llm_version, "device": status.device}  # fmt: skip
+
+
+def _done_steps(ctx: Any, folder: Path) -> dict[str, dict[str, Any]]:
+    """Results of the CPU steps, re-read from the folder (the cacheable checkpoint stage may not have run)."""
+    hf_config = json.loads((folder / plan_mod.CALIBRATION_DIR / "hf_config.json").read_text())
+    t = ctx.recipe.trtllm
+    ckpt = validate_checkpoint(folder / plan_mod.CHECKPOINT_DIR, hf_config, dtype=t.dtype, tp_size=t.tp_size,
+                               pp_size=t.pp_size)  # fmt: skip
+    meta_path = folder / plan_mod.CALIBRATION_DIR / "calibration.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    calib = {
+        k: meta.get(k) for k in ("samples", "tokens", "max_seq_len", "algorithm", "quant_cfg") if k in meta
+    }
+    ckpt_part = ckpt.to_dict() | {"path": plan_mod.CHECKPOINT_DIR}
+    return {
+        "hash-weights": {"files": len(ctx.source_hashes)},
+        "calibrate": calib
+        | {"outputs": sorted(p.name for p in (folder / plan_mod.CALIBRATION_DIR).iterdir())},
+        "checkpoint": ckpt_part,
+        "triton-repo": {"path": plan_mod.TRITON_REPO_DIR},
+    }
+
+
+def _manifest_draft(ctx: Any) -> dict[str, Any]:
+    """What the pipeline would put in manifest.json, for a resume on another host to complete."""
+    from llmkiln.build.manifest import MANIFEST_FORMAT
+    from llmkiln.build.pipeline import build_key, stages_for
+    from llmkiln.build.weights import split_weight_hashes
+
+    weights, other = split_weight_hashes(ctx.source_hashes)
+    stages = stages_for(ctx.recipe.backend)
+    return {
+        "format": MANIFEST_FORMAT,
+        "recipe": ctx.recipe.name,
+        "recipe_file": str(ctx.recipe_file),
+        "recipe_sha256": ctx.recipe.compute_hash(),
+        "build_key": build_key(ctx.recipe, ctx.source_hashes, ctx.tool_versions, stages),
+        "backend": ctx.recipe.backend,
+        "precision": ctx.recipe.precision,
+        "source": {**ctx.source.describe(), "weights": weights, "files": other},
+        "tool_versions": ctx.tool_versions,
+    }
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _stash(work_dir: Path, pending: Path, resolved_yaml: str) -> None:
+    """Put the assembled folder at engines/.pending/<recipe> (hard links, temp + rename; replaces an older one)."""
+    pending.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=pending.parent, prefix=f".tmp-{pending.name}-"))
+    try:
+        shutil.copytree(work_dir, tmp, dirs_exist_ok=True, copy_function=_link_or_copy)
+        (tmp / RESOLVED_RECIPE_NAME).write_text(resolved_yaml)
+        if pending.exists():
+            shutil.rmtree(pending)
+        tmp.rename(pending)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None:
+        return None
+    for attr in ("to_dict", "model_dump"):
+        fn = getattr(value, attr, None)
+        if callable(fn):
+            return fn()
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return str(value)
