@@ -263,6 +263,9 @@ class ServeCore:
             if final:
                 break
             if n_tokens % CANCEL_CHECK_EVERY == 0 and request.is_cancelled():
+                self.pb.Logger.log_verbose(
+                    f"llmkiln: request {request.request_id()!r} cancelled by the client"
+                )
                 handle.cancel()
                 sender.send(flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 return

@@ -9,6 +9,7 @@ clean shutdown can be verified (no /dev/shm/<prefix>* left).
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import re
 import signal
@@ -29,6 +30,7 @@ from llmkiln.serve.backend_env import assemble_backend_dir, find_triton, server_
 
 SHM_DIR = Path("/dev/shm")
 SHM_BASE_PREFIX = "triton_python_backend_shm_region"
+EXIT_MARGIN_S = 5.0
 ERROR_LINE = re.compile(r"^E\d{4} ")
 
 
@@ -82,6 +84,7 @@ class TritonServer:
         self._reader: threading.Thread | None = None
         self._log: IO[str] | None = None
         self.log_path: Path | None = None
+        self.forced_exit = False
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -208,20 +211,54 @@ class TritonServer:
                 )
             time.sleep(0.2)
 
-    def stop(self, grace_s: float | None = None) -> int | None:
-        """SIGTERM, wait for the graceful exit (exit timeout + margin), SIGKILL as the last resort."""
+    def terminate(self) -> None:
+        """Ask for a graceful shutdown (SIGTERM): Triton waits up to the exit timeout for in-flight requests."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait_exit(self, grace_s: float | None = None) -> int | None:
+        """Wait for the exit; past the exit timeout (+ margin) SIGKILL the process group and clean up after it.
+
+        Triton 2.51 keeps a model "live" while a client holds a gRPC stream open and then never exits on its
+        own; the python stub dies with its parent but cannot unlink its shared memory. This server's processes
+        and /dev/shm files carry its unique prefix, so they are removed here and nothing is left behind.
+        """
         if self.proc is None:
             return None
-        grace_s = self.cfg.exit_timeout_s + 15 if grace_s is None else grace_s
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
+        grace_s = self.cfg.exit_timeout_s + EXIT_MARGIN_S if grace_s is None else grace_s
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.forced_exit = True
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+            self.proc.wait()
         self._join_reader()
+        self._clean_leftovers()
         return self.proc.returncode
+
+    def stop(self, grace_s: float | None = None) -> int | None:
+        """terminate() then wait_exit(); returns tritonserver's exit code (-9 when it had to be killed)."""
+        self.terminate()
+        return self.wait_exit(grace_s)
+
+    def _clean_leftovers(self) -> None:
+        deadline = time.monotonic() + 5
+        while self.leftover_processes() and time.monotonic() < deadline:
+            time.sleep(0.1)  # stubs notice their parent is gone and exit by themselves
+        for pid in self.leftover_processes():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        removed = 0
+        for f in self.leftover_shm():
+            with contextlib.suppress(FileNotFoundError):
+                f.unlink()
+                removed += 1
+        if self.forced_exit:
+            self.lines.append(
+                f"llmkiln: tritonserver did not exit within the exit timeout ({self.cfg.exit_timeout_s} s; "
+                f"a client kept a stream open?): killed it and removed {removed} shared-memory file(s)"
+            )
 
     def _join_reader(self) -> None:
         if self._reader is not None:
@@ -229,6 +266,20 @@ class TritonServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+    def leftover_processes(self) -> list[int]:
+        """Pids of this server's processes still alive (tritonserver and its python stubs carry the shm prefix)."""
+        pids = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                cmdline = (proc / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if self.shm_prefix.encode() in cmdline:
+                pids.append(int(proc.name))
+        return pids
 
     def leftover_shm(self) -> list[Path]:
         """This server's python-backend shared-memory files still in /dev/shm."""
@@ -258,14 +309,14 @@ def serve_forever(server: TritonServer, on_ready: Callable[[TritonServer], None]
             server.wait_ready()
         except ServerFailed:
             if stopping.is_set():  # interrupted while loading: a requested stop, not a failure
-                return int(server.stop() or 0)
+                return int(server.wait_exit() or 0)
             raise
         if on_ready is not None:
             on_ready(server)
         assert server.proc is not None
-        while server.proc.poll() is None:
+        while server.proc.poll() is None and not stopping.is_set():
             time.sleep(0.2)
-        code = server.stop()
+        code = server.wait_exit()
         if not stopping.is_set():
             raise ServerFailed(
                 f"tritonserver exited unexpectedly with code {code}.\n{server.failure_report()}"
