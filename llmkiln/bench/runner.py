@@ -52,13 +52,30 @@ class BenchConfig:
             raise BadInput(f"--requests must be positive, got {self.requests_per_level}")
         if self.warmup_requests < 0:
             raise BadInput(f"--warmup-requests must be zero or more, got {self.warmup_requests}")
-        need = self.warmup_requests + self.requests_per_level * len(self.concurrency)
+        need = requests_needed(self.requests_per_level, self.concurrency, self.warmup_requests)
         if len(self.workload.requests) < need:
             raise BadInput(f"workload has {len(self.workload.requests)} requests, the run needs {need}")
 
 
+def per_level(requests_per_level: int, concurrency: int) -> int:
+    """Requests measured at one level: N, but at least the concurrency (else the level never reaches it)."""
+    return max(requests_per_level, concurrency)
+
+
 def requests_needed(requests_per_level: int, levels: Sequence[int], warmup: int) -> int:
-    return warmup + requests_per_level * len(levels)
+    return warmup + sum(per_level(requests_per_level, c) for c in levels)
+
+
+def level_slices(
+    workload: Workload, levels: Sequence[int], requests_per_level: int, warmup: int
+) -> dict[int, list]:
+    """The disjoint request slices of each level, after the first `warmup` requests."""
+    out, start = {}, warmup
+    for c in levels:
+        n = per_level(requests_per_level, c)
+        out[c] = list(workload.requests[start : start + n])
+        start += n
+    return out
 
 
 async def _run(cfg: BenchConfig) -> tuple[BenchReport, dict[int, list[RequestRecord]]]:
@@ -68,7 +85,8 @@ async def _run(cfg: BenchConfig) -> tuple[BenchReport, dict[int, list[RequestRec
         io = await fetch_model_io(client, cfg.model)
         reqs = cfg.workload.requests
         warm = reqs[: cfg.warmup_requests]
-        total = len(warm) + cfg.requests_per_level * len(cfg.concurrency)
+        slices = level_slices(cfg.workload, cfg.concurrency, cfg.requests_per_level, cfg.warmup_requests)
+        total = len(warm) + sum(len(x) for x in slices.values())
         records: dict[int, list[RequestRecord]] = {}
         with Progress(
             TextColumn("{task.description}"),
@@ -85,11 +103,8 @@ async def _run(cfg: BenchConfig) -> tuple[BenchReport, dict[int, list[RequestRec
 
             if warm:
                 await run_level(client, cfg.model, io, warm, max(cfg.concurrency), cfg.timeout_s, done)
-            start = len(warm)
-            for c in cfg.concurrency:
+            for c, chunk in slices.items():
                 bar.update(task, description=f"{cfg.label} {cfg.workload.name} c={c}")
-                chunk = reqs[start : start + cfg.requests_per_level]
-                start += cfg.requests_per_level
                 records[c] = await run_level(client, cfg.model, io, chunk, c, cfg.timeout_s, done)
     finally:
         await client.close()

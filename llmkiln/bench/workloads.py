@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -342,13 +341,3 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         return Tokenizer.from_file(str(f))
     except Exception as exc:  # tokenizers raises a plain Exception on bad JSON
         raise BadInput(f"--tokenizer {f}: not a tokenizers JSON file ({exc})") from None
-
-
-def split_concurrency(
-    requests: Sequence[BenchRequest], levels: Sequence[int], per_level: int
-) -> list[list[BenchRequest]]:
-    """Consecutive, disjoint slices of `per_level` requests, one per concurrency level."""
-    need = per_level * len(levels)
-    if len(requests) < need:
-        raise BadInput(f"workload has {len(requests)} requests, {need} needed for {len(levels)} levels")
-    return [list(requests[i * per_level : (i + 1) * per_level]) for i in range(len(levels))]

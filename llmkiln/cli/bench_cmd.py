@@ -37,7 +37,12 @@ def _run_options(f):
         ),
         click.option("--concurrency", default="1,4,8,16", show_default=True, help="Comma-separated levels."),
         click.option(
-            "--requests", "requests_", type=int, default=16, show_default=True, help="Requests per level."
+            "--requests",
+            "requests_",
+            type=int,
+            default=16,
+            show_default=True,
+            help="Requests per level (at least the level's concurrency).",
         ),
         click.option("--warmup-requests", type=int, default=0, show_default=True, help="0 = cold mode."),
         click.option("--seed", type=int, default=0, show_default=True),
@@ -196,7 +201,15 @@ def compare_cmd(a: str, b: str, out: str | None, markdown: str | None, all_stats
 @click.option(
     "--requests", "requests_", type=int, default=None, help="Requests per level (overrides the default)."
 )
-@click.option("--out-dir", type=click.Path(file_okay=False), default="bench/results", show_default=True)
+@click.option(
+    "--out-dir",
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default="bench/results",
+    show_default=True,
+)
+@click.option("--engines-dir", type=click.Path(file_okay=False), default="engines", show_default=True)
 @click.option("--no-peers", is_flag=True, help="Skip onnxruntime-genai and transformers.")
 @click.option(
     "--only",
@@ -205,13 +218,16 @@ def compare_cmd(a: str, b: str, out: str | None, markdown: str | None, all_stats
     help="Run only these workloads (repeatable).",
 )
 def experiment_cmd(
-    quick: bool, requests_: int | None, out_dir: str, no_peers: bool, only: tuple[str, ...]
+    quick: bool, requests_: int | None, out_dir: str, engines_dir: str, no_peers: bool, only: tuple[str, ...]
 ) -> None:
     """`make bench-ttft`: baseline vs optimized recipe on one engine, each served by tritonserver."""
+    from dataclasses import replace
+
     from llmkiln.bench.experiment import ExperimentConfig, run_experiment
 
     cfg = ExperimentConfig.make(
         quick=quick, requests=requests_, out_dir=Path(out_dir), peers=not no_peers, only=only
     )
+    cfg = replace(cfg, engines_root=Path(engines_dir))
     summary = run_experiment(cfg)
     click.echo(summary)

@@ -1,0 +1,198 @@
+"""`kiln bench experiment` (`make bench-ttft`): same weights, lower TTFT.
+
+One engine (bench-llama-125m, fp32, 4096 context) and two recipes that differ only in runtime settings:
+bench-baseline (no prefix reuse, no chunked prefill, static batching) and bench-optimized (prefix reuse, chunked
+prefill, in-flight batching). Each is served by tritonserver on free loopback ports and measured with the same
+seeded workloads: shared-prefix over the concurrency sweep, unique and mixed-long-short at one level. Then the
+peers (onnxruntime-genai og.Engine and og.Generator, transformers) run the shared-prefix requests of that level
+in-process on the same ONNX file / source weights. Results go to OUT_DIR: one JSON report per (system, workload),
+raw per-request JSONL under OUT_DIR/raw/ (git-ignored), PNG plots, summary.json and SUMMARY.md.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from rich.console import Console
+
+from llmkiln.bench.peers import PEERS, run_peer
+from llmkiln.bench.report import BenchReport, print_report, save_records, save_report, write_atomic
+from llmkiln.bench.runner import BenchConfig, level_slices, requests_needed, run_bench
+from llmkiln.bench.serving import serve_engine
+from llmkiln.bench.summary import summarize_experiment
+from llmkiln.bench.workloads import WorkloadSpec, build_workload, load_tokenizer
+from llmkiln.errors import BadInput
+
+WORKLOAD_NAMES = ("shared-prefix", "unique", "mixed-long-short")
+
+
+@dataclass
+class ExperimentConfig:
+    """Sizes of the experiment. The defaults take ≈ 15 minutes on 2 idle cores."""
+
+    out_dir: Path = Path("bench/results")
+    engines_root: Path = Path("engines")
+    baseline: str = "bench-baseline"
+    optimized: str = "bench-optimized"
+    seed: int = 0
+    levels: tuple[int, ...] = (1, 4, 8, 16)
+    requests: int = 8  # per shared-prefix level (at least the level's concurrency)
+    warmup: int = 2  # per workload and server, not measured (primes the prefix cache: warm mode)
+    side_concurrency: int = 8  # unique, mixed-long-short and the peers run at this level
+    side_requests: int = 8  # unique requests; mixed-long-short gets twice as many
+    system_tokens: int = 1500
+    user_tokens: tuple[int, int] = (50, 200)
+    output_tokens: int = 64
+    prompt_tokens: tuple[int, int] = (1550, 1700)
+    long_tokens: int = 2048
+    short_tokens: tuple[int, int] = (32, 128)
+    long_every: int = 8
+    peers: tuple[str, ...] = PEERS
+    workloads: tuple[str, ...] = WORKLOAD_NAMES
+    timeout_s: float = 900.0
+    quick: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def make(
+        cls,
+        quick: bool = False,
+        requests: int | None = None,
+        out_dir: Path | None = None,
+        peers: bool = True,
+        only: tuple[str, ...] = (),
+    ) -> ExperimentConfig:
+        cfg = cls()
+        if quick:
+            # Minutes on a busy machine: shorter prompts, fewer levels and requests. Same code paths.
+            cfg = replace(
+                cfg,
+                quick=True,
+                levels=(1, 4),
+                requests=4,
+                warmup=1,
+                side_concurrency=4,
+                side_requests=4,
+                system_tokens=512,
+                user_tokens=(16, 64),
+                output_tokens=16,
+                prompt_tokens=(528, 576),
+                long_tokens=1024,
+                short_tokens=(16, 64),
+                long_every=4,
+                out_dir=Path("bench/results/raw/quick"),  # git-ignored: a check, not a result
+            )
+        if requests is not None:
+            if requests <= 0:
+                raise BadInput(f"--requests must be positive, got {requests}")
+            cfg = replace(cfg, requests=requests, side_requests=requests)
+        if out_dir is not None and not (quick and out_dir == Path("bench/results")):
+            cfg = replace(cfg, out_dir=Path(out_dir))
+        if not peers:
+            cfg = replace(cfg, peers=())
+        if only:
+            cfg = replace(cfg, workloads=tuple(w for w in WORKLOAD_NAMES if w in only))
+        return cfg
+
+    def spec(self, name: str) -> tuple[WorkloadSpec, tuple[int, ...], int]:
+        """(workload spec, concurrency levels, requests per level) of one workload."""
+        if name == "shared-prefix":
+            levels, per = self.levels, self.requests
+        elif name == "unique":
+            levels, per = (self.side_concurrency,), self.side_requests
+        else:
+            levels, per = (self.side_concurrency,), 2 * self.side_requests
+        n = requests_needed(per, levels, self.warmup)
+        spec = WorkloadSpec(
+            name=name,
+            num_requests=n,
+            seed=self.seed,
+            output_tokens=self.output_tokens,
+            system_tokens=self.system_tokens,
+            user_tokens=self.user_tokens,
+            prompt_tokens=self.prompt_tokens,
+            long_tokens=self.long_tokens,
+            short_tokens=self.short_tokens,
+            long_every=self.long_every,
+        )
+        return spec, levels, per
+
+
+def _build(recipe: str, engines_root: Path) -> Path:
+    from llmkiln.build.pipeline import build_engine
+
+    return build_engine(recipe, engines_root=engines_root).engine_dir
+
+
+def run_experiment(cfg: ExperimentConfig, console: Console | None = None) -> str:
+    """Run everything, write the results, return the Markdown summary."""
+    console = console or Console()
+    t_start = time.perf_counter()
+    out = Path(cfg.out_dir)
+    engines = {r: _build(r, cfg.engines_root) for r in (cfg.baseline, cfg.optimized)}
+    tok = load_tokenizer(engines[cfg.baseline])
+    workloads = {}
+    for name in cfg.workloads:
+        spec, levels, per = cfg.spec(name)
+        workloads[name] = (build_workload(tok, spec), levels, per)
+
+    reports: dict[str, dict[str, BenchReport]] = {}
+    for recipe, engine_dir in engines.items():
+        reports[recipe] = {}
+        console.rule(f"{recipe}: serving {engine_dir}")
+        with serve_engine(engine_dir) as served:
+            console.print(f"ready in {served.ready_s:.1f} s at {served.url}")
+            for name, (wl, levels, per) in workloads.items():
+                bench = BenchConfig(
+                    url=served.url,
+                    model=served.model,
+                    workload=wl,
+                    concurrency=levels,
+                    requests_per_level=per,
+                    warmup_requests=cfg.warmup,
+                    label=recipe,
+                    timeout_s=cfg.timeout_s,
+                    extra={"recipe": recipe, "engine_dir": str(engine_dir), "server_ready_s": served.ready_s},
+                )
+                report, records = run_bench(bench)
+                print_report(report, console)
+                save_report(report, out / recipe / f"{name}.json")
+                save_records(records, out / "raw" / f"{recipe}-{name}.jsonl")
+                reports[recipe][name] = report
+
+    peer_reports: dict[str, BenchReport] = {}
+    if cfg.peers and "shared-prefix" in workloads:
+        wl, levels, per = workloads["shared-prefix"]
+        c = cfg.side_concurrency
+        if c not in levels:
+            c = max(levels)
+        slice_c = level_slices(wl, levels, per, cfg.warmup)[c]
+        model_dir = _source_dir(engines[cfg.baseline])
+        for peer in cfg.peers:
+            console.rule(f"peer {peer}: shared-prefix c={c}, {len(slice_c)} requests")
+            rep = run_peer(peer, engines[cfg.baseline], model_dir, wl, slice_c, c)
+            print_report(rep, console)
+            save_report(rep, out / "peers" / f"{peer}.json")
+            peer_reports[peer] = rep
+
+    cfg_dump = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+    cfg_dump["wall_s"] = time.perf_counter() - t_start
+    summary, markdown = summarize_experiment(
+        cfg_dump, cfg.baseline, cfg.optimized, reports, peer_reports, out
+    )
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_atomic(out / "SUMMARY.md", markdown)
+    return markdown
+
+
+def _source_dir(engine_dir: Path) -> Path | None:
+    """The source checkpoint recorded in the engine manifest (for the transformers peer)."""
+    try:
+        manifest = json.loads((engine_dir / "manifest.json").read_text())
+        p = Path(manifest["source"]["path"])
+    except (OSError, KeyError, ValueError):
+        return None
+    return p if p.is_dir() else None

@@ -1,0 +1,45 @@
+"""The experiment's two recipes: same engine, different runtime settings only."""
+
+from __future__ import annotations
+
+from llmkiln.bench.experiment import ExperimentConfig
+from llmkiln.recipe import load_recipe
+
+RUNTIME_FIELDS = {("kv_cache", "prefix_reuse"), ("scheduler", "chunked_prefill"), ("scheduler", "batching")}
+
+
+def _flat(d, prefix=()):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _flat(v, (*prefix, k))
+        else:
+            yield (*prefix, k), v
+
+
+def test_bench_recipes_differ_only_in_runtime_settings():
+    a, _ = load_recipe("bench-baseline")
+    b, _ = load_recipe("bench-optimized")
+    fa = dict(_flat(a.model_dump(mode="json", exclude={"name", "description"})))
+    fb = dict(_flat(b.model_dump(mode="json", exclude={"name", "description"})))
+    assert {k for k in fa if fa[k] != fb[k]} == RUNTIME_FIELDS
+    assert (
+        a.kv_cache.prefix_reuse is False
+        and a.scheduler.chunked_prefill is False
+        and a.scheduler.batching == "static"
+    )
+    assert (
+        b.kv_cache.prefix_reuse is True
+        and b.scheduler.chunked_prefill is True
+        and b.scheduler.batching == "inflight"
+    )
+    assert a.model.generated == "bench-llama-125m" and a.precision == "fp32" and a.limits.max_seq_len == 4096
+
+
+def test_experiment_sizes():
+    full = ExperimentConfig.make()
+    assert full.levels == (1, 4, 8, 16) and full.system_tokens == 1500 and full.output_tokens == 64
+    quick = ExperimentConfig.make(quick=True)
+    assert quick.quick and str(quick.out_dir).startswith("bench/results/raw")
+    spec, levels, per = full.spec("shared-prefix")
+    assert spec.num_requests == full.warmup + sum(max(per, c) for c in levels)
+    assert ExperimentConfig.make(requests=3, peers=False, only=("unique",)).workloads == ("unique",)
