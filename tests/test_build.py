@@ -137,6 +137,28 @@ def test_failed_build_leaves_no_engine_folder(tmp_path: Path, stories_dir: Path,
     assert not list(engines.glob(".tmp-*"))
 
 
+class InterruptedStage(FailingStage):
+    def run(self, ctx, out_dir: Path) -> dict:
+        raise KeyboardInterrupt
+
+
+def test_interrupted_build_cleans_up_and_stale_temp_folders_go(
+    tmp_path: Path, stories_dir: Path, monkeypatch
+) -> None:
+    engines = tmp_path / "engines"
+    recipe = write_variant(tmp_path, "ctrl-c", stories_dir)
+    with monkeypatch.context() as m:
+        m.setitem(STAGE_REGISTRY, "onnx-cpu", [*STAGE_REGISTRY["onnx-cpu"], InterruptedStage()])
+        with pytest.raises(KeyboardInterrupt):
+            build_engine(recipe, engines)
+    assert not (engines / "ctrl-c").exists() and not list(engines.glob(".tmp-*"))
+    # a folder left by a killed build (SIGKILL: no cleanup) is removed by the next build of that recipe
+    (engines / ".tmp-ctrl-c@killed").mkdir()
+    (engines / ".tmp-ctrl-c-other@live").mkdir()  # another recipe's: untouched
+    build_engine(recipe, engines)
+    assert not (engines / ".tmp-ctrl-c@killed").exists() and (engines / ".tmp-ctrl-c-other@live").exists()
+
+
 def test_failed_rebuild_keeps_the_previous_engine(tmp_path: Path, stories_dir: Path, monkeypatch) -> None:
     engines = tmp_path / "engines"
     recipe = write_variant(tmp_path, "keeps", stories_dir)

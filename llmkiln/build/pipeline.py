@@ -6,7 +6,7 @@ How a build runs (build_engine):
  2. Hash the source files (sha256, cached by size+mtime in engines/.cache/hashes.json) and compute the whole-build
     key = recipe hash + source hashes + tool versions + stage names/versions. If engines/<recipe>/manifest.json
     carries the same key (and its files exist), the build is a no-op ("up to date"); `force=True` rebuilds.
- 3. Run the backend's stages in order into a temp folder engines/.tmp-<recipe>-*/, write recipe.resolved.yaml and
+ 3. Run the backend's stages in order into a temp folder engines/.tmp-<recipe>@*/, write recipe.resolved.yaml and
     manifest.json, then rename the folder to engines/<recipe>. Any exception removes the temp folder, so an
     interrupted build never leaves a half-written engines/<recipe>.
 
@@ -260,11 +260,17 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def _remove_stale(engines_root: Path, name: str) -> None:
+    """Temp/old folders of this recipe left by a killed build (we hold the recipe's lock, so none is live)."""
+    for stale in [*engines_root.glob(f".tmp-{name}@*"), *engines_root.glob(f".old-{name}@*")]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 def _publish(tmp: Path, engine_dir: Path) -> None:
     """Rename the finished temp folder to engine_dir, replacing an older engine."""
     old = None
     if engine_dir.exists():
-        old = engine_dir.parent / f".old-{engine_dir.name}-{os.getpid()}-{time.monotonic_ns()}"
+        old = engine_dir.parent / f".old-{engine_dir.name}@{os.getpid()}-{time.monotonic_ns()}"
         engine_dir.rename(old)
     tmp.rename(engine_dir)
     if old is not None:
@@ -316,7 +322,8 @@ def build_engine(
             return BuildResult(engine_dir, True, existing, seconds)
 
         progress.start(recipe.name, str(engine_dir))
-        tmp = Path(tempfile.mkdtemp(dir=engines_root, prefix=f".tmp-{recipe.name}-"))
+        _remove_stale(engines_root, recipe.name)
+        tmp = Path(tempfile.mkdtemp(dir=engines_root, prefix=f".tmp-{recipe.name}@"))
         tmp.chmod(0o755)
         ctx.work_dir = tmp
         try:

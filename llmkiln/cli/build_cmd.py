@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import click
@@ -68,6 +69,8 @@ def build(
     if recipe is None:
         raise click.UsageError("give a RECIPE (or --resume PLAN)")
     progress = make_progress("json" if as_json else "quiet" if quiet else "rich")
+    # SIGTERM (e.g. a CI timeout) unwinds like Ctrl-C, so the pipeline removes its temp folder.
+    signal.signal(signal.SIGTERM, _interrupt)
     result = build_engine(
         recipe,
         engines_dir,
@@ -79,6 +82,10 @@ def build(
     )
     if result.dry_run and not quiet:
         click.echo(json.dumps(result.manifest, indent=2) if as_json else _plan_text(result.manifest))
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _plan_text(plan: dict) -> str:
