@@ -23,7 +23,12 @@ TAILS = [
     " near the tree. Her mom said",
     " and a small cat",
 ]
-OTHERS = ["Tom had a toy car.", "The sun was hot and the bird sang a happy song in the tall green tree."]
+OTHERS = [
+    "Tom had a toy car.",
+    "The dog ran fast.",
+    "Sue saw a big cat.",
+    "The sun was hot and the bird sang a happy song in the tall green tree.",
+]
 MAX_TOKENS = 12
 # small budgets so chunks interleave with decodes and several fresh prompts batch together
 SMALL = {"max_batch_size": 4, "max_num_tokens": 48, "max_prefill_tokens": 16, "max_queue_size": 32}
@@ -31,6 +36,10 @@ VARIANTS = {
     "inflight+reuse+chunk": {"scheduler": SMALL},
     "inflight+reuse, no chunk": {"scheduler": {**SMALL, "chunked_prefill": False}},
     "inflight, no reuse, chunk": {"scheduler": SMALL, "kv_cache": {"prefix_reuse": False}},
+    "inflight, no reuse, no chunk": {
+        "scheduler": {**SMALL, "chunked_prefill": False, "max_batch_size": 8},
+        "kv_cache": {"prefix_reuse": False},
+    },
     "static+reuse+chunk": {"scheduler": {**SMALL, "batching": "static", "static_batch_timeout_ms": 5}},
 }
 
@@ -68,13 +77,16 @@ def alone(engine_dir):
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_concurrent_greedy_equals_alone(engine_dir, alone, variant):
     prompts, expected = alone
-    eng = LLMEngine.from_engine_dir(engine_dir, _overrides(VARIANTS[variant])).start()
+    eng = LLMEngine.from_engine_dir(engine_dir, _overrides(VARIANTS[variant]))
     try:
         params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
-        # the first request warms the prefix cache; the rest arrive together
+        # the first request warms the prefix cache; the rest arrive together (queued before the thread starts)
         first = eng.submit(prompts[0], params)
+        while not first.finished:  # static batching: step() idles until the batch timeout
+            eng.step()
         assert first.result(timeout=60) == expected[0]
         handles = [eng.submit(p, params) for p in prompts[1:]]
+        eng.start()
         for h, want in zip(handles, expected[1:], strict=True):
             assert h.result(timeout=60) == want, variant
         m = eng.metrics()

@@ -1,0 +1,124 @@
+"""Quantized prefix-block storage: bounded round-trip error, 2-4x more tokens in the same byte budget,
+calibrated scales, and a real engine serving prefix hits from an int8/fp8/fp16 store."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from llmkiln.errors import BadInput
+from llmkiln.runtime.kv_quant import BlockData, KvScales, bytes_per_block, dequantize, quantize
+
+L, H, T, D = 5, 4, 16, 8
+
+
+def _kv(seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((L, 2, H, T, D)).astype(np.float32)
+    x[:, :, 1] *= 20.0  # heads with very different ranges: per-head scales matter
+    return x
+
+
+@pytest.mark.parametrize(
+    ("dtype", "rel_bound"),
+    [("fp16", 1e-3), ("int8", 0.5 / 127 + 1e-6), ("fp8", 2**-4 + 1e-6)],
+)
+def test_round_trip_error_is_bounded(dtype, rel_bound):
+    x = _kv()
+    q, scales = quantize(x, dtype)
+    y = dequantize(q, scales, dtype)
+    amax = np.abs(x).max(axis=(-2, -1), keepdims=True)
+    if dtype == "int8":  # at most half a step of amax/127 per (layer, k/v, head)
+        assert np.all(np.abs(y - x) <= amax * rel_bound)
+    else:  # relative error of the float format (fp8 e4m3: 3 mantissa bits), plus subnormals near 0
+        assert np.all(np.abs(y - x) <= np.abs(x) * rel_bound + amax * 2**-9)
+    assert q.dtype.itemsize == {"fp16": 2, "int8": 1, "fp8": 1}[dtype]
+
+
+def test_same_budget_holds_more_tokens():
+    budget = 8 * 2**20
+    tokens = {d: budget // bytes_per_block(d, L, H, T, D) * T for d in ("fp32", "fp16", "int8", "fp8")}
+    assert tokens["fp16"] / tokens["fp32"] == pytest.approx(2.0, rel=0.01)
+    for d in ("int8", "fp8"):
+        assert 3.5 <= tokens[d] / tokens["fp32"] <= 4.0
+    data = BlockData("int8", 4, L, H, T, D)
+    assert data.nbytes == 4 * bytes_per_block("int8", L, H, T, D)
+
+
+def test_block_data_write_read():
+    x = _kv(1)
+    for dtype in ("fp32", "fp16", "int8", "fp8"):
+        data = BlockData(dtype, 3, L, H, T, D)
+        data.write(2, x)
+        y = data.read(2)
+        rel = {"fp32": 0.0, "fp16": 1e-3, "int8": 0.5 / 127, "fp8": 2**-4}[dtype]
+        assert np.max(np.abs(y - x)) <= rel * np.max(np.abs(x)) + 1e-7, dtype
+
+
+def test_calibrated_scales_are_used_and_validated(tmp_path):
+    x = _kv(2)
+    amax = np.abs(x).max(axis=(-2, -1))  # (L, 2, H)
+    layers = [
+        {"k_scale": (amax[i, 0] / 448).tolist(), "v_scale": (amax[i, 1] / 448).tolist()} for i in range(L)
+    ]
+    path = tmp_path / "kv_scales.json"
+    path.write_text(json.dumps({"dtype": "fp8", "layers": layers}))
+    scales = KvScales.load(path, L, H)
+    np.testing.assert_allclose(scales.for_dtype("int8"), amax / 127, rtol=1e-5)
+    data = BlockData("int8", 1, L, H, T, D, static_scales=scales)
+    data.write(0, x)
+    np.testing.assert_allclose(data.scales[0], amax / 127, rtol=1e-5)
+    # a static scale smaller than the data clips instead of overflowing
+    small = KvScales("int8", np.full((L, 2, H), 1e-3, np.float32))
+    data = BlockData("int8", 1, L, H, T, D, static_scales=small)
+    data.write(0, x)
+    assert np.max(np.abs(data.read(0))) <= 127 * 1e-3 + 1e-6
+    path.write_text(json.dumps({"dtype": "fp8", "layers": layers[:2]}))
+    with pytest.raises(BadInput, match="layers"):
+        KvScales.load(path, L, H)
+    bad = [dict(layer) for layer in layers]
+    bad[1]["v_scale"] = [0.0] * H
+    path.write_text(json.dumps({"dtype": "int8", "layers": bad}))
+    with pytest.raises(BadInput, match=r"layers\.1\.v_scale"):
+        KvScales.load(path, L, H)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["fp16", "int8", "fp8"])
+def test_engine_with_quantized_store(engine_factory, dtype):
+    from llmkiln.runtime.engine import LLMEngine
+    from llmkiln.runtime.request import SamplingParams
+    from llmkiln.runtime.simple import SimpleGenerator
+
+    engine_dir = engine_factory("stories-fp32")
+    eng = LLMEngine.from_engine_dir(
+        engine_dir, {"kv_cache": {"dtype": dtype, "max_bytes": 2**20}, "scheduler": {"intra_op_threads": 1}}
+    )
+    assert eng.runner.blocks.dtype == dtype
+    text = "Once upon a time there was a little girl named Lily. She loved to play outside in the park with"
+    prompt = eng.encode(text)
+    captured = {}
+    execute = eng.runner.execute
+
+    def recording(plan):
+        out = execute(plan)
+        captured.update({c.request_id: out[c.request_id].copy() for c in plan.prefills if c.sample})
+        return out
+
+    eng.runner.execute = recording
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    eng.submit(prompt, params, request_id="warm")
+    while eng.step():
+        pass
+    h = eng.submit(prompt + [prompt[5]], params, request_id="hit")
+    while eng.step():
+        pass
+    assert h.num_cached_tokens == (len(prompt) // 16) * 16 > 0
+    full = SimpleGenerator(engine_dir).prompt_logits(prompt + [prompt[5]])[-1]
+    err = np.max(np.abs(captured["hit"] - full))
+    spread = np.ptp(full)
+    assert err <= {"fp16": 1e-2, "int8": 0.1, "fp8": 0.25}[dtype] * spread, err
+    assert int(np.argmax(captured["hit"])) == int(np.argmax(full))
+    eng.shutdown()
