@@ -81,11 +81,20 @@ def load_engine(engine_dir: Path, loader: str | None = None) -> EngineKit:
         from llmkiln.runtime.request import RequestRejected, SamplingParams  # noqa: PLC0415
 
         engine = LLMEngine.from_engine_dir(engine_dir)
-        kit = EngineKit(
-            engine, SamplingParams, (RequestRejected,), lambda: IncrementalDetokenizer(engine.tokenizer)
-        )
+
+        def detok(handle: Any) -> IncrementalDetokenizer:
+            # The prompt is context only: the first generated word keeps its leading space.
+            return IncrementalDetokenizer(engine.tokenizer, prompt_ids=handle.prompt_ids)
+
+        kit = EngineKit(engine, SamplingParams, (RequestRejected,), detok)
     engine.start()
     return kit
+
+
+def _clock() -> str:
+    """Local wall-clock time like Triton's log lines (HH:MM:SS.micro)."""
+    now = time.time()
+    return time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1e6):06d}"
 
 
 class _FinalHook:
@@ -207,7 +216,10 @@ class ServeCore:
         if self.warmup_finished == self.warmup_total and self.warmup_started is not None:
             took = time.perf_counter() - self.warmup_started
             self.metrics.warmup_seconds.set(took)
-            self.pb.Logger.log_info(f"llmkiln: warmup done: {self.warmup_total} requests in {took:.3f} s")
+            # Stamped here (before the last FINAL response) because the stub ships log lines asynchronously.
+            self.pb.Logger.log_info(
+                f"llmkiln: warmup done: {self.warmup_total} requests in {took:.3f} s (finished at {_clock()})"
+            )
 
     def _get_array(self, request: Any) -> Callable[[str], Any]:
         def get(name: str) -> Any:
