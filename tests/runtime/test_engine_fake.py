@@ -1,0 +1,153 @@
+"""LLMEngine with the fake runner: thread-safe submission, sync and async streams, cancel, metrics, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from llmkiln.runtime.engine import LLMEngine
+from llmkiln.runtime.handle import RequestFailed
+from llmkiln.runtime.request import BadRequestParams, QueueFull, SamplingParams
+from llmkiln.runtime.scheduler import SchedulerConfig
+
+from .conftest import VOCAB, FakeRunner, reference_generate
+
+
+def make_engine(**overrides) -> LLMEngine:
+    base = dict(
+        max_batch_size=4, max_num_tokens=32, max_prefill_tokens=8, tokens_per_block=4, max_input_len=100
+    )
+    base.update(overrides)
+    config = SchedulerConfig(**base)
+    return LLMEngine(config, FakeRunner(config.max_batch_size, 32, config.tokens_per_block))
+
+
+def _prompt(i: int, n: int = 11) -> list[int]:
+    return [3 + (i * 7 + j * 3) % (VOCAB - 3) for j in range(n)]
+
+
+def test_threads_submit_concurrently_and_get_their_own_tokens():
+    eng = make_engine(max_queue_size=200).start()
+    results: dict[int, list[int]] = {}
+    errors = []
+
+    def client(i: int) -> None:
+        try:
+            prompt = [5, 6, 7, 8, 9, 10, 11, 12] + _prompt(i)  # shared 2-block prefix
+            h = eng.submit(prompt, SamplingParams(max_tokens=6))
+            results[i] = (prompt, [ev.token_id for ev in h])
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors
+    for prompt, tokens in results.values():
+        assert tokens == reference_generate(prompt, 6)
+    m = eng.metrics()
+    assert m["requests_finished"] == 24 and m["generated_tokens"] == 24 * 6
+    assert m["prefix_cache_hits"] >= 1 and m["prefix_cache_hit_tokens"] >= 8
+    assert m["num_running"] == 0 and m["kv_blocks_pinned"] == 0
+    eng.shutdown()
+
+
+def test_async_stream_and_timings():
+    eng = make_engine().start()
+
+    async def main():
+        h = eng.submit(_prompt(1), SamplingParams(max_tokens=5), request_id="x")
+        events = [ev async for ev in h.aiter()]
+        again = [ev async for ev in h.aiter()]  # a late consumer replays the stream
+        return h, events, again
+
+    h, events, again = asyncio.run(main())
+    assert [e.token_id for e in events] == reference_generate(_prompt(1), 5)
+    assert [e.index for e in events] == list(range(5))
+    assert events[-1].finished and events[-1].finish_reason == "length" and again == events
+    t = h.timings
+    assert t.arrival_ns <= t.first_scheduled_ns <= t.first_token_ns <= t.finish_ns
+    assert t.queue_ns >= 0 and t.prefill_ns >= 0
+    assert h.result() == [e.token_id for e in events]
+    eng.shutdown()
+
+
+def test_cancel_waiting_and_running():
+    eng = make_engine(max_batch_size=1)
+    running = eng.submit(_prompt(2), SamplingParams(max_tokens=50))
+    waiting = eng.submit(_prompt(3), SamplingParams(max_tokens=50))
+    eng.step()
+    eng.step()
+    assert eng.metrics()["num_running"] == 1 and eng.metrics()["queue_length"] == 1
+    waiting.cancel()
+    running.cancel()
+    eng.step()
+    assert running.finish_reason == "cancelled" and waiting.finish_reason == "cancelled"
+    assert len(running.result()) >= 1 and waiting.result() == []
+    m = eng.metrics()
+    assert m["num_free_slots"] == 1 and m["queue_length"] == 0 and m["requests_cancelled"] == 2
+    eng.shutdown()
+
+
+def test_queue_bound_counts_only_waiting_requests():
+    eng = make_engine(max_batch_size=1, max_queue_size=2)
+    a = eng.submit(_prompt(4), SamplingParams(max_tokens=3))
+    eng.submit(_prompt(5), SamplingParams(max_tokens=3))
+    with pytest.raises(QueueFull):
+        eng.submit(_prompt(6), SamplingParams(max_tokens=3))
+    eng.step()  # a is admitted: one place frees up
+    eng.submit(_prompt(6), SamplingParams(max_tokens=3))
+    with pytest.raises(BadRequestParams, match="already in use"):
+        eng.submit(_prompt(7), request_id=a.request_id)
+    eng.start()
+    assert a.result(timeout=10)
+    eng.shutdown()
+
+
+def test_runner_failure_fails_running_requests_and_engine_keeps_serving():
+    eng = make_engine()
+    real = eng.runner.execute
+    calls = {"n": 0}
+
+    def flaky(plan):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("boom")
+        return real(plan)
+
+    eng.runner.execute = flaky
+    h = eng.submit(_prompt(8), SamplingParams(max_tokens=5))
+    eng.start()
+    assert h.wait(10) and h.finish_reason == "error"
+    with pytest.raises(RequestFailed, match="boom"):
+        h.result()
+    assert len(eng.submit(_prompt(9), SamplingParams(max_tokens=3)).result(timeout=10)) == 3
+    assert eng.metrics()["requests_failed"] == 1 and eng.metrics()["kv_blocks_pinned"] == 0
+    eng.shutdown()
+
+
+def test_sampling_is_seeded():
+    eng = make_engine().start()
+    real = eng.runner.execute
+    eng.runner.execute = lambda plan: {k: np.zeros(VOCAB, np.float32) for k in real(plan)}  # uniform logits
+    p = SamplingParams(max_tokens=8, temperature=1.0, seed=123)
+    a = eng.submit(_prompt(10), p).result(timeout=10)
+    b = eng.submit(_prompt(11), p).result(timeout=10)
+    c = eng.submit(_prompt(12), SamplingParams(max_tokens=8, temperature=1.0, seed=7)).result(timeout=10)
+    assert a == b and a != c
+    eng.shutdown()
+
+
+def test_shutdown_cancels_what_is_left():
+    eng = make_engine(max_batch_size=1)
+    handles = [eng.submit(_prompt(i), SamplingParams(max_tokens=400)) for i in range(8)]
+    eng.start()
+    eng.shutdown(timeout_s=0.01)
+    for h in handles:
+        assert h.finished
+    assert any(h.finish_reason == "cancelled" for h in handles)
