@@ -1,0 +1,130 @@
+"""`kiln build` of a trtllm recipe on a host without GPU: runs the CPU stages, stops with exit 3 and a plan that
+`kiln build --resume` finishes. The resume plumbing is exercised here with a stand-in `trtllm-build` executable
+(it writes engine/config.json + rank0.engine the way the real one lays them out); the real build runs in
+test_gpu_engine.py on a GPU host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmkiln.build.trtllm_plan import get_step, read_plan
+from llmkiln.build.trtllm_resume import resume_build
+from llmkiln.errors import NeedsGpuHost
+from llmkiln.serve.trtllm_repo_check import check_trtllm_repository, load_configs
+
+KILN = Path(sys.executable).with_name("kiln")
+pytestmark = pytest.mark.slow
+
+FAKE_TRTLLM_BUILD = '''#!{python}
+"""Stand-in for trtllm-build (tests only): lays out engine/ like TensorRT-LLM's Engine.save."""
+import json, sys
+from pathlib import Path
+args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+ckpt = json.loads((Path(args["--checkpoint_dir"]) / "config.json").read_text())
+out = Path(args["--output_dir"]); out.mkdir()
+plugin = {{"gpt_attention_plugin": args["--gpt_attention_plugin"], "gemm_plugin": args["--gemm_plugin"],
+          "use_paged_context_fmha": args["--use_paged_context_fmha"] == "enable",
+          "use_fp8_context_fmha": args["--use_fp8_context_fmha"] == "enable",
+          "tokens_per_block": int(args["--tokens_per_block"]),
+          "multiple_profiles": args["--multiple_profiles"] == "enable"}}
+build = {{k: int(args["--" + k]) for k in ("max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens")}}
+(out / "config.json").write_text(json.dumps({{"version": "stand-in", "pretrained_config": ckpt,
+                                             "build_config": dict(build, plugin_config=plugin)}}))
+(out / "rank0.engine").write_bytes(b"not a TensorRT engine")
+Path(args["--output_timing_cache"]).write_bytes(b"cache")
+print("stand-in trtllm-build done")
+'''
+
+
+def _kiln(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(KILN), *args], capture_output=True, text=True, timeout=600)
+
+
+def test_cpu_host_stops_with_a_plan(cpu_build) -> None:
+    assert "needs a GPU host" in cpu_build.error
+    assert "CUDA" in cpu_build.error and "TensorRT-LLM" in cpu_build.error
+    assert f"kiln build --resume {cpu_build.plan_path}" in cpu_build.error
+    assert not (cpu_build.engines_root / "tiny-trtllm-fp8").exists()  # nothing half-published
+    assert not list(cpu_build.engines_root.glob(".tmp-*"))
+    plan = read_plan(cpu_build.plan_path)
+    status = {s["name"]: s["status"] for s in plan["steps"]}
+    assert status == {
+        "hash-weights": "done",
+        "calibrate": "done",
+        "checkpoint": "done",
+        "triton-repo": "done",
+        "trtllm-build": "pending",
+        "engine-manifest": "pending",
+        "publish": "pending",
+    }
+    ckpt = get_step(plan, "checkpoint")["result"]
+    assert ckpt["quant_algo"] == "FP8" and ckpt["kv_cache_quant_algo"] == "FP8" and ckpt["rotary_base"] > 0
+    assert plan["manifest_draft"]["backend"] == "trtllm"
+    assert plan["manifest_draft"]["source"]["weights"]
+    for rel in ("checkpoint/config.json", "checkpoint/rank0.safetensors", "triton_repo/tensorrt_llm/config.pbtxt",
+                "tokenizer/tokenizer.json", "calibration/hf_config.json", "recipe.resolved.yaml"):  # fmt: skip
+        assert (cpu_build.pending / rel).is_file(), rel
+
+
+def test_cli_exit_codes(cpu_build) -> None:
+    r = _kiln("build", "tiny-trtllm-fp8", "--engines-dir", str(cpu_build.engines_root), "-q")
+    assert r.returncode == 3, r.stderr
+    assert "kiln build --resume" in r.stderr
+    r = _kiln("build", "--resume", str(cpu_build.plan_path))
+    assert r.returncode == 3, r.stderr
+    assert "still needs a GPU host" in r.stderr
+
+
+def test_dry_run_prints_the_whole_plan_and_writes_nothing(tmp_path: Path) -> None:
+    r = _kiln("build", "tiny-trtllm-fp8", "--engines-dir", str(tmp_path / "e"), "--dry-run")
+    assert r.returncode == 0, r.stderr
+    for step in ("calibrate", "checkpoint", "triton-repo", "trtllm-build", "engine-manifest", "publish"):
+        assert step in r.stdout
+    assert "trtllm-build --checkpoint_dir checkpoint --output_dir engine" in r.stdout
+    assert not (tmp_path / "e" / ".pending").exists()
+    assert not (tmp_path / "e" / "tiny-trtllm-fp8").exists()
+
+
+def test_7b_without_its_model_folder_is_bad_input(tmp_path: Path) -> None:
+    r = _kiln("build", "7b-fp8", "--engines-dir", str(tmp_path / "e"))
+    assert r.returncode == 2
+    assert "model.path" in r.stderr and "MODEL=/path" in r.stderr
+    assert not (tmp_path / "e" / ".pending").exists()
+
+
+def test_resume_finishes_and_publishes(cpu_build, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "engines"
+    pending = root / ".pending" / "tiny-trtllm-fp8"
+    shutil.copytree(cpu_build.pending, pending)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "trtllm-build"
+    fake.write_text(FAKE_TRTLLM_BUILD.format(python=sys.executable))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(NeedsGpuHost):
+        resume_build(pending / "plan.json")  # the host check still applies
+    done = resume_build(pending / "plan.json", check_host=False)
+    final = root / "tiny-trtllm-fp8"
+    assert done.engine_dir == final.resolve()
+    assert not pending.exists()
+    for rel in ("engine/config.json", "engine/rank0.engine", "timing.cache", "manifest.json", "plan.json"):
+        assert (final / rel).is_file(), rel
+    manifest = json.loads((final / "manifest.json").read_text())
+    assert manifest["backend"] == "trtllm" and manifest["recipe"] == "tiny-trtllm-fp8"
+    assert manifest["trtllm-engine"]["argv"][0] == "trtllm-build"
+    assert "engine/rank0.engine" in manifest["engine_files"]
+    assert all(s["status"] == "done" for s in read_plan(final / "plan.json")["steps"])
+    repo = final / "triton_repo"
+    assert check_trtllm_repository(repo, check_paths=True) == []
+    assert load_configs(repo)["tensorrt_llm"].parameters["gpt_model_path"].string_value == str(
+        final.resolve() / "engine"
+    )
