@@ -157,9 +157,8 @@ class LLMEngine:
             if not isinstance(rid, str) or not rid:
                 self.stats.requests_rejected += 1
                 raise BadRequestParams(f"request_id must be a non-empty string, got {rid!r}")
-            if rid in self._handles:
-                self.stats.requests_rejected += 1
-                raise BadRequestParams(f"request_id {rid!r} is already in use")
+            if rid in self._handles:  # client-chosen ids (e.g. Triton's) may repeat: keep both requests apart
+                rid = f"{rid}#{next(self._ids)}"
             if self._num_queued >= self.config.max_queue_size:
                 self.stats.requests_rejected += 1
                 raise QueueFull(

@@ -10,7 +10,7 @@ import pytest
 
 from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.handle import RequestFailed
-from llmkiln.runtime.request import BadRequestParams, QueueFull, SamplingParams
+from llmkiln.runtime.request import QueueFull, SamplingParams
 from llmkiln.runtime.scheduler import SchedulerConfig
 
 from .conftest import VOCAB, FakeRunner, reference_generate
@@ -97,13 +97,17 @@ def test_cancel_waiting_and_running():
 def test_queue_bound_counts_only_waiting_requests():
     eng = make_engine(max_batch_size=1, max_queue_size=2)
     a = eng.submit(_prompt(4), SamplingParams(max_tokens=3))
-    eng.submit(_prompt(5), SamplingParams(max_tokens=3))
+    b = eng.submit(_prompt(5), SamplingParams(max_tokens=3))
     with pytest.raises(QueueFull):
         eng.submit(_prompt(6), SamplingParams(max_tokens=3))
     eng.step()  # a is admitted: one place frees up
     eng.submit(_prompt(6), SamplingParams(max_tokens=3))
-    with pytest.raises(BadRequestParams, match="already in use"):
+    with pytest.raises(QueueFull):  # an id in use is made unique, not rejected; the queue is full again
         eng.submit(_prompt(7), request_id=a.request_id)
+    while eng.metrics()["queue_length"] == 2:
+        eng.step()
+    dup = eng.submit(_prompt(7), SamplingParams(max_tokens=3), request_id=b.request_id)
+    assert dup.request_id != b.request_id and dup.request_id.startswith(b.request_id)
     eng.start()
     assert a.result(timeout=10)
     eng.shutdown()
