@@ -67,4 +67,6 @@ def serve(
         click.echo(f"  metrics {ep['metrics']}", err=True)
 
     opts = ServeOptions(host, http_port, grpc_port, metrics_port, exit_timeout, log_verbose)
-    return serve_engine(engine, opts, on_ready=ready)
+    code = serve_engine(engine, opts, on_ready=ready)
+    click.echo(f"stopped (tritonserver exit code {code})", err=True)
+    return code
