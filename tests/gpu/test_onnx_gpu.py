@@ -1,0 +1,116 @@
+"""onnxruntime-gpu options for the ONNX engine: CUDA EP, or TensorRT EP with caches and profiles from the recipe."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from llmkiln.build.onnx_gpu import (
+    EP_CONTEXT_MODEL,
+    TRT_CACHE_DIR,
+    build_trt_engine,
+    dim_ranges,
+    onnx_gpu_status,
+    profile_shapes,
+    provider_options,
+)
+from llmkiln.recipe import load_recipe
+
+
+@pytest.fixture()
+def recipe():
+    r, _ = load_recipe("tiny-fp32", overrides={"scheduler": {"max_batch_size": 4, "max_prefill_tokens": 128}})
+    return r
+
+
+@pytest.fixture()
+def engine_dir(tmp_path: Path) -> Path:
+    """A graph with the builder's input signature (no weights: only the signature matters here)."""
+    inputs = [
+        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
+        helper.make_tensor_value_info(
+            "attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"]
+        ),
+        helper.make_tensor_value_info(
+            "past_key_values.0.key",
+            TensorProto.FLOAT,
+            ["batch_size", 4, "past_sequence_length", "kv_cache_dim"],
+        ),
+    ]
+    out = helper.make_tensor_value_info("ids_out", TensorProto.INT64, ["batch_size", "sequence_length"])
+    graph = helper.make_graph([helper.make_node("Identity", ["input_ids"], ["ids_out"])], "g", inputs, [out])
+    onnx.save(helper.make_model(graph), tmp_path / "model.onnx")
+    (tmp_path / "genai_config.json").write_text(json.dumps({"model": {"decoder": {"head_size": 8}}}))
+    return tmp_path
+
+
+def test_profile_shapes_cover_every_dynamic_input_from_the_recipe_limits(engine_dir: Path, recipe) -> None:
+    shapes = profile_shapes(engine_dir / "model.onnx", recipe)
+    b, s, i = 4, recipe.limits.max_seq_len, recipe.limits.max_input_len
+    assert (
+        shapes["trt_profile_min_shapes"] == "input_ids:1x1,attention_mask:1x1,past_key_values.0.key:1x4x0x8"
+    )
+    assert (
+        shapes["trt_profile_opt_shapes"]
+        == f"input_ids:1x128,attention_mask:1x128,past_key_values.0.key:1x4x{s}x8"
+    )
+    assert (
+        shapes["trt_profile_max_shapes"]
+        == f"input_ids:{b}x{i},attention_mask:{b}x{s},past_key_values.0.key:{b}x4x{s}x8"
+    )
+    assert dim_ranges(recipe, 8)["kv_cache_dim"] == (8, 8, 8)
+
+
+def test_tensorrt_provider_options(engine_dir: Path, recipe) -> None:
+    providers = provider_options(recipe, engine_dir, "tensorrt", cuda_graph=True)
+    assert [p for p, _ in providers] == ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
+    trt = providers[0][1]
+    assert trt["trt_engine_cache_enable"] is True and trt["trt_timing_cache_enable"] is True
+    assert trt["trt_cuda_graph_enable"] is True
+    assert trt["trt_engine_cache_path"] == str(engine_dir / TRT_CACHE_DIR)
+    assert trt["trt_ep_context_file_path"] == str(engine_dir / EP_CONTEXT_MODEL)
+    for k in ("trt_profile_min_shapes", "trt_profile_opt_shapes", "trt_profile_max_shapes"):
+        assert trt[k].startswith("input_ids:")
+    assert provider_options(recipe, engine_dir, "cuda") == [("CUDAExecutionProvider", {"device_id": 0})]
+
+
+def test_gating_never_reads_onnxruntimes_provider_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnxruntime
+
+    def boom() -> list[str]:
+        raise AssertionError("gating must not consult onnxruntime.get_available_providers()")
+
+    monkeypatch.setattr(onnxruntime, "get_available_providers", boom)
+    status = onnx_gpu_status()
+    import torch
+
+    assert status.cuda == torch.cuda.is_available()
+    if not status.cuda:
+        assert not status.ok("cuda") and not status.ok("tensorrt")
+        assert any("CUDA" in m for m in status.missing)
+
+
+def test_onnxruntime_and_onnxruntime_gpu_are_separate_extras(repo_root: Path) -> None:
+    import tomllib
+
+    extras = tomllib.loads((repo_root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {k: {d.split("==")[0].split("[")[0] for d in v} for k, v in extras.items()}
+    assert "onnxruntime" in names["cpu"] and "onnxruntime-gpu" not in names["cpu"]
+    assert "onnxruntime-gpu" in names["gpu"] and "onnxruntime" not in names["gpu"]
+
+
+@pytest.mark.slow
+def test_tensorrt_ep_builds_the_engine_ahead_of_time(engine_factory) -> None:
+    status = onnx_gpu_status()
+    if not status.ok("tensorrt"):
+        pytest.skip("needs a GPU host with onnxruntime-gpu and TensorRT: " + "; ".join(status.missing))
+    engine = engine_factory("tiny-fp32")
+    r, _ = load_recipe("tiny-fp32")
+    info = build_trt_engine(r, engine)
+    assert info["providers"][0] == "TensorrtExecutionProvider"
+    assert any(f.endswith(".engine") for f in info["cache_files"])
+    assert (engine / EP_CONTEXT_MODEL).is_file()
