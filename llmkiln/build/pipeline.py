@@ -73,6 +73,7 @@ STAGE_REGISTRY: dict[str, list[Any]] = {
     "onnx-gpu": [
         "llmkiln.build.onnx_export:OnnxExportStage",
         "llmkiln.build.onnx_export:TokenizerStage",
+        "llmkiln.build.onnx_gpu:OnnxTrtEngineStage",
     ],
     "trtllm": [
         "llmkiln.build.trtllm_stage:TrtllmCheckpointStage",
