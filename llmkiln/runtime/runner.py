@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from llmkiln.runtime import last_logits
 from llmkiln.runtime.kv_quant import BlockData, KvScales
 from llmkiln.runtime.model_info import ModelInfo
 from llmkiln.runtime.scheduler import PrefillChunk, SchedulerOutput
@@ -41,6 +42,7 @@ class OnnxRunner:
         kv_dtype: str = "fp32",
         kv_scales: KvScales | None = None,
         intra_op_threads: int = 0,
+        last_logits_only: bool = True,
     ) -> None:
         self.info = info
         self.num_slots = num_slots
@@ -54,7 +56,13 @@ class OnnxRunner:
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
         path = Path(engine_dir) / info.model_file
-        self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        rewritten = last_logits.rewrite(path, info.logits_name) if last_logits_only else None
+        if rewritten is not None:
+            opts.add_session_config_entry(last_logits.EXTERNAL_DATA_FOLDER, str(path.parent))
+        self.session = ort.InferenceSession(
+            rewritten if rewritten is not None else str(path), opts, providers=["CPUExecutionProvider"]
+        )
+        self.last_only = rewritten is not None
         self.input_names = {i.name for i in self.session.get_inputs()}
         self.has_position_ids = "position_ids" in self.input_names
         L = info.num_layers
@@ -119,8 +127,17 @@ class OnnxRunner:
         return fresh, single
 
     def _bind_common(
-        self, binding: ort.IOBinding, ids: np.ndarray, mask: np.ndarray, logits: np.ndarray
-    ) -> None:
+        self, binding: ort.IOBinding, ids: np.ndarray, mask: np.ndarray, rows: list[int]
+    ) -> np.ndarray:
+        """Bind ids, mask (and positions); returns the logits buffer: [B, 1, V] holding row `rows[b]` of each
+        sequence with the last-logits graph, else [B, S, V]."""
+        B, S = ids.shape
+        if self.last_only:
+            flat = np.asarray([b * S + r for b, r in enumerate(rows)], np.int64)
+            binding.bind_cpu_input(last_logits.POSITIONS_INPUT, flat)
+            logits = np.empty((B, 1, self.vocab_size), np.float32)
+        else:
+            logits = np.empty((B, S, self.vocab_size), np.float32)
         binding.bind_cpu_input(self.info.input_ids_name, ids)
         binding.bind_cpu_input(self.info.attention_mask_name, mask)
         if self.has_position_ids:  # graphs that did not derive positions from the mask
@@ -133,6 +150,10 @@ class OnnxRunner:
         binding.bind_output(
             self.info.logits_name, "cpu", 0, np.float32, list(logits.shape), logits.ctypes.data
         )
+        return logits
+
+    def _row(self, logits: np.ndarray, b: int, position: int) -> np.ndarray:
+        return logits[b, 0] if self.last_only else logits[b, position]
 
     @staticmethod
     def _bind_array(binding: ort.IOBinding, name: str, arr: np.ndarray, output: bool) -> None:
@@ -141,12 +162,10 @@ class OnnxRunner:
         else:
             binding.bind_input(name, "cpu", 0, np.float32, list(arr.shape), arr.ctypes.data)
 
-    def _run_pooled(self, lo: int, hi: int, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def _run_pooled(self, lo: int, hi: int, ids: np.ndarray, mask: np.ndarray, rows: list[int]) -> np.ndarray:
         """Run over slots [lo, hi) with past and present bound to the pools (in-place KV writes)."""
-        B, S = ids.shape
-        logits = np.empty((B, S, self.vocab_size), np.float32)
         binding = self.session.io_binding()
-        self._bind_common(binding, ids, mask, logits)
+        logits = self._bind_common(binding, ids, mask, rows)
         for layer, (pk, pv, ok, ov) in enumerate(self._names):
             kview, vview = self.k[layer][lo:hi], self.v[layer][lo:hi]
             self._bind_array(binding, pk, kview, False)
@@ -161,9 +180,9 @@ class OnnxRunner:
         n = len(chunk.token_ids)
         ids = np.asarray(chunk.token_ids, np.int64)[None, :]
         mask = np.ones((1, chunk.start + n), np.int64)
-        logits = self._run_pooled(chunk.slot, chunk.slot + 1, ids, mask)
+        logits = self._run_pooled(chunk.slot, chunk.slot + 1, ids, mask, [n - 1])
         self.slot_len[chunk.slot] = chunk.start + n
-        return logits[0, -1]
+        return self._row(logits, 0, n - 1)
 
     def _prefill_fresh(self, group: list[PrefillChunk]) -> dict[str, np.ndarray]:
         """Right-padded batch of prompts without a past into scratch present buffers, then copied into slots."""
@@ -176,9 +195,8 @@ class OnnxRunner:
         for b, c in enumerate(group):
             ids[b, : lens[b]] = c.token_ids
             mask[b, : lens[b]] = 1
-        logits = np.empty((B, S, self.vocab_size), np.float32)
         binding = self.session.io_binding()
-        self._bind_common(binding, ids, mask, logits)
+        logits = self._bind_common(binding, ids, mask, [n - 1 for n in lens])
         past_shape = [B, info.kv_heads, 0, info.head_size]
         present = []
         for pk, pv, ok, ov in self._names:
@@ -197,7 +215,7 @@ class OnnxRunner:
                 self.k[layer][c.slot, :, :n] = pk_arr[b, :, :n]
                 self.v[layer][c.slot, :, :n] = pv_arr[b, :, :n]
             self.slot_len[c.slot] = n
-            out[c.request_id] = logits[b, n - 1]
+            out[c.request_id] = self._row(logits, b, n - 1)
         return out
 
     def _decode(self, plan: SchedulerOutput) -> dict[str, np.ndarray]:
@@ -215,11 +233,11 @@ class OnnxRunner:
         mask = np.zeros((hi - lo, max(lens) + 1), np.int64)
         for r, n in enumerate(lens):
             mask[r, : n + 1] = 1
-        logits = self._run_pooled(lo, hi, ids, mask)
+        logits = self._run_pooled(lo, hi, ids, mask, [0] * (hi - lo))
         out = {}
         for s, item in items.items():
             self.slot_len[s] = item.position + 1
-            out[item.request_id] = logits[s - lo, 0]
+            out[item.request_id] = self._row(logits, s - lo, 0)
         return out
 
     # ------------------------------------------------------------------ prefix store copies
