@@ -50,13 +50,21 @@ class TrtllmCheckpointStage:
         where = str(ctx.recipe_file)
         plan_mod.check_recipe(ctx.recipe, where)
         cfg_path = ctx.source.path / "config.json"
-        if cfg_path.is_file():
-            model_type = json.loads(cfg_path.read_text()).get("model_type")
-            if model_type not in LLAMA_MODEL_TYPES:
-                raise BadInput(
-                    f"{where}: model {ctx.source.path} has model_type {model_type!r}; the trtllm recipes build "
-                    f"Llama-family models ({', '.join(LLAMA_MODEL_TYPES)})"
-                )
+        if not cfg_path.is_file():
+            return  # a generated model in a dry run: made later
+        hf = json.loads(cfg_path.read_text())
+        model_type = hf.get("model_type")
+        if model_type not in LLAMA_MODEL_TYPES:
+            raise BadInput(
+                f"{where}: model {ctx.source.path} has model_type {model_type!r}; the trtllm recipes build "
+                f"Llama-family models ({', '.join(LLAMA_MODEL_TYPES)})"
+            )
+        context = hf.get("max_position_embeddings")
+        if context and ctx.recipe.limits.max_seq_len > context:
+            raise BadInput(
+                f"{where}: field 'limits.max_seq_len' ({ctx.recipe.limits.max_seq_len}) exceeds the model's "
+                f"max_position_embeddings ({context}) in {cfg_path}; lower it (and limits.max_input_len)"
+            )
 
     def cache_key(self, ctx: Any) -> dict[str, Any]:
         r = ctx.recipe

@@ -100,6 +100,13 @@ def test_7b_without_its_model_folder_is_bad_input(tmp_path: Path) -> None:
     assert not (tmp_path / "e" / ".pending").exists()
 
 
+def test_model_override_is_checked_against_the_recipe_limits(stories_dir: Path, tmp_path: Path) -> None:
+    r = _kiln("build", "7b-fp8", "--model", str(stories_dir), "--engines-dir", str(tmp_path / "e"))
+    assert r.returncode == 2, r.stderr
+    assert "limits.max_seq_len" in r.stderr and "max_position_embeddings (512)" in r.stderr
+    assert not (tmp_path / "e" / ".pending").exists()
+
+
 def test_resume_finishes_and_publishes(cpu_build, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "engines"
     pending = root / ".pending" / "tiny-trtllm-fp8"
