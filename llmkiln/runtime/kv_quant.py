@@ -126,13 +126,16 @@ class BlockData:
         tokens_per_block: int,
         head_dim: int,
         static_scales: KvScales | None = None,
+        raw: np.dtype | None = None,
     ) -> None:
+        """raw: keep blocks exactly as this dtype (the engine's own KV type), without conversion."""
         if dtype not in STORAGE_DTYPES:
             raise BadInput(f"kv_cache.dtype: {dtype!r}; allowed: {', '.join(STORAGE_DTYPES)}")
-        self.dtype = dtype
+        self.dtype = dtype if raw is None else f"raw-{np.dtype(raw).name}"
+        self.raw = raw is not None
         shape = (num_blocks, num_layers, 2, kv_heads, tokens_per_block, head_dim)
-        self.values = np.zeros(shape, STORAGE_DTYPES[dtype])
-        self.scales = np.ones(shape[:4], np.float32) if is_quantized(dtype) else None
+        self.values = np.zeros(shape, STORAGE_DTYPES[dtype] if raw is None else raw)
+        self.scales = np.ones(shape[:4], np.float32) if is_quantized(dtype) and raw is None else None
         self.static = (
             static_scales.for_dtype(dtype) if static_scales is not None and is_quantized(dtype) else None
         )
@@ -142,11 +145,16 @@ class BlockData:
         return self.values.nbytes + (self.scales.nbytes if self.scales is not None else 0)
 
     def write(self, block_id: int, kv: np.ndarray) -> None:
+        if self.raw:
+            self.values[block_id] = kv
+            return
         q, scales = quantize(kv, self.dtype, self.static)
         self.values[block_id] = q
         if self.scales is not None and scales is not None:
             self.scales[block_id] = scales
 
     def read(self, block_id: int) -> np.ndarray:
+        if self.raw:
+            return self.values[block_id]
         scales = self.scales[block_id] if self.scales is not None else None
         return dequantize(self.values[block_id], scales, self.dtype)

@@ -10,7 +10,7 @@ import yaml
 
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe, _merge, validate
-from llmkiln.runtime.kv_quant import KV_SCALES_FILE, KvScales, bytes_per_block, is_quantized
+from llmkiln.runtime.kv_quant import KV_SCALES_FILE, KvScales, is_quantized
 from llmkiln.runtime.model_info import ModelInfo
 from llmkiln.runtime.scheduler import SchedulerConfig
 
@@ -56,10 +56,6 @@ def load_engine(cls: type[LLMEngine], engine_dir: Path, overrides: dict[str, Any
     scales_path = engine_dir / KV_SCALES_FILE
     if is_quantized(kv.dtype) and scales_path.is_file():
         scales = KvScales.load(scales_path, info.num_layers, info.kv_heads)
-    block_bytes = bytes_per_block(
-        kv.dtype, info.num_layers, info.kv_heads, kv.tokens_per_block, info.head_size
-    )
-    num_blocks = kv.max_bytes // block_bytes if kv.prefix_reuse else 0
     tok_path = engine_dir / "tokenizer.json"
     tokenizer = Tokenizer.from_file(str(tok_path)) if tok_path.is_file() else None
     config = SchedulerConfig.from_recipe(recipe, info.eos_token_ids)
@@ -69,7 +65,7 @@ def load_engine(cls: type[LLMEngine], engine_dir: Path, overrides: dict[str, Any
         num_slots=config.max_batch_size,
         max_len=recipe.limits.max_seq_len,
         tokens_per_block=kv.tokens_per_block,
-        num_blocks=num_blocks,
+        store_max_bytes=kv.max_bytes if kv.prefix_reuse else 0,
         kv_dtype=kv.dtype,
         kv_scales=scales,
         intra_op_threads=recipe.scheduler.intra_op_threads,

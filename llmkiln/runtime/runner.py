@@ -19,10 +19,14 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from llmkiln.errors import BadInput
 from llmkiln.runtime import last_logits
-from llmkiln.runtime.kv_quant import BlockData, KvScales
+from llmkiln.runtime.kv_quant import BlockData, KvScales, bytes_per_block
 from llmkiln.runtime.model_info import ModelInfo
 from llmkiln.runtime.scheduler import PrefillChunk, SchedulerOutput
+
+_POOL_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int8)": np.int8}
+_RAW_NAMES = {"float16": "fp16", "int8": "int8"}
 
 # Fresh prompts batched together may waste at most this share of their padded tokens on padding.
 _MAX_PADDING = 0.25
@@ -38,7 +42,7 @@ class OnnxRunner:
         num_slots: int,
         max_len: int,
         tokens_per_block: int,
-        num_blocks: int,
+        store_max_bytes: int,
         kv_dtype: str = "fp32",
         kv_scales: KvScales | None = None,
         intra_op_threads: int = 0,
@@ -48,7 +52,6 @@ class OnnxRunner:
         self.num_slots = num_slots
         self.max_len = max_len
         self.tokens_per_block = tokens_per_block
-        self.num_blocks = num_blocks
         self.vocab_size = info.vocab_size
         opts = ort.SessionOptions()
         if intra_op_threads:
@@ -65,17 +68,27 @@ class OnnxRunner:
         self.last_only = rewritten is not None
         self.input_names = {i.name for i in self.session.get_inputs()}
         self.has_position_ids = "position_ids" in self.input_names
+        past_type = next(i.type for i in self.session.get_inputs() if i.name == info.past_key_fmt % 0)
+        if past_type not in _POOL_DTYPES:
+            raise BadInput(f"{path}: KV cache type {past_type} is not supported (float, float16 or int8)")
+        # NOTE: an engine built with an in-graph quantized KV cache (builder kv_cache_quant_scheme) keeps its
+        # pool in that type; the prefix store then holds the pool's raw values (exact copies, no second rounding).
+        self.pool_dtype = np.dtype(_POOL_DTYPES[past_type])
         L = info.num_layers
         shape = (num_slots, info.kv_heads, max_len, info.head_size)
-        self.k = [np.empty(shape, np.float32) for _ in range(L)]
-        self.v = [np.empty(shape, np.float32) for _ in range(L)]
+        self.k = [np.empty(shape, self.pool_dtype) for _ in range(L)]
+        self.v = [np.empty(shape, self.pool_dtype) for _ in range(L)]
         for arr in (*self.k, *self.v):
-            arr.fill(0.0)  # NOTE: touch every page now; fresh pages make the first prefill ~1.6x slower
+            arr.fill(0)  # NOTE: touch every page now; fresh pages make the first prefill ~1.6x slower
         self.slot_len = [0] * num_slots
+        raw = None if self.pool_dtype == np.float32 else self.pool_dtype
+        store_dtype = kv_dtype if raw is None else _RAW_NAMES[raw.name]
+        block_bytes = bytes_per_block(store_dtype, L, info.kv_heads, tokens_per_block, info.head_size)
+        self.num_blocks = store_max_bytes // block_bytes
         self.blocks = BlockData(
-            kv_dtype, num_blocks, L, info.kv_heads, tokens_per_block, info.head_size, kv_scales
+            kv_dtype, self.num_blocks, L, info.kv_heads, tokens_per_block, info.head_size, kv_scales, raw
         )
-        self._empty_past = np.zeros((1,), np.float32)
+        self._empty_past = np.zeros((1,), self.pool_dtype)
         self._names = [
             (
                 info.past_key_fmt % i,
@@ -158,9 +171,9 @@ class OnnxRunner:
     @staticmethod
     def _bind_array(binding: ort.IOBinding, name: str, arr: np.ndarray, output: bool) -> None:
         if output:
-            binding.bind_output(name, "cpu", 0, np.float32, list(arr.shape), arr.ctypes.data)
+            binding.bind_output(name, "cpu", 0, arr.dtype.type, list(arr.shape), arr.ctypes.data)
         else:
-            binding.bind_input(name, "cpu", 0, np.float32, list(arr.shape), arr.ctypes.data)
+            binding.bind_input(name, "cpu", 0, arr.dtype.type, list(arr.shape), arr.ctypes.data)
 
     def _run_pooled(self, lo: int, hi: int, ids: np.ndarray, mask: np.ndarray, rows: list[int]) -> np.ndarray:
         """Run over slots [lo, hi) with past and present bound to the pools (in-place KV writes)."""
@@ -200,10 +213,12 @@ class OnnxRunner:
         past_shape = [B, info.kv_heads, 0, info.head_size]
         present = []
         for pk, pv, ok, ov in self._names:
-            pk_arr = np.empty((B, info.kv_heads, S, info.head_size), np.float32)
+            pk_arr = np.empty((B, info.kv_heads, S, info.head_size), self.pool_dtype)
             pv_arr = np.empty_like(pk_arr)
             for name in (pk, pv):
-                binding.bind_input(name, "cpu", 0, np.float32, past_shape, self._empty_past.ctypes.data)
+                binding.bind_input(
+                    name, "cpu", 0, self.pool_dtype.type, past_shape, self._empty_past.ctypes.data
+                )
             self._bind_array(binding, ok, pk_arr, True)
             self._bind_array(binding, ov, pv_arr, True)
             present.append((pk_arr, pv_arr))
