@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Profile a served llmkiln engine with NVIDIA genai-perf, unchanged, as for a tensorrtllm_backend ensemble:
+#   genai-perf profile -m MODEL --endpoint-type kserve --backend tensorrtllm --streaming ...
+#
+# Usage:
+#   scripts/genai_perf.sh ENGINE_DIR [--serve] [--url HOST:GRPC_PORT] [--model NAME] [--concurrency N]
+#                         [--requests N] [--isl TOKENS] [--osl TOKENS] [--artifact-dir DIR]
+#   ENGINE_DIR       engine folder (its tokenizer makes the synthetic prompts and counts tokens)
+#   --serve          start `kiln serve ENGINE_DIR` on free loopback ports for the run and stop it after
+#   otherwise        profile the server already listening at --url (default 127.0.0.1:8001)
+#
+# genai-perf lives in its own venv (.venv-genai-perf, created on first use): genai-perf==0.0.16 plus
+# tritonclient==2.51.0, whose wheel carries the perf_analyzer binary genai-perf runs (PyPI's perf-analyzer
+# wheels need a newer glibc). That binary wants libb64.so.0d and libcudart.so.12: the nvidia-pytriton wheel
+# in the project venv ships both (renamed), so .venv-genai-perf/pa-libs links them under the expected names.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+MAIN_VENV="$ROOT/.venv"
+GP_VENV="$ROOT/.venv-genai-perf"
+PYTHON="${PYTHON:-python3.11}"
+
+die() { echo "genai_perf.sh: $*" >&2; exit 2; }
+
+[[ $# -ge 1 ]] || die "usage: scripts/genai_perf.sh ENGINE_DIR [--serve] [--url HOST:PORT] [--model NAME] [--concurrency N] [--requests N] [--isl N] [--osl N] [--artifact-dir DIR]"
+ENGINE="$1"; shift
+[[ -f "$ENGINE/tokenizer.json" ]] || die "$ENGINE: not an engine folder (no tokenizer.json); build one with 'kiln build RECIPE'"
+ENGINE="$(cd "$ENGINE" && pwd)"
+SERVE=0; URL="127.0.0.1:8001"; MODEL="llmkiln"; CONCURRENCY=2; REQUESTS=20; ISL=64; OSL=32
+ARTIFACTS="$ROOT/bench/results/genai-perf"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --serve) SERVE=1; shift ;;
+    --url) URL="$2"; shift 2 ;;
+    --model) MODEL="$2"; shift 2 ;;
+    --concurrency) CONCURRENCY="$2"; shift 2 ;;
+    --requests) REQUESTS="$2"; shift 2 ;;
+    --isl) ISL="$2"; shift 2 ;;
+    --osl) OSL="$2"; shift 2 ;;
+    --artifact-dir) ARTIFACTS="$2"; shift 2 ;;
+    *) die "unknown option $1" ;;
+  esac
+done
+
+setup_venv() {
+  [[ -x "$MAIN_VENV/bin/python" ]] || die "$MAIN_VENV is missing: install the project first (make venv)"
+  if [[ ! -f "$GP_VENV/.complete" ]]; then  # the stamp is written last: a half-made venv is rebuilt
+    echo "genai_perf.sh: creating $GP_VENV (genai-perf 0.0.16, perf_analyzer from tritonclient 2.51.0)" >&2
+    rm -rf "$GP_VENV"
+    "$PYTHON" -m venv "$GP_VENV"
+    "$GP_VENV/bin/pip" install -q "genai-perf==0.0.16" "tritonclient==2.51.0"
+    touch "$GP_VENV/.complete"
+  fi
+  local libs
+  libs="$("$MAIN_VENV/bin/python" -c 'import pathlib, pytriton; print(pathlib.Path(pytriton.__file__).parent.parent / "nvidia_pytriton.libs")')"
+  mkdir -p "$GP_VENV/pa-libs"
+  ln -sf "$(ls "$libs"/libb64-*.so.0d | head -1)" "$GP_VENV/pa-libs/libb64.so.0d"
+  ln -sf "$(ls "$libs"/libcudart-*.so.12* | head -1)" "$GP_VENV/pa-libs/libcudart.so.12"
+  LD_LIBRARY_PATH="$GP_VENV/pa-libs" "$GP_VENV/bin/perf_analyzer" --version >/dev/null \
+    || die "perf_analyzer from tritonclient 2.51.0 does not start (missing shared libraries?)"
+}
+
+free_port() { "$MAIN_VENV/bin/python" -c 'from llmkiln.serve.server import free_port; print(free_port())'; }
+
+SERVER_PID=""
+cleanup() {
+  if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill -TERM "$SERVER_PID"; wait "$SERVER_PID" || true
+  fi
+}
+trap cleanup EXIT
+
+setup_venv
+
+if [[ $SERVE -eq 1 ]]; then
+  HTTP=$(free_port); GRPC=$(free_port); METRICS=$(free_port)
+  while [[ "$GRPC" == "$HTTP" ]]; do GRPC=$(free_port); done
+  while [[ "$METRICS" == "$HTTP" || "$METRICS" == "$GRPC" ]]; do METRICS=$(free_port); done
+  URL="127.0.0.1:$GRPC"
+  LOG="$(mktemp -t kiln-serve-XXXX.log)"
+  "$MAIN_VENV/bin/kiln" serve "$ENGINE" --http-port "$HTTP" --grpc-port "$GRPC" --metrics-port "$METRICS" 2>"$LOG" &
+  SERVER_PID=$!
+  for _ in $(seq 600); do
+    grep -q "^ready: model" "$LOG" && break
+    kill -0 "$SERVER_PID" 2>/dev/null || { tail -20 "$LOG" >&2; die "kiln serve exited"; }
+    sleep 0.5
+  done
+  grep -q "^ready: model" "$LOG" || die "kiln serve not ready after 300 s (log: $LOG)"
+  MODEL="$(sed -n "s/^ready: model '\(.*\)'/\1/p" "$LOG" | head -1)"
+fi
+
+mkdir -p "$ARTIFACTS"
+cd "$ARTIFACTS"  # genai-perf writes a few files into the working directory too
+PATH="$GP_VENV/bin:$PATH" LD_LIBRARY_PATH="$GP_VENV/pa-libs" "$GP_VENV/bin/genai-perf" profile \
+  -m "$MODEL" --endpoint-type kserve --backend tensorrtllm --streaming \
+  -u "$URL" --tokenizer "$ENGINE" \
+  --concurrency "$CONCURRENCY" --request-count "$REQUESTS" --warmup-request-count 2 \
+  --synthetic-input-tokens-mean "$ISL" --synthetic-input-tokens-stddev 0 --output-tokens-mean "$OSL" \
+  --artifact-dir "$ARTIFACTS"
+echo "genai_perf.sh: results in $ARTIFACTS" >&2
