@@ -171,6 +171,16 @@ def test_failed_rebuild_keeps_the_previous_engine(tmp_path: Path, stories_dir: P
     assert not list(engines.glob(".tmp-*")) and not list(engines.glob(".old-*"))
 
 
+def test_model_override_replaces_the_recipe_model(tmp_path: Path, stories_dir: Path) -> None:
+    result = build_engine("tiny-fp32", tmp_path / "engines", model_override=stories_dir)
+    assert result.manifest["source"]["path"] == str(stories_dir)
+    assert "generated" not in result.manifest["source"]
+    assert result.manifest["source"]["weights"] == {
+        "model.safetensors": _sha(stories_dir / "model.safetensors")
+    }
+    assert not (tmp_path / "engines" / ".models").exists()
+
+
 def test_dry_run_writes_nothing(tmp_path: Path, stories_dir: Path) -> None:
     engines = tmp_path / "engines"
     result = build_engine(write_variant(tmp_path, "dry", stories_dir), engines, dry_run=True)

@@ -171,3 +171,25 @@ def test_quantized_engines_build_generate_and_differ(engine_factory, fp32, recip
     assert diff > 1e-3, f"{recipe} logits equal fp32 (max diff {diff})"
     tokens = list(quant.generate(ids, 16))
     assert len(tokens) == 16 and quant.decode(tokens).strip()
+
+
+def test_default_recipe_generated_model_matches_hf(engine_factory) -> None:
+    """tiny-fp32 (the `make engine` default): a generated Llama, head_size 16 → rotary fused in GQA."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from llmkiln.build.manifest import read_manifest
+    from llmkiln.runtime.simple import SimpleGenerator
+
+    engine = engine_factory("tiny-fp32")
+    manifest = read_manifest(engine)
+    assert manifest["source"]["generated"] == "tiny-llama" and manifest["source"]["seed"] == 0
+    assert manifest["export"]["rope"] == "fused in GQA"
+    assert "RotaryEmbedding" not in manifest["export"]["op_counts"]
+    gen = SimpleGenerator(engine)
+    hf = AutoModelForCausalLM.from_pretrained(manifest["source"]["path"], dtype=torch.float32).eval()
+    ids = gen.encode("Once upon a time, a little model learned to speak.")
+    np.testing.assert_allclose(gen.prompt_logits(ids), _hf_logits(hf, ids), atol=1e-4, rtol=0)
+    with torch.no_grad():
+        ref = hf.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False, eos_token_id=None)
+    assert list(gen.generate(ids, 16, stop_at_eos=False)) == ref[0, len(ids) :].tolist()
