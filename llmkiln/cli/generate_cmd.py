@@ -1,4 +1,4 @@
-"""`kiln generate ENGINE PROMPT`: stream a completion to stdout (single sequence, plain onnxruntime)."""
+"""`kiln generate ENGINE PROMPT`: stream a completion to stdout through the CPU runtime (llmkiln.runtime)."""
 
 from __future__ import annotations
 
@@ -44,13 +44,27 @@ def generate(
     ignore_eos: bool,
 ) -> None:
     """Stream the continuation of PROMPT from ENGINE (an engine folder, or a recipe name under engines/)."""
-    from llmkiln.runtime.sampling import SamplingConfig
-    from llmkiln.runtime.simple import stream_text
+    from llmkiln.runtime.detokenizer import IncrementalDetokenizer
+    from llmkiln.runtime.engine import LLMEngine
+    from llmkiln.runtime.request import SamplingParams
 
-    sampling = SamplingConfig(temperature=temperature, top_p=top_p, top_k=top_k)
-    for piece in stream_text(
-        _engine_dir(engine), prompt, max_tokens, sampling, seed, stop_at_eos=not ignore_eos
-    ):
-        sys.stdout.write(piece)
-        sys.stdout.flush()
-    sys.stdout.write("\n")
+    params = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        seed=seed,
+        ignore_eos=ignore_eos,
+    )
+    engine = LLMEngine.from_engine_dir(_engine_dir(engine)).start()
+    try:
+        prompt_ids = engine.encode(prompt)
+        handle = engine.submit(prompt_ids, params)
+        detok = IncrementalDetokenizer(engine.tokenizer, prompt_ids)
+        for event in handle:
+            if event.token_id is not None and (piece := detok.push(event.token_id)):
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+        sys.stdout.write(detok.flush() + "\n")
+    finally:
+        engine.shutdown()
