@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from llmkiln.errors import KilnError
 from llmkiln.runtime import metrics as metrics_mod
 from llmkiln.runtime.handle import RequestHandle
 from llmkiln.runtime.kv_blocks import BlockStore
@@ -32,6 +33,10 @@ from llmkiln.runtime.request import (
 )
 from llmkiln.runtime.sampling import make_rng, sample_token
 from llmkiln.runtime.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+
+
+class EngineClosed(KilnError):
+    """submit() after shutdown()."""
 
 
 class Runner(Protocol):
@@ -74,6 +79,7 @@ class LLMEngine:
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
         self._stop = False
+        self._closed = False
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -126,6 +132,7 @@ class LLMEngine:
         self._drain()
         for rid in list(self._handles):
             self._cancel_now(rid)
+        self._closed = True
         self.runner.close()
 
     def __enter__(self) -> LLMEngine:
@@ -153,6 +160,8 @@ class LLMEngine:
                 self.stats.requests_rejected += 1
             raise
         with self._lock:
+            if self._closed:
+                raise EngineClosed("the engine was shut down; create a new one")
             rid = request_id if request_id is not None else f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
             if not isinstance(rid, str) or not rid:
                 self.stats.requests_rejected += 1

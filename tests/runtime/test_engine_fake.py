@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from llmkiln.runtime.engine import LLMEngine
+from llmkiln.runtime.engine import EngineClosed, LLMEngine
 from llmkiln.runtime.handle import RequestFailed
 from llmkiln.runtime.request import QueueFull, SamplingParams
 from llmkiln.runtime.scheduler import SchedulerConfig
@@ -155,3 +155,5 @@ def test_shutdown_cancels_what_is_left():
     for h in handles:
         assert h.finished
     assert any(h.finish_reason == "cancelled" for h in handles)
+    with pytest.raises(EngineClosed):
+        eng.submit(_prompt(1))
