@@ -3,11 +3,12 @@
 #   genai-perf profile -m MODEL --endpoint-type kserve --backend tensorrtllm --streaming ...
 #
 # Usage:
-#   scripts/genai_perf.sh ENGINE_DIR [--serve] [--url HOST:GRPC_PORT] [--model NAME] [--concurrency N]
+#   scripts/genai_perf.sh [ENGINE_DIR] [--url HOST:GRPC_PORT] [--model NAME] [--concurrency N]
 #                         [--requests N] [--isl TOKENS] [--osl TOKENS] [--artifact-dir DIR]
-#   ENGINE_DIR       engine folder (its tokenizer makes the synthetic prompts and counts tokens)
-#   --serve          start `kiln serve ENGINE_DIR` on free loopback ports for the run and stop it after
-#   otherwise        profile the server already listening at --url (default 127.0.0.1:8001)
+#   ENGINE_DIR       engine folder (default engines/$RECIPE, RECIPE defaults to tiny-fp32); its tokenizer makes
+#                    the synthetic prompts and counts tokens
+#   --url            profile the server already listening there (e.g. 127.0.0.1:8001, from `kiln serve`);
+#                    without it the script starts `kiln serve ENGINE_DIR` on free loopback ports and stops it after
 #
 # genai-perf lives in its own venv (.venv-genai-perf, created on first use): genai-perf==0.0.16 plus
 # tritonclient==2.51.0, whose wheel carries the perf_analyzer binary genai-perf runs (PyPI's perf-analyzer
@@ -22,16 +23,15 @@ PYTHON="${PYTHON:-python3.11}"
 
 die() { echo "genai_perf.sh: $*" >&2; exit 2; }
 
-[[ $# -ge 1 ]] || die "usage: scripts/genai_perf.sh ENGINE_DIR [--serve] [--url HOST:PORT] [--model NAME] [--concurrency N] [--requests N] [--isl N] [--osl N] [--artifact-dir DIR]"
-ENGINE="$1"; shift
-[[ -f "$ENGINE/tokenizer.json" ]] || die "$ENGINE: not an engine folder (no tokenizer.json); build one with 'kiln build RECIPE'"
+ENGINE="$ROOT/engines/${RECIPE:-tiny-fp32}"
+if [[ $# -ge 1 && "$1" != --* ]]; then ENGINE="$1"; shift; fi
+[[ -f "$ENGINE/tokenizer.json" ]] || die "$ENGINE: not an engine folder (no tokenizer.json); build one with 'make engine RECIPE=...' or 'kiln build RECIPE'"
 ENGINE="$(cd "$ENGINE" && pwd)"
-SERVE=0; URL="127.0.0.1:8001"; MODEL="llmkiln"; CONCURRENCY=2; REQUESTS=20; ISL=64; OSL=32
+SERVE=1; URL=""; MODEL="llmkiln"; CONCURRENCY=2; REQUESTS=20; ISL=64; OSL=32
 ARTIFACTS="$ROOT/bench/results/genai-perf"
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --serve) SERVE=1; shift ;;
-    --url) URL="$2"; shift 2 ;;
+    --url) URL="$2"; SERVE=0; shift 2 ;;
     --model) MODEL="$2"; shift 2 ;;
     --concurrency) CONCURRENCY="$2"; shift 2 ;;
     --requests) REQUESTS="$2"; shift 2 ;;
