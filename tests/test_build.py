@@ -173,7 +173,7 @@ def test_failed_rebuild_keeps_the_previous_engine(tmp_path: Path, stories_dir: P
 
 def test_model_override_replaces_the_recipe_model(tmp_path: Path, stories_dir: Path) -> None:
     result = build_engine("tiny-fp32", tmp_path / "engines", model_override=stories_dir)
-    assert result.manifest["source"]["path"] == str(stories_dir)
+    assert result.manifest["source"]["path"] == str(stories_dir.resolve())
     assert "generated" not in result.manifest["source"]
     assert result.manifest["source"]["weights"] == {
         "model.safetensors": _sha(stories_dir / "model.safetensors")
