@@ -203,6 +203,8 @@ def calibrate_fp8(
     max_seq_len: int,
     trtllm_dtype: str = "float16",
     algorithm: str = "max",
+    tp_size: int = 1,
+    pp_size: int = 1,
 ) -> Fp8CalibrationResult:
     """Calibrate FP8 weights/activations/KV with ModelOpt on CPU and export the HF and TRT-LLM checkpoints."""
     import modelopt.torch.opt as mto
@@ -254,7 +256,8 @@ def calibrate_fp8(
                 decoder,
                 dtype=getattr(torch, trtllm_dtype),
                 export_dir=str(trt_tmp),
-                inference_tensor_parallel=1,
+                inference_tensor_parallel=tp_size,
+                inference_pipeline_parallel=pp_size,
             )
         fixes = fix_trtllm_config(trt_tmp, hf_config)
         kv_cache = trtllm_kv_cache_scales(model, trt_tmp)
@@ -296,13 +299,7 @@ def calibrate_fp8(
         (tmp / "calibration.log").write_text(log.getvalue())
         for p in (tmp, *tmp.rglob("*")):
             p.chmod(0o755 if p.is_dir() else 0o644)
-        old = None
-        if out_dir.exists():
-            old = out_dir.with_name(f".old-{out_dir.name}-{os.getpid()}")
-            os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        _publish(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -317,9 +314,24 @@ def calibrate_fp8(
     )
 
 
+def _publish(tmp: Path, out_dir: Path) -> None:
+    """Move the finished temp folder into place: a rename when out_dir is new, else entry by entry (each
+    os.replace is atomic), so an existing out_dir (e.g. a build stage's folder) keeps its other files."""
+    if not out_dir.exists():
+        os.replace(tmp, out_dir)
+        return
+    for item in sorted(tmp.iterdir()):
+        target = out_dir / item.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(item, target)
+    tmp.rmdir()
+
+
 def load_fake_quant_model(calib_dir: Path, source_hf_dir: Path | None = None):
     """The ModelOpt fake-quant model of a calibrate_fp8 output folder (mto.restore over the fp32 source)."""
     import modelopt.torch.opt as mto
+    import modelopt.torch.quantization as mtq
 
     meta_path = calib_dir / META_NAME
     if not meta_path.is_file() or not (calib_dir / STATE_NAME).is_file():
@@ -327,5 +339,6 @@ def load_fake_quant_model(calib_dir: Path, source_hf_dir: Path | None = None):
     src = source_hf_dir or Path(json.loads(meta_path.read_text())["source"])
     model = load_hf_model(src)
     model = mto.restore(model, str(calib_dir / STATE_NAME))
+    mtq.fold_weight(model)  # quantize-dequantize the weights once instead of on every forward (same numbers)
     model.eval()
     return model
