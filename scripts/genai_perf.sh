@@ -28,7 +28,7 @@ if [[ $# -ge 1 && "$1" != --* ]]; then ENGINE="$1"; shift; fi
 [[ -f "$ENGINE/tokenizer.json" ]] || die "$ENGINE: not an engine folder (no tokenizer.json); build one with 'make engine RECIPE=...' or 'kiln build RECIPE'"
 ENGINE="$(cd "$ENGINE" && pwd)"
 SERVE=1; URL=""; MODEL="llmkiln"; CONCURRENCY=2; REQUESTS=20; ISL=64; OSL=32
-ARTIFACTS="$ROOT/bench/results/genai-perf"
+ARTIFACTS="$ROOT/bench/results/raw/genai-perf"  # git-ignored
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --url) URL="$2"; SERVE=0; shift 2 ;;

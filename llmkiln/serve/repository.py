@@ -120,8 +120,8 @@ def build_model_config(spec: RepoSpec) -> mc.ModelConfig:
         params["engine_loader"] = spec.engine_loader
     for key, value in params.items():
         cfg.parameters[key].string_value = value
-    for i, _prompt in enumerate(spec.warmup.prompts):
-        w = mc.ModelWarmup(name=f"warmup_{i}", batch_size=1, count=max(spec.warmup.count, 1))
+    for i, _prompt in enumerate(spec.warmup.prompts if spec.warmup.count else []):
+        w = mc.ModelWarmup(name=f"warmup_{i}", batch_size=1, count=spec.warmup.count)
         w.inputs["text_input"].data_type = T.TYPE_STRING
         w.inputs["text_input"].dims.append(1)
         w.inputs["text_input"].input_data_file = f"text_input_{i}"
@@ -133,12 +133,14 @@ def build_model_config(spec: RepoSpec) -> mc.ModelConfig:
 
 
 def warmup_request_count(warmup: Warmup) -> int:
-    """Requests Triton runs before READY: count (at least once) per prompt."""
-    return len(warmup.prompts) * max(warmup.count, 1)
+    """Requests Triton runs before READY: `count` per prompt (count 0 = no warmup)."""
+    return len(warmup.prompts) * warmup.count
 
 
 def warmup_files(spec: RepoSpec) -> dict[str, bytes]:
     """Raw warmup tensors: TYPE_STRING = 4-byte little-endian length + bytes; INT32 little-endian."""
+    if not warmup_request_count(spec.warmup):
+        return {}
     files = {f"text_input_{i}": _string_file(p) for i, p in enumerate(spec.warmup.prompts)}
     if spec.warmup.prompts:
         files["max_tokens"] = struct.pack("<i", spec.warmup.max_tokens)

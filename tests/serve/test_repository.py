@@ -96,6 +96,15 @@ def test_check_rejects_missing_files(recipe_engine_dir: Path, tmp_path: Path):
     assert "model.py" in str(exc.value) and "text_input_0" in str(exc.value)
 
 
+def test_warmup_count_zero_means_no_warmup(recipe_engine_dir: Path, tmp_path: Path):
+    spec = spec_from_engine(recipe_engine_dir)
+    spec.warmup = Warmup(prompts=["a", "b"], count=0)
+    cfg = build_model_config(spec)
+    assert not cfg.model_warmup and cfg.parameters["warmup_requests"].string_value == "0"
+    model_dir = write_repository(spec, tmp_path / "repo")
+    assert not (model_dir / "warmup").exists()
+
+
 def test_every_input_is_optional_except_prompt_and_max_tokens():
     assert [n for n, (_t, _d, opt) in INPUTS.items() if not opt] == ["text_input", "max_tokens"]
 

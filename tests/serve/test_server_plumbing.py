@@ -12,6 +12,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from llmkiln.errors import BadInput
+from llmkiln.recipe import Warmup
 from llmkiln.serve.repository import RepoSpec, write_repository
 from llmkiln.serve.server import ServerConfig, ServerFailed, TritonServer, free_port
 
@@ -80,6 +81,25 @@ def test_a_model_that_fails_to_load_reports_the_server_log(tmp_path: Path):
     msg = str(exc.value)
     assert "exited with code" in msg and "No module named 'no_such_module'" in msg
     assert not server.leftover_processes() and not server.leftover_shm()
+
+
+def test_a_failed_warmup_keeps_the_model_from_ever_being_ready(tmp_path: Path):
+    (tmp_path / "engine").mkdir()
+    spec = RepoSpec("fake", tmp_path / "engine", engine_loader=f"{FAKE_ENGINE}:load")
+    spec.warmup = Warmup(
+        prompts=["ok", "x" * 300], count=1, max_tokens=2
+    )  # the stand-in refuses > 200 tokens
+    write_repository(spec, tmp_path / "repo")
+    server = TritonServer(_config(tmp_path / "repo", tmp_path / "work"))
+    server.start()
+    try:
+        with pytest.raises(ServerFailed) as exc:
+            server.wait_ready(120)
+    finally:
+        server.stop()
+    msg = str(exc.value)
+    assert "failed to run warmup sample 'warmup_1'" in msg and "prompt has 300 tokens" in msg, msg[-3000:]
+    assert not server.is_ready()
 
 
 def test_overload_gets_queue_full_errors_not_a_hang(fake_server: TritonServer):
