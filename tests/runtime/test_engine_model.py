@@ -176,3 +176,23 @@ def test_rejections_and_cancel_leave_everything_free(engine_factory):
     _all_free(eng)
     assert eng.metrics()["requests_cancelled"] == 3
     eng.shutdown()
+
+
+def test_last_logits_rewrite_matches_full_graph(engine_dir):
+    from llmkiln.runtime.model_info import ModelInfo
+    from llmkiln.runtime.runner import OnnxRunner
+    from llmkiln.runtime.scheduler import PrefillChunk, SchedulerOutput
+
+    info = ModelInfo.from_engine_dir(engine_dir)
+    runners = [OnnxRunner(engine_dir, info, 4, 128, 16, 0, last_logits_only=flag) for flag in (True, False)]
+    assert runners[0].last_only and not runners[1].last_only
+    plan = SchedulerOutput(
+        prefills=[
+            PrefillChunk("a", 0, 0, tuple(range(5, 30)), True),  # fresh prompts batch together (padded)
+            PrefillChunk("b", 1, 0, tuple(range(40, 62)), True),
+            PrefillChunk("c", 2, 0, tuple(range(70, 75)), True),
+        ]
+    )
+    got, want = (r.execute(plan) for r in runners)
+    for rid in "abc":
+        np.testing.assert_allclose(got[rid], want[rid], atol=1e-5)
