@@ -54,7 +54,7 @@ from llmkiln.build.manifest import (
     tool_versions,
     write_json_atomic,
 )
-from llmkiln.build.model_source import ModelLocation, resolve_source
+from llmkiln.build.model_source import ModelLocation, generated_model_dir, resolve_source
 from llmkiln.build.progress import BuildProgress, QuietProgress
 from llmkiln.build.weights import HashCache, hash_model_dir, split_weight_hashes
 from llmkiln.errors import BuildFailed
@@ -69,6 +69,7 @@ STAGE_REGISTRY: dict[str, list[Any]] = {
     "onnx-cpu": [
         "llmkiln.build.onnx_export:OnnxExportStage",
         "llmkiln.build.onnx_export:TokenizerStage",
+        "llmkiln.calibration.stage:CpuCalibrationStage",
     ],
     "onnx-gpu": [
         "llmkiln.build.onnx_export:OnnxExportStage",
@@ -77,6 +78,7 @@ STAGE_REGISTRY: dict[str, list[Any]] = {
     ],
     "trtllm": [
         "llmkiln.build.trtllm_stage:TrtllmCheckpointStage",
+        "llmkiln.calibration.stage:FakeQuantQualityStage",
         "llmkiln.build.trtllm_stage:TrtllmTokenizerStage",
         "llmkiln.build.trtllm_stage:TrtllmRepoStage",
         "llmkiln.build.trtllm_stage:TrtllmEngineStage",
@@ -163,18 +165,27 @@ def _stage_digest(stage: Stage, key: dict[str, Any]) -> str:
 
 
 def build_key(
-    recipe: Recipe, source_hashes: dict[str, str], tools: dict[str, str], stages: list[Stage]
+    recipe: Recipe,
+    source_hashes: dict[str, str],
+    tools: dict[str, str],
+    stages: list[Stage],
+    ctx: BuildContext | None = None,
 ) -> str:
-    """The whole-build cache key: recipe hash + source file hashes + tool versions + stage names/versions."""
-    return digest(
-        {
-            "recipe": recipe.compute_hash(),
-            "source": source_hashes,
-            "tools": tools,
-            "stages": [[s.name, s.version] for s in stages],
-            "format": MANIFEST_FORMAT,
-        }
-    )
+    """The whole-build cache key: recipe hash + source file hashes + tool versions + stage names/versions,
+    plus each stage's optional `build_key_extra(ctx)` (inputs outside the recipe, e.g. calibration set contents)."""
+    data = {
+        "recipe": recipe.compute_hash(),
+        "source": source_hashes,
+        "tools": tools,
+        "stages": [[s.name, s.version] for s in stages],
+        "format": MANIFEST_FORMAT,
+    }
+    extra = {
+        s.name: s.build_key_extra(ctx) for s in stages if ctx is not None and hasattr(s, "build_key_extra")
+    }
+    if extra:
+        data["stage_inputs"] = extra
+    return digest(data)
 
 
 @contextmanager
@@ -295,6 +306,10 @@ def build_engine(
     recipe, recipe_file = load_recipe(recipe_name_or_path)
     stages = stages_for(recipe.backend)
     engines_root = Path(engines_root).absolute()
+    if model_override is None and recipe.model.generated is not None and not dry_run:
+        target = generated_model_dir(engines_root, recipe.model.generated, recipe.model.seed)
+        if not (target / "config.json").is_file():
+            progress.info(f"generating model {recipe.model.generated} (seed {recipe.model.seed}) → {target}")
     source = resolve_source(recipe, recipe_file, engines_root, model_override, create=not dry_run)
     ctx = BuildContext(recipe, recipe_file, engines_root, source, {}, tool_versions(), progress, options)
     for stage in stages:
@@ -310,7 +325,7 @@ def build_engine(
         hash_cache = HashCache(engines_root / ".cache" / "hashes.json")
         ctx.source_hashes = hash_model_dir(source.path, hash_cache)
         hash_cache.save()
-        key = build_key(recipe, ctx.source_hashes, ctx.tool_versions, stages)
+        key = build_key(recipe, ctx.source_hashes, ctx.tool_versions, stages, ctx)
         existing = read_manifest(engine_dir)
         if (
             not force
@@ -385,7 +400,7 @@ def _dry_run(ctx: BuildContext, stages: list[Stage], t0: float) -> BuildResult:
     src = ctx.source.path
     if src.is_dir():
         ctx.source_hashes = hash_model_dir(src, HashCache(ctx.engines_root / ".cache" / "hashes.json"))
-    key = build_key(ctx.recipe, ctx.source_hashes, ctx.tool_versions, stages)
+    key = build_key(ctx.recipe, ctx.source_hashes, ctx.tool_versions, stages, ctx)
     existing = read_manifest(ctx.engine_dir)
     up_to_date = bool(
         existing and existing.get("build_key") == key and engine_files_present(ctx.engine_dir, existing)
