@@ -68,8 +68,10 @@ class EngineKit:
     make_detokenizer: Callable[[Any], Any]  # (request handle) -> push/flush detokenizer
 
 
-def load_engine(engine_dir: Path, loader: str | None = None) -> EngineKit:
-    """A started engine for `engine_dir`: the CPU runtime unless an engine plugin is named."""
+def load_engine(
+    engine_dir: Path, loader: str | None = None, overrides: dict[str, Any] | None = None
+) -> EngineKit:
+    """A started engine for `engine_dir`: the CPU runtime (with nested recipe overrides) unless a plugin is named."""
     if loader:
         module, factory = load_plugin(loader)
         engine = factory(engine_dir)
@@ -80,7 +82,7 @@ def load_engine(engine_dir: Path, loader: str | None = None) -> EngineKit:
         from llmkiln.runtime.engine import LLMEngine  # noqa: PLC0415
         from llmkiln.runtime.request import RequestRejected, SamplingParams  # noqa: PLC0415
 
-        engine = LLMEngine.from_engine_dir(engine_dir)
+        engine = LLMEngine.from_engine_dir(engine_dir, overrides=overrides)
 
         def detok(handle: Any) -> IncrementalDetokenizer:
             # The prompt is context only: the first generated word keeps its leading space.
@@ -98,18 +100,18 @@ def _clock() -> str:
 
 
 class _FinalHook:
-    """Wraps a response sender: runs `hook(ok)` once, just before the FINAL response goes out."""
+    """Wraps a response sender: runs `hook(error or None)` once, just before the FINAL response goes out."""
 
-    def __init__(self, inner: Any, final_flag: int, hook: Callable[[bool], None]) -> None:
+    def __init__(self, inner: Any, final_flag: int, hook: Callable[[str | None], None]) -> None:
         self.inner = inner
         self.final_flag = final_flag
-        self.hook: Callable[[bool], None] | None = hook
-        self.failed = False
+        self.hook: Callable[[str | None], None] | None = hook
+        self.failure: str | None = None
 
     def send(self, response: Any = None, flags: int = 0) -> None:
         if flags & self.final_flag and self.hook is not None:
             hook, self.hook = self.hook, None
-            hook(not self.failed)
+            hook(self.failure)
         if response is None:
             self.inner.send(flags=flags)
         else:
@@ -152,7 +154,8 @@ class ServeCore:
         params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
         engine_dir = Path(params["engine_dir"])
         t0 = time.perf_counter()
-        kit = load_engine(engine_dir, params.get("engine_loader") or None)
+        overrides = json.loads(params["engine_overrides"]) if params.get("engine_overrides") else None
+        kit = load_engine(engine_dir, params.get("engine_loader") or None, overrides)
         pb.Logger.log_info(f"llmkiln: engine {engine_dir} loaded in {time.perf_counter() - t0:.2f} s")
         return cls(
             pb,
@@ -185,7 +188,7 @@ class ServeCore:
         code = getattr(err_cls, "UNAVAILABLE" if unavailable else "INVALID_ARG", None)
         err = err_cls(message, code) if code is not None else err_cls(message)
         if isinstance(sender, _FinalHook):
-            sender.failed = True
+            sender.failure = message
         sender.send(self.pb.InferenceResponse(error=err), flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _send(self, sender: Any, text: str, final: bool, perf: PerfFields | None = None) -> None:
@@ -208,11 +211,13 @@ class ServeCore:
             self.pb.Logger.log_error(f"llmkiln: request failed: {type(exc).__name__}: {exc}")
             self._error(sender, f"llmkiln: internal error: {type(exc).__name__}: {exc}")
 
-    def _warmup_done_one(self, ok: bool) -> None:
+    def _warmup_done_one(self, failure: str | None) -> None:
         self.warmup_finished += 1
         self.metrics.warmup_requests.increment(1)
-        if not ok:
-            self.pb.Logger.log_error("llmkiln: a warmup request failed; the model stays not ready")
+        if failure is not None:
+            self.pb.Logger.log_error(
+                f"llmkiln: a warmup request failed, the model stays not ready: {failure}"
+            )
         if self.warmup_finished == self.warmup_total and self.warmup_started is not None:
             took = time.perf_counter() - self.warmup_started
             self.metrics.warmup_seconds.set(took)

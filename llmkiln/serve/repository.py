@@ -11,11 +11,13 @@ genai-perf (`--backend tensorrtllm`) work unchanged. `check_repository` parses a
 
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
@@ -69,6 +71,9 @@ class RepoSpec:
     tokens_per_block: int = 16
     max_batch_size: int = 1
     engine_loader: str | None = None  # "module:callable"; tests use a stand-in engine
+    engine_overrides: dict[str, Any] | None = (
+        None  # nested recipe overrides for the runtime, e.g. scheduler limits
+    )
 
 
 def spec_from_engine(engine_dir: Path, model_name: str | None = None) -> RepoSpec:
@@ -118,6 +123,8 @@ def build_model_config(spec: RepoSpec) -> mc.ModelConfig:
     }
     if spec.engine_loader:
         params["engine_loader"] = spec.engine_loader
+    if spec.engine_overrides:
+        params["engine_overrides"] = json.dumps(spec.engine_overrides, sort_keys=True)
     for key, value in params.items():
         cfg.parameters[key].string_value = value
     for i, _prompt in enumerate(spec.warmup.prompts if spec.warmup.count else []):
@@ -240,6 +247,11 @@ def _problems(model_dir: Path, cfg: mc.ModelConfig) -> list[str]:
             out.append(
                 f"{where}: parameter engine_dir={str(engine_dir)!r} is not an engine folder (no recipe.resolved.yaml)"
             )
+    if "engine_overrides" in cfg.parameters:
+        try:
+            json.loads(cfg.parameters["engine_overrides"].string_value)
+        except json.JSONDecodeError as exc:
+            out.append(f"{where}: parameter engine_overrides is not JSON: {exc}")
     if not (model_dir / VERSION / "model.py").is_file():
         out.append(f"{model_dir / VERSION / 'model.py'}: missing (the python-backend model)")
     for w in cfg.model_warmup:

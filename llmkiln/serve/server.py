@@ -199,6 +199,7 @@ class TritonServer:
             code = self.proc.poll()
             if code is not None:
                 self._join_reader()
+                self._clean_leftovers()  # a crashed server (Triton 2.51 can segfault on a failed warmup)
                 raise ServerFailed(
                     f"tritonserver exited with code {code} before it was ready.\n{self.failure_report()}"
                 )

@@ -25,6 +25,14 @@ SYSTEM = (
 WARMUP = Warmup(prompts=[SYSTEM, "Once upon a time"], count=2, max_tokens=4)
 
 
+def _ports() -> dict[str, int]:
+    ports: set[int] = set()
+    while len(ports) < 3:
+        ports.add(free_port())
+    http, grpc, metrics = sorted(ports)
+    return {"http_port": http, "grpc_port": grpc, "metrics_port": metrics}
+
+
 @pytest.fixture(scope="module")
 def engine(engine_factory) -> Path:
     return engine_factory("stories-fp32")
@@ -36,15 +44,7 @@ def served(engine: Path, tmp_path_factory: pytest.TempPathFactory):
     spec = spec_from_engine(engine)
     spec.warmup = WARMUP  # the recipe's warmup section, with a shared system prompt to prime the prefix cache
     write_repository(spec, tmp / "repo")
-    ports = set()
-    while len(ports) < 3:
-        ports.add(free_port())
-    http, grpc, metrics = sorted(ports)
-    server = TritonServer(
-        ServerConfig(
-            tmp / "repo", http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=20, workdir=tmp
-        )
-    )
+    server = TritonServer(ServerConfig(tmp / "repo", **_ports(), exit_timeout_s=20, workdir=tmp))
     server.start()
     server.wait_ready(300)
     server.model = spec.model_name  # type: ignore[attr-defined]
@@ -177,6 +177,28 @@ def test_metrics_endpoint_shows_custom_metrics(served: TritonServer):
     assert metric(values, "llmkiln_prefix_cache_hit_tokens_total") >= 16
     assert 0 < metric(values, "llmkiln_prefix_cache_hit_rate") <= 1
     assert metric(values, "llmkiln_requests_rejected_total") >= 3
+
+
+def test_overload_is_refused_with_queue_full(engine: Path, tmp_path: Path):
+    # a server of its own whose runtime runs one sequence and queues one more (engine_overrides)
+    spec = spec_from_engine(engine)
+    spec.engine_overrides = {"scheduler": {"max_batch_size": 1, "max_queue_size": 1}}
+    write_repository(spec, tmp_path / "repo")
+    server = TritonServer(ServerConfig(tmp_path / "repo", **_ports(), exit_timeout_s=20, workdir=tmp_path))
+    server.start()
+    try:
+        server.wait_ready(300)
+        results = stream_many(
+            server.url_grpc,
+            spec.model_name,
+            [{"prompt": f"Once upon a time {i}", "max_tokens": 100} for i in range(8)],
+        )
+    finally:
+        server.stop()
+    errors = [r.error for r in results if r.error]
+    assert errors and all("queue full" in e and "max_queue_size = 1" in e for e in errors), errors
+    assert len(errors) < 8 and all(r.final is not None for r in results if not r.error)
+    assert server.leftover_processes() == [] and server.leftover_shm() == []
 
 
 def test_sigterm_leaves_no_process_and_no_shm_file(served: TritonServer):
