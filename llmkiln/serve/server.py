@@ -12,9 +12,11 @@ import collections
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -85,6 +87,7 @@ class TritonServer:
         self._log: IO[str] | None = None
         self.log_path: Path | None = None
         self.forced_exit = False
+        self._own_workdir: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -124,10 +127,10 @@ class TritonServer:
             raise BadInput(
                 f"http/grpc/metrics ports must differ, got {c.http_port}/{c.grpc_port}/{c.metrics_port}"
             )
-        workdir = (
-            c.workdir
-            or Path(os.environ.get("TMPDIR", "/tmp")) / f"llmkiln-serve-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        )
+        if c.workdir is None:  # ours: removed after a clean exit (kept, with the log, after a failure)
+            self._own_workdir = Path(tempfile.mkdtemp(prefix="llmkiln-serve-"))
+        workdir = c.workdir or self._own_workdir
+        assert workdir is not None
         workdir.mkdir(parents=True, exist_ok=True)
         backend_dir = assemble_backend_dir(workdir / "backends")
         self.log_path = workdir / "tritonserver.log"
@@ -236,6 +239,8 @@ class TritonServer:
             self.proc.wait()
         self._join_reader()
         self._clean_leftovers()
+        if self._own_workdir is not None and self.proc.returncode == 0 and not self.forced_exit:
+            shutil.rmtree(self._own_workdir, ignore_errors=True)
         return self.proc.returncode
 
     def stop(self, grace_s: float | None = None) -> int | None:
