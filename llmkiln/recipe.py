@@ -137,6 +137,8 @@ class QualityBudget(Strict):
     min_top1_agreement: Annotated[float, Field(ge=0, le=1)] | None = Field(None, description="e.g. 0.97")
     max_mean_kl: Annotated[float, Field(ge=0)] | None = Field(None, description="Largest mean per-token KL(ref||cand).")
     dataset: str | None = Field(None, description="Held-out JSONL evaluation set (relative to the repository).")
+    samples: PositiveInt | None = Field(None, description="Evaluation texts to use (None = the whole set).")
+    continuation_tokens: PositiveInt = Field(32, description="Greedy tokens compared per text (exact match).")
 
 
 class Warmup(Strict):
