@@ -12,6 +12,7 @@ raw per-request JSONL under OUT_DIR/raw/ (git-ignored), PNG plots, summary.json 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -127,10 +128,11 @@ def _build(recipe: str, engines_root: Path) -> Path:
     return build_engine(recipe, engines_root=engines_root).engine_dir
 
 
-def run_experiment(cfg: ExperimentConfig, console: Console | None = None) -> str:
-    """Run everything, write the results, return the Markdown summary."""
+def run_experiment(cfg: ExperimentConfig, console: Console | None = None) -> tuple[Path, dict]:
+    """Run everything, write the results; returns the SUMMARY.md path and the summary."""
     console = console or Console()
     t_start = time.perf_counter()
+    load_start = round(os.getloadavg()[0], 2)
     out = Path(cfg.out_dir)
     engines = {r: _build(r, cfg.engines_root) for r in (cfg.baseline, cfg.optimized)}
     tok = load_tokenizer(engines[cfg.baseline])
@@ -180,12 +182,13 @@ def run_experiment(cfg: ExperimentConfig, console: Console | None = None) -> str
 
     cfg_dump = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
     cfg_dump["wall_s"] = time.perf_counter() - t_start
+    cfg_dump["loadavg_start"] = load_start
     summary, markdown = summarize_experiment(
         cfg_dump, cfg.baseline, cfg.optimized, reports, peer_reports, out
     )
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     write_atomic(out / "SUMMARY.md", markdown)
-    return markdown
+    return out / "SUMMARY.md", summary
 
 
 def _source_dir(engine_dir: Path) -> Path | None:

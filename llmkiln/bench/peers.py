@@ -216,8 +216,11 @@ def run_peer(
     elif name == "transformers":
         if model_dir is None:
             raise ValueError("the transformers peer needs the source model folder")
+        import torch
+
         recs = run_transformers(model_dir, engine_dir, requests, concurrency)
         extra["model_dir"] = str(model_dir)
+        extra["torch_threads"] = torch.get_num_threads()
     else:
         raise ValueError(f"unknown peer {name!r}; choose one of {', '.join(PEERS)}")
     extra["wall_s"] = time.perf_counter() - t0

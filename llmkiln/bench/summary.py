@@ -58,7 +58,9 @@ def summarize_experiment(
         "only in runtime settings: prefix KV reuse, chunked prefill, in-flight vs static batching), each served by",
         "tritonserver (python backend) on loopback and measured with `kiln bench` (streaming gRPC).",
         "",
-        f"Machine: {summary['machine']['cpus']} CPUs ({summary['machine']['processor']}), {summary['machine']['platform']}.",
+        f"Machine: {summary['machine']['cpus']} CPUs ({summary['machine']['processor']}), {summary['machine']['platform']};"
+        f" 1-minute load average {cfg.get('loadavg_start', '?')} at the start, {summary['machine']['loadavg_1m']} at the end"
+        " (other work on the machine slows every system measured here).",
         f"Whole run: {cfg.get('wall_s', 0) / 60:.1f} min{' (--quick: scaled-down sizes)' if cfg.get('quick') else ''}."
         " Absolute times vary from machine to machine and run to run; the relative changes are the result.",
         "",

@@ -229,5 +229,12 @@ def experiment_cmd(
         quick=quick, requests=requests_, out_dir=Path(out_dir), peers=not no_peers, only=only
     )
     cfg = replace(cfg, engines_root=Path(engines_dir))
-    summary = run_experiment(cfg)
-    click.echo(summary)
+    path, summary = run_experiment(cfg)
+    click.echo(f"\nwrote {path} (and the reports and plots next to it)")
+    for t in summary["targets"]:
+        what = f"{t['workload']} c={t['concurrency']} {t.get('peer', '')} {t['metric']} {t.get('stat', '')}".replace(
+            "  ", " "
+        )
+        value = t.get("change", t.get("ratio"))
+        shown = "n/a" if value is None else (f"{value * 100:+.1f}%" if "change" in t else f"{value:.2f}x")
+        click.echo(f"  {'met    ' if t['met'] else 'NOT met'}  {what}: {shown} (limit {t['limit']})")

@@ -5,7 +5,12 @@ from __future__ import annotations
 from llmkiln.bench.experiment import ExperimentConfig
 from llmkiln.recipe import load_recipe
 
-RUNTIME_FIELDS = {("kv_cache", "prefix_reuse"), ("scheduler", "chunked_prefill"), ("scheduler", "batching")}
+RUNTIME_FIELDS = {
+    ("kv_cache", "prefix_reuse"),
+    ("scheduler", "chunked_prefill"),
+    ("scheduler", "batching"),
+    ("scheduler", "max_num_tokens"),
+}
 
 
 def _flat(d, prefix=()):
