@@ -10,7 +10,8 @@ writes into out_dir (assembled in a temp folder, renamed into place when complet
                             rotary_base restored from the HF config (dropped under transformers 5.x), and
     kv_cache_scales.json    the calibrated per-layer KV scales (amax/448) next to the ones the export clamps to >= 1.0
     kv_scales.json          per-layer, per-KV-head fp8 scales in the CPU runtime's schema (kv_scales.py)
-    modelopt_state.pth      mto.save of the fake-quant model (quality_diff reloads it with mto.restore)
+    modelopt_state.pth      mto.save of the fake-quant model (quality_diff reloads it with mto.restore), saved after
+                            q/k/v and gate/up got their shared weight scale (unify_fused_amax), as in the exports
     calibration.json        what was done: source, samples, tokens, algorithm, amax table, tool versions
 
 The TRT-LLM checkpoint is the hand-off to the GPU build (trtllm-build runs on a GPU host).
@@ -142,6 +143,29 @@ def _quantizer_amax(model) -> dict[str, float]:
     return out
 
 
+# Linear layers that deployment fuses into one GEMM (qkv, gate_up): both exports give them one shared weight scale.
+FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+def unify_fused_amax(model) -> int:
+    """Give each fused group the max of its weight amaxes (what both exports do when writing the checkpoint), so
+    the saved fake-quant model computes exactly what the exported checkpoints hold. Returns groups changed."""
+    import torch
+
+    changed = 0
+    for _, module in model.named_modules():
+        for group in FUSED_GROUPS:
+            linears = [getattr(module, n, None) for n in group]
+            quantizers = [getattr(lin, "weight_quantizer", None) for lin in linears]
+            if any(q is None or not q.is_enabled or q.amax is None for q in quantizers):
+                continue
+            shared = torch.stack([q.amax.float().max() for q in quantizers]).max()
+            for q in quantizers:
+                q.amax = shared.clone().to(q.amax.dtype).reshape(q.amax.shape)
+            changed += 1
+    return changed
+
+
 def fix_trtllm_config(trt_dir: Path, hf_config: dict[str, Any]) -> dict[str, Any]:
     """Restore rotary_base (and max_position_embeddings) from the HF config; returns what was changed."""
     path = trt_dir / "config.json"
@@ -243,6 +267,8 @@ def calibrate_fp8(
     with contextlib.redirect_stdout(log):
         mtq.quantize(model, fp8_quant_config(), forward_loop)
     t_cal = time.perf_counter() - t0
+    amax_calibrated = _quantizer_amax(model)
+    fused = unify_fused_amax(model)
     amax = _quantizer_amax(model)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -291,6 +317,8 @@ def calibrate_fp8(
             "trtllm_config_fixes": fixes,
             "tokenizer_files": tokenizer_files,
             "amax": amax,
+            "amax_calibrated": amax_calibrated,
+            "fused_groups_shared_scale": fused,
             "calibration_seconds": round(t_cal, 3),
             "total_seconds": round(time.perf_counter() - t0, 3),
             "tools": tool_versions(),
