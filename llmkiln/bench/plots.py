@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker as mticker  # noqa: E402
 import numpy as np  # noqa: E402
 
 from llmkiln.bench.report import BenchReport  # noqa: E402
@@ -35,11 +36,15 @@ def ttft_cdf(reports: Mapping[str, BenchReport], path: Path, title: str | None =
             if not xs:
                 continue
             x = np.sort(np.asarray(xs))
-            y = np.arange(1, len(x) + 1) / len(x)
+            x = np.concatenate([x[:1], x])
+            y = np.arange(0, len(xs) + 1) / len(xs)  # starts at 0 below the fastest request
             color = cmap(levels.index(int(c_str)) / max(1, len(levels) - 1) * 0.85)
             name = f"{label} c={c_str}" if len(reports) > 1 else f"c={c_str}"
             ax.step(x, y, where="post", linestyle=styles[i % len(styles)], color=color, label=name)
     ax.set_xscale("log")
+    ax.xaxis.set_major_locator(mticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_minor_formatter(mticker.NullFormatter())
+    ax.xaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("TTFT (ms, log scale)")
     ax.set_ylabel("fraction of requests")
     ax.set_ylim(0, 1.02)
