@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -186,6 +187,27 @@ def test_model_override_replaces_the_recipe_model(tmp_path: Path, stories_dir: P
         "model.safetensors": _sha(stories_dir / "model.safetensors")
     }
     assert not (tmp_path / "engines" / ".models").exists()
+
+
+class NoisyStage(FailingStage):
+    name = "noisy"
+
+    def run(self, ctx, out_dir: Path) -> dict:
+        print("python stdout")
+        print("python stderr", file=sys.stderr)
+        os.write(1, b"fd 1\n")
+        os.write(2, b"fd 2\n")
+        return {}
+
+
+def test_stage_output_goes_to_the_stage_log(tmp_path: Path, stories_dir: Path, monkeypatch, capfd) -> None:
+    engines = tmp_path / "engines"
+    monkeypatch.setitem(STAGE_REGISTRY, "onnx-cpu", [*STAGE_REGISTRY["onnx-cpu"], NoisyStage()])
+    build_engine(write_variant(tmp_path, "noisy", stories_dir), engines)
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+    log = (engines / ".logs" / "noisy" / "noisy.log").read_text()
+    assert all(line in log for line in ("python stdout", "python stderr", "fd 1", "fd 2"))
 
 
 def test_dry_run_writes_nothing(tmp_path: Path, stories_dir: Path) -> None:

@@ -20,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from llmkiln.build.logs import output_to
 from llmkiln.build.rope_fix import derive_position_ids, needs_separate_rope
 from llmkiln.errors import BadInput, BuildFailed
 
@@ -60,25 +61,6 @@ def _versions(names: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-@contextlib.contextmanager
-def _output_to(path: Path) -> Iterator[None]:
-    """Send everything written to stdout/stderr (Python, logging handlers, C++) to `path`, at the fd level."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with open(path, "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        try:
-            yield
-        finally:
-            log.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-
-
 def export_onnx(
     model_dir: Path,
     out_dir: Path,
@@ -101,7 +83,7 @@ def export_onnx(
         extra_options["fuse_qkv"] = "false"  # the builder's separate-rope path mishandles packed QKV
     options = [f"{k}={v}" for k, v in sorted(extra_options.items())]
     try:
-        with _output_to(log_path or Path(os.devnull)), _fused_rope(builder, enabled=not separate_rope):
+        with output_to(log_path or Path(os.devnull)), _fused_rope(builder, enabled=not separate_rope):
             kwargs = builder.parse_extra_options(
                 None, str(model_dir), str(out_dir), precision, execution_provider, str(cache_dir), options
             )

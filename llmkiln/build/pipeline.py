@@ -44,6 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from llmkiln.build.logs import output_to
 from llmkiln.build.manifest import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -357,15 +358,23 @@ def _run_stages(ctx: BuildContext, stages: list[Stage], key: str, t0: float) -> 
     assert ctx.work_dir is not None  # internal invariant
     stage_records: list[dict[str, Any]] = []
     parts: dict[str, Any] = {}
+    log_dir = ctx.engines_root / ".logs" / ctx.recipe.name
+    log_dir.mkdir(parents=True, exist_ok=True)
     for stage in stages:
         ctx.progress.stage_start(stage.name)
         ts = time.perf_counter()
         stage_key = stage.cache_key(ctx)
         key_digest = _stage_digest(stage, stage_key)
-        if stage.cacheable:
-            part, cached = _run_cached_stage(stage, ctx, key_digest, stage_key)
-        else:
-            part, cached = stage.run(ctx, ctx.work_dir), False
+        log = log_dir / f"{stage.name}.log"
+        try:
+            with output_to(log):
+                if stage.cacheable:
+                    part, cached = _run_cached_stage(stage, ctx, key_digest, stage_key)
+                else:
+                    part, cached = stage.run(ctx, ctx.work_dir), False
+        except Exception:
+            ctx.progress.info(f"stage {stage.name} failed; its output is in {log}")
+            raise
         seconds = time.perf_counter() - ts
         ctx.progress.stage_end(stage.name, seconds, cached)
         stage_records.append(

@@ -6,8 +6,9 @@ The pipeline calls a BuildProgress; the CLI picks the implementation with make_p
 from __future__ import annotations
 
 import json
-import sys
 from typing import IO, Any, Literal, Protocol
+
+from llmkiln.build.logs import private_stdout
 
 ProgressMode = Literal["rich", "quiet", "json"]
 
@@ -49,7 +50,7 @@ class JsonProgress:
     """One JSON object per line on `stream` (stdout by default); the last line is the build summary."""
 
     def __init__(self, stream: IO[str] | None = None) -> None:
-        self.stream = stream or sys.stdout
+        self.stream = stream or private_stdout()
 
     def _emit(self, **event: Any) -> None:
         self.stream.write(json.dumps(event, default=str) + "\n")
@@ -77,7 +78,8 @@ class RichProgress:
     def __init__(self) -> None:
         from rich.console import Console
 
-        self.console = Console(stderr=False, highlight=False)
+        # its own stdout: the spinner thread keeps drawing while a stage's output goes to the stage log
+        self.console = Console(file=private_stdout(), highlight=False)
         self._status: Any = None
 
     def start(self, recipe: str, engine_dir: str) -> None:
