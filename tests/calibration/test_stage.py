@@ -1,0 +1,116 @@
+"""The calibration build stage: KV scales with the engine (manifest, sha256, runtime-readable, in the build key) and
+the quality gate that refuses to publish an engine outside its budget."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from llmkiln.calibration.datasets import CALIBRATION_DIR
+from llmkiln.calibration.stage import CpuCalibrationStage
+from llmkiln.errors import QualityBudgetExceeded
+from llmkiln.recipe import load_recipe
+
+STRICT = """\
+name: {name}
+backend: onnx-cpu
+precision: int4
+model:
+  path: {model}
+limits:
+  max_input_len: 256
+  max_seq_len: 512
+calibration:
+  dataset: calibration/stories-calib.jsonl
+quality_budget:
+  max_ppl_delta_pct: 1.0
+  min_top1_agreement: 0.97
+  samples: 4
+  continuation_tokens: 4
+"""
+
+
+def _recipe(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.slow
+def test_kv_scales_are_stored_listed_and_readable_by_the_runtime(engine_factory) -> None:
+    from llmkiln.runtime.kv_quant import KvScales
+
+    engine = engine_factory("stories-int8")
+    manifest = json.loads((engine / "manifest.json").read_text())
+    part = manifest["calibration"]["kv_scales"]
+    path = engine / part["path"]
+    assert part["path"] == "calibration/kv_scales.json" and part["dtype"] == "int8"
+    assert part["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert manifest["engine_files"][part["path"]] == part["sha256"]
+    assert part["sequences"] == 64
+    scales = KvScales.load(path, num_layers=5, kv_heads=4)
+    assert scales.dtype == "int8" and np.all(scales.scales > 0)
+    data = json.loads(path.read_text())
+    np.testing.assert_allclose(np.asarray(data["k_absmax"]) / 127.0, scales.scales[:, 0], rtol=1e-6)
+
+
+def test_calibration_set_contents_are_part_of_the_build_key(tmp_path: Path, stories_dir: Path) -> None:
+    from llmkiln.build.pipeline import build_key
+
+    for split in ("calib", "eval"):
+        shutil.copyfile(CALIBRATION_DIR / f"stories-{split}.jsonl", tmp_path / f"mine-{split}.jsonl")
+    text = STRICT.format(name="keyed", model=stories_dir).replace(
+        "calibration/stories-calib.jsonl", str(tmp_path / "mine-calib.jsonl")
+    )
+    recipe, _ = load_recipe(_recipe(tmp_path, "keyed", text))
+    stage = CpuCalibrationStage()
+    ctx = SimpleNamespace(recipe=recipe)
+    before = build_key(recipe, {}, {}, [stage], ctx)
+    with open(tmp_path / "mine-calib.jsonl", "a") as f:
+        f.write(json.dumps({"id": "new", "text": "A new calibration story."}) + "\n")
+    after = build_key(recipe, {}, {}, [stage], ctx)
+    assert before != after
+    assert stage.build_key_extra(ctx)["datasets"]["mine-calib.jsonl"] != ""
+
+
+@pytest.mark.slow
+def test_build_refuses_to_publish_outside_the_budget(tmp_path: Path, stories_dir: Path) -> None:
+    from llmkiln.build.pipeline import build_engine
+
+    recipe = _recipe(tmp_path, "strict-int4", STRICT.format(name="strict-int4", model=stories_dir))
+    engines = tmp_path / "engines"
+    with pytest.raises(QualityBudgetExceeded) as exc:
+        build_engine(recipe, engines)
+    msg = str(exc.value)
+    assert "outside its quality budget" in msg and "not published" in msg and "stories-eval-" in msg
+    assert not (engines / "strict-int4").exists()
+    assert not list(engines.glob(".tmp-*"))
+    kept = engines / ".quality" / "strict-int4" / "quality_report.md"
+    assert kept.is_file() and "FAIL" in kept.read_text()
+
+    result = build_engine(recipe, engines, allow_quality_regression=True)
+    q = result.manifest["calibration"]["quality"]
+    assert (engines / "strict-int4" / "model.onnx").is_file()
+    assert not q["passed"] and q["regression_allowed"] and q["violations"]
+
+
+@pytest.mark.slow
+def test_kiln_calibrate_cpu_and_nothing_to_do(engine_factory, tmp_path: Path) -> None:
+    from llmkiln.cli.main import main
+
+    engine = engine_factory("stories-int8")
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "stories-int8", "--engine", str(engine), "--out", str(tmp_path / "c")])
+    assert exc.value.code == 0
+    ours = json.loads((tmp_path / "c" / "kv_scales.json").read_text())
+    built = json.loads((engine / "calibration" / "kv_scales.json").read_text())
+    assert ours["layers"] == built["layers"]  # same engine, same data: same scales
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "stories-fp32", "--out", str(tmp_path / "none")])
+    assert exc.value.code == 2
