@@ -1,7 +1,8 @@
 """Peers on the same ONNX file (and the same source weights) and the same requests, measured in-process.
 
-- ``onnxruntime-genai-engine``: og.Engine (onnxruntime-genai 0.18's continuous-batching engine), one thread
-  driving ``engine.run``; at most `concurrency` requests in flight (a closed loop, like the client).
+- ``onnxruntime-genai-engine``: og.Engine (onnxruntime-genai 0.18's request engine), one thread driving
+  ``engine.run``; at most `concurrency` requests in flight (a closed loop, like the client), its static batch
+  sized to the concurrency. (Its dynamic batching needs a paged-KV export, not this ONNX file.)
 - ``onnxruntime-genai-generator``: one og.Generator per request, `concurrency` worker threads sharing one og.Model.
 - ``transformers``: HF transformers on torch CPU, the source checkpoint in fp32, one request at a time (plain
   transformers has no request batching); `concurrency` requests wait in a FIFO queue, so TTFT includes the wait.
@@ -90,10 +91,19 @@ def run_og_generator(
 def run_og_engine(
     engine_dir: Path, requests: Sequence[BenchRequest], concurrency: int
 ) -> tuple[list[RequestRecord], dict]:
-    """og.Engine with at most `concurrency` requests in flight; returns the records and the engine capabilities."""
+    """og.Engine with at most `concurrency` requests in flight; returns the records and the engine capabilities.
+
+    The engine's batch is sized to the concurrency (its default is 4). NOTE: og.Engine's dynamic batching (paged
+    KV, prefix caching, chunked prefill) needs a graph exported with a paged KV cache, so on this ONNX file the
+    engine runs its static batch scheduler.
+    """
+    import json
+
     import onnxruntime_genai as og
 
-    model = og.Model(str(engine_dir))
+    config = og.Config(str(engine_dir))
+    config.overlay(json.dumps({"engine": {"static_batching": {"max_batch_size": concurrency}}}))
+    model = og.Model(config)
     engine = og.Engine(model)
     caps = engine.get_capabilities()
     info = {

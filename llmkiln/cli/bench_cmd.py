@@ -174,7 +174,13 @@ def run_cmd(**kw: Any) -> None:
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the changes as JSON.")
 @click.option("--markdown", type=click.Path(dir_okay=False), default=None, help="Write a Markdown table.")
 @click.option("--all-stats", is_flag=True, help="Show p90/p99 too (default: mean, p50, p95).")
-def compare_cmd(a: str, b: str, out: str | None, markdown: str | None, all_stats: bool) -> None:
+@click.option(
+    "--plot", type=click.Path(dir_okay=False), default=None, help="PNG: TTFT p50/p95 bars of both runs."
+)
+@click.option("--cdf", type=click.Path(dir_okay=False), default=None, help="PNG: TTFT CDFs of both runs.")
+def compare_cmd(
+    a: str, b: str, out: str | None, markdown: str | None, all_stats: bool, plot: str | None, cdf: str | None
+) -> None:
     """Relative change of report B vs report A per metric, statistic and concurrency level."""
     from rich.console import Console
 
@@ -194,6 +200,13 @@ def compare_cmd(a: str, b: str, out: str | None, markdown: str | None, all_stats
         write_atomic(Path(out), json.dumps([c.model_dump() for c in changes], indent=2) + "\n")
     if markdown:
         write_atomic(Path(markdown), compare_markdown(changes, la, lb) + "\n")
+    if plot or cdf:
+        from llmkiln.bench.plots import bars, ttft_cdf
+
+        if plot:
+            bars({la: ra, lb: rb}, Path(plot), "ttft_ms", ("p50", "p95"), f"TTFT: {lb} vs {la}")
+        if cdf:
+            ttft_cdf({la: ra, lb: rb}, Path(cdf))
 
 
 @bench.command("experiment")

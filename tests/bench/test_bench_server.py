@@ -77,3 +77,35 @@ def test_cli_bench_against_the_server(served, tmp_path):
     assert (tmp_path / "cdf.png").read_bytes()[:4] == b"\x89PNG"
     lines = (tmp_path / "raw.jsonl").read_text().splitlines()
     assert len(lines) == 4 and {json.loads(x)["concurrency"] for x in lines} == {1, 2}
+
+
+def test_rejected_requests_are_counted_not_raised(served, tmp_path):
+    s, engine = served
+    f = tmp_path / "traffic.jsonl"
+    too_long = " ".join(["once upon a time"] * 200)  # far over stories-fp32's max_input_len (384)
+    f.write_text(
+        json.dumps({"prompt": "Once upon a time", "max_tokens": 3})
+        + "\n"
+        + json.dumps({"prompt": too_long})
+        + "\n"
+    )
+    out = tmp_path / "r.json"
+    argv = [
+        "bench",
+        "--url",
+        s.url,
+        "--model",
+        s.model,
+        "--from-jsonl",
+        str(f),
+        "--concurrency",
+        "2",
+        "--requests",
+        "2",
+    ]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--out", str(out), "--no-progress"])
+    assert exc.value.code == 1  # the report is written, then the failures make the command fail
+    lv = load_report(out).levels[0]
+    assert lv.num_ok == 1 and lv.num_errors == 1
+    assert "too long" in lv.errors[0].lower() or "max_input_len" in lv.errors[0]
