@@ -12,7 +12,7 @@ from rich.table import Table
 from llmkiln.bench.report import BenchReport
 from llmkiln.bench.stats import Dist, LevelStats
 
-LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "server_ttft_ms", "server_queue_ms")
 STATS = ("mean", "p50", "p90", "p95", "p99")
 THROUGHPUTS = ("request_throughput", "output_token_throughput")
 

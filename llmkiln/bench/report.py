@@ -136,6 +136,8 @@ COLUMNS = (
     ("TTFT p95", lambda lv: _ms(lv.ttft_ms, "p95")),
     ("TTFT p99", lambda lv: _ms(lv.ttft_ms, "p99")),
     ("TTFT mean", lambda lv: _ms(lv.ttft_ms, "mean")),
+    ("srv TTFT p50", lambda lv: _ms(lv.server_ttft_ms, "p50")),
+    ("srv queue p50", lambda lv: _ms(lv.server_queue_ms, "p50")),
     ("TPOT p50", lambda lv: _ms(lv.tpot_ms, "p50")),
     ("TPOT p95", lambda lv: _ms(lv.tpot_ms, "p95")),
     ("ITL p50", lambda lv: _ms(lv.itl_ms, "p50")),

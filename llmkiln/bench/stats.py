@@ -6,6 +6,8 @@ Definitions (all times from the client's clock, milliseconds in reports):
   least two output tokens.
 - ITL (inter-token latency): every gap between consecutive tokens of a request, pooled over requests.
 - e2e: final response − request sent.
+- server TTFT / queue: from the server's perf fields (first token − arrival, first scheduled − arrival), when the
+  server returns them: the engine's share of TTFT without client and transport time.
 - Throughput: completed requests and output tokens per second of the level's wall time (first send → last end).
 Percentiles use linear interpolation between closest ranks (numpy's default), over successful requests only.
 """
@@ -16,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 
@@ -53,6 +55,18 @@ class RequestRecord:
         if len(self.token_ns) < 2 or self.num_output_tokens < 2:
             return None
         return (self.token_ns[-1] - self.token_ns[0]) / 1e6 / (self.num_output_tokens - 1)
+
+    @property
+    def server_ttft_ms(self) -> float | None:
+        """First token − arrival, both from the server's perf fields (no client or transport time)."""
+        a, f = self.server.get("arrival_time_ns"), self.server.get("first_token_time_ns")
+        return (f - a) / 1e6 if a and f and f >= a else None
+
+    @property
+    def server_queue_ms(self) -> float | None:
+        """First scheduled − arrival on the server (time spent waiting for a slot / batch)."""
+        a, q = self.server.get("arrival_time_ns"), self.server.get("first_scheduled_time_ns")
+        return (q - a) / 1e6 if a and q and q >= a else None
 
     def itl_ms(self) -> list[float]:
         return [(b - a) / 1e6 for a, b in zip(self.token_ns, self.token_ns[1:], strict=False)]
@@ -115,6 +129,8 @@ class LevelStats(BaseModel):
     tpot_ms: Dist
     itl_ms: Dist
     e2e_ms: Dist
+    server_ttft_ms: Dist = Field(default_factory=lambda: Dist(count=0))  # from the server's perf fields
+    server_queue_ms: Dist = Field(default_factory=lambda: Dist(count=0))
     prompt_tokens_mean: float | None
     output_tokens_mean: float | None
     cached_tokens_mean: float | None  # None when the server does not report it
@@ -158,6 +174,8 @@ def level_stats(concurrency: int, records: Sequence[RequestRecord]) -> LevelStat
         tpot_ms=summarize(r.tpot_ms for r in ok),
         itl_ms=summarize(x for r in ok for x in r.itl_ms()),
         e2e_ms=summarize(r.e2e_ms for r in ok),
+        server_ttft_ms=summarize(r.server_ttft_ms for r in ok),
+        server_queue_ms=summarize(r.server_queue_ms for r in ok),
         prompt_tokens_mean=float(np.mean([r.num_prompt_tokens for r in ok])) if ok else None,
         output_tokens_mean=float(np.mean([r.num_output_tokens for r in ok])) if ok else None,
         cached_tokens_mean=float(np.mean(cached)) if cached else None,

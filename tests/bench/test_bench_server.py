@@ -43,6 +43,7 @@ def test_short_bench_produces_a_valid_report(served, tmp_path):
     for lv in report.levels:
         assert lv.num_requests == 3 and lv.num_errors == 0, lv.errors
         assert lv.ttft_ms.count == 3 and lv.ttft_ms.p50 > 0
+        assert lv.server_ttft_ms.count == 3 and 0 < lv.server_ttft_ms.p50
         assert lv.e2e_ms.p50 >= lv.ttft_ms.p50
         assert lv.output_token_throughput > 0
         assert lv.prompt_tokens_mean is not None and 72 <= lv.prompt_tokens_mean <= 80

@@ -51,6 +51,18 @@ def test_level_stats():
     assert lv.cached_tokens_mean == 32
     assert set(lv.groups) == {"g", "h"} and lv.groups["h"].ttft_ms.p50 == pytest.approx(300)
     assert lv.groups["g"].num_requests == 2
+    assert lv.server_ttft_ms.count == 0
+
+
+def test_server_fields():
+    r = rec(0, 0, [10, 20], 21)
+    r.server = {
+        "arrival_time_ns": 1_000 * MS,
+        "first_scheduled_time_ns": 1_002 * MS,
+        "first_token_time_ns": 1_007 * MS,
+    }
+    lv = level_stats(1, [r])
+    assert lv.server_ttft_ms.p50 == pytest.approx(7) and lv.server_queue_ms.p50 == pytest.approx(2)
 
 
 def test_single_token_has_no_tpot():
