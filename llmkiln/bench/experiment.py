@@ -175,7 +175,11 @@ def run_experiment(cfg: ExperimentConfig, console: Console | None = None) -> tup
         model_dir = _source_dir(engines[cfg.baseline])
         for peer in cfg.peers:
             console.rule(f"peer {peer}: shared-prefix c={c}, {len(slice_c)} requests")
-            rep = run_peer(peer, engines[cfg.baseline], model_dir, wl, slice_c, c)
+            try:
+                rep = run_peer(peer, engines[cfg.baseline], model_dir, wl, slice_c, c)
+            except Exception as exc:  # noqa: BLE001  (a broken peer must not lose llmkiln's results)
+                console.print(f"[red]peer {peer} failed: {type(exc).__name__}: {exc}[/red]")
+                continue
             print_report(rep, console)
             save_report(rep, out / "peers" / f"{peer}.json")
             peer_reports[peer] = rep
