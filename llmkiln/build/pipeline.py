@@ -250,12 +250,16 @@ def _run_cached_stage(
             files = {k: v for k, v in files.items() if k not in (STAGE_META_NAME, STAGE_LOG_NAME)}
             meta = {"stage": stage.name, "version": stage.version, "key": key, "result": part, "files": files}
             write_json_atomic(tmp / STAGE_META_NAME, meta)
-            if cache_dir.exists():
-                shutil.rmtree(cache_dir)
+            if cache_dir.exists() and (ctx.options.force or _read_json(meta_path) is None):
+                # forced, or left incomplete: move it aside (readers keep their open files), then delete it
+                old = cache_dir.with_name(f".old-{cache_dir.name}-{os.getpid()}-{time.monotonic_ns()}")
+                cache_dir.rename(old)
+                shutil.rmtree(old, ignore_errors=True)
             try:
                 tmp.rename(cache_dir)
-            except OSError:  # a concurrent build published the same key first: use theirs
+            except OSError:  # a concurrent build published the same key meanwhile: use theirs (same inputs)
                 shutil.rmtree(tmp, ignore_errors=True)
+                meta = _read_json(meta_path) or meta
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
