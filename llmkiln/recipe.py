@@ -45,8 +45,12 @@ class Strict(BaseModel):
 class ModelSource(Strict):
     """Where the weights come from: a local HF folder (`path`) or a deterministic generated Llama."""
 
-    path: str | None = Field(None, description="Local Hugging Face folder; relative paths are relative to the recipe file.")
-    generated: GeneratedModel | None = Field(None, description="Generate a deterministic random Llama instead of reading one.")
+    path: str | None = Field(
+        None, description="Local Hugging Face folder; relative paths are relative to the recipe file."
+    )
+    generated: GeneratedModel | None = Field(
+        None, description="Generate a deterministic random Llama instead of reading one."
+    )
     seed: NonNegInt = Field(0, description="Seed for a generated model.")
 
     @model_validator(mode="after")
@@ -78,9 +82,12 @@ class KvCache(Strict):
     """KV cache: the runtime's per-slot pool plus the prefix block store (CPU), or TRT-LLM's paged cache (GPU)."""
 
     dtype: Literal["fp32", "fp16", "int8", "fp8"] = Field(
-        "fp32", description="Storage dtype of cached prefix blocks (CPU block store) or the engine KV cache (GPU)."
+        "fp32",
+        description="Storage dtype of cached prefix blocks (CPU block store) or the engine KV cache (GPU).",
     )
-    tokens_per_block: PositiveInt = Field(16, description="Tokens per KV block; prefixes are shared in whole blocks.")
+    tokens_per_block: PositiveInt = Field(
+        16, description="Tokens per KV block; prefixes are shared in whole blocks."
+    )
     max_bytes: PositiveInt = Field(64 * 2**20, description="Byte budget of the prefix block store (CPU).")
     prefix_reuse: bool = Field(True, description="Reuse KV of byte-identical token prefixes across requests.")
     free_gpu_memory_fraction: Annotated[float, Field(gt=0, le=1)] = Field(
@@ -97,17 +104,26 @@ class KvCache(Strict):
 class Scheduler(Strict):
     """Iteration-level scheduler settings (CPU runtime) and their TRT-LLM counterparts."""
 
-    policy: Literal["fcfs", "priority"] = Field("fcfs", description="fcfs, or priority (higher first, ties by arrival).")
+    policy: Literal["fcfs", "priority"] = Field(
+        "fcfs", description="fcfs, or priority (higher first, ties by arrival)."
+    )
     batching: Literal["inflight", "static"] = Field(
-        "inflight", description="inflight: admit/retire every step; static: run a collected batch to completion."
+        "inflight",
+        description="inflight: admit/retire every step; static: run a collected batch to completion.",
     )
     max_batch_size: PositiveInt = Field(8, description="Sequences running at once (KV slots).")
-    max_num_tokens: PositiveInt = Field(2048, description="Token budget of one step (prefill chunks + decodes).")
+    max_num_tokens: PositiveInt = Field(
+        2048, description="Token budget of one step (prefill chunks + decodes)."
+    )
     chunked_prefill: bool = Field(True, description="Split long prompts into chunks of max_prefill_tokens.")
     max_prefill_tokens: PositiveInt = Field(512, description="Largest prefill chunk, in tokens.")
     max_queue_size: PositiveInt = Field(64, description="Waiting requests beyond this are rejected at once.")
-    static_batch_timeout_ms: NonNegInt = Field(50, description="static batching: wait this long to fill a batch.")
-    intra_op_threads: NonNegInt = Field(0, description="onnxruntime intra-op threads; 0 = onnxruntime's default.")
+    static_batch_timeout_ms: NonNegInt = Field(
+        50, description="static batching: wait this long to fill a batch."
+    )
+    intra_op_threads: NonNegInt = Field(
+        0, description="onnxruntime intra-op threads; 0 = onnxruntime's default."
+    )
 
     @model_validator(mode="after")
     def _budget(self) -> Scheduler:
@@ -122,21 +138,30 @@ class Scheduler(Strict):
 class Calibration(Strict):
     """Calibration for quantized precisions (ModelOpt FP8 on the GPU path; KV scales for the CPU block store)."""
 
-    dataset: str | None = Field(None, description="JSONL file (relative to the repository) with a 'text' field.")
+    dataset: str | None = Field(
+        None, description="JSONL file (relative to the repository) with a 'text' field."
+    )
     samples: PositiveInt = Field(64, description="Calibration samples to use.")
     max_seq_len: PositiveInt = Field(256, description="Tokens per calibration sample.")
     algorithm: Literal["max", "percentile", "builder"] = Field(
-        "max", description="Activation range algorithm; 'builder' = onnxruntime-genai's weight-only quantization."
+        "max",
+        description="Activation range algorithm; 'builder' = onnxruntime-genai's weight-only quantization.",
     )
 
 
 class QualityBudget(Strict):
     """Limits a quantized engine must meet against the fp32 reference, or the build refuses to publish it."""
 
-    max_ppl_delta_pct: float | None = Field(None, description="Largest relative perplexity increase, in percent.")
+    max_ppl_delta_pct: float | None = Field(
+        None, description="Largest relative perplexity increase, in percent."
+    )
     min_top1_agreement: Annotated[float, Field(ge=0, le=1)] | None = Field(None, description="e.g. 0.97")
-    max_mean_kl: Annotated[float, Field(ge=0)] | None = Field(None, description="Largest mean per-token KL(ref||cand).")
-    dataset: str | None = Field(None, description="Held-out JSONL evaluation set (relative to the repository).")
+    max_mean_kl: Annotated[float, Field(ge=0)] | None = Field(
+        None, description="Largest mean per-token KL(ref||cand)."
+    )
+    dataset: str | None = Field(
+        None, description="Held-out JSONL evaluation set (relative to the repository)."
+    )
     samples: PositiveInt | None = Field(None, description="Evaluation texts to use (None = the whole set).")
     continuation_tokens: PositiveInt = Field(32, description="Greedy tokens compared per text (exact match).")
 
@@ -144,7 +169,9 @@ class QualityBudget(Strict):
 class Warmup(Strict):
     """Requests run before the server reports READY (also primes the prefix cache)."""
 
-    prompts: list[str] = Field(default_factory=list, description="Warmup prompts, e.g. the shared system prompts.")
+    prompts: list[str] = Field(
+        default_factory=list, description="Warmup prompts, e.g. the shared system prompts."
+    )
     count: NonNegInt = Field(1, description="Times each prompt is run.")
     max_tokens: PositiveInt = Field(4, description="Tokens generated per warmup request.")
 
@@ -176,17 +203,27 @@ class TrtLlm(Strict):
     gemm_plugin: Literal["auto", "float16", "bfloat16", "float32", "fp8", "disable"] = Field(
         "disable", description="--gemm_plugin; NVIDIA's perf guide: disable for FP8, auto for FP16/BF16."
     )
-    use_paged_context_fmha: bool = Field(True, description="--use_paged_context_fmha; needed by KV reuse and chunking.")
-    use_fp8_context_fmha: bool = Field(True, description="--use_fp8_context_fmha (FP8 quantization, SM >= 89).")
+    use_paged_context_fmha: bool = Field(
+        True, description="--use_paged_context_fmha; needed by KV reuse and chunking."
+    )
+    use_fp8_context_fmha: bool = Field(
+        True, description="--use_fp8_context_fmha (FP8 quantization, SM >= 89)."
+    )
     multiple_profiles: bool = Field(False, description="--multiple_profiles (longer build, better shapes).")
     use_fused_mlp: bool = Field(True, description="--use_fused_mlp (gate/up GEMM fusion).")
     tp_size: PositiveInt = Field(1, description="Tensor parallelism, baked into the checkpoint and engines.")
-    pp_size: PositiveInt = Field(1, description="Pipeline parallelism, baked into the checkpoint and engines.")
-    dtype: Literal["float16", "bfloat16"] = Field("float16", description="Checkpoint dtype of unquantized tensors.")
+    pp_size: PositiveInt = Field(
+        1, description="Pipeline parallelism, baked into the checkpoint and engines."
+    )
+    dtype: Literal["float16", "bfloat16"] = Field(
+        "float16", description="Checkpoint dtype of unquantized tensors."
+    )
     max_beam_width: PositiveInt = Field(1, description="--max_beam_width and the backend's max_beam_width.")
     workers: PositiveInt = Field(1, description="trtllm-build --workers (parallel per-rank builds).")
     # tensorrtllm backend (tensorrt_llm/config.pbtxt parameters, §2.3-2.4)
-    enable_chunked_context: bool = Field(True, description="Backend enable_chunked_context (prefill chunking).")
+    enable_chunked_context: bool = Field(
+        True, description="Backend enable_chunked_context (prefill chunking)."
+    )
     cuda_graph_mode: bool = Field(False, description="Backend cuda_graph_mode (executor CUDA graphs).")
     cuda_graph_cache_size: NonNegInt = Field(0, description="Backend cuda_graph_cache_size.")
     batching_strategy: Literal["inflight_fused_batching", "V1"] = Field(
@@ -200,7 +237,9 @@ class TrtLlm(Strict):
     max_tokens_in_paged_kv_cache: PositiveInt | None = Field(
         None, description="Cap on KV-cache tokens; None = whatever kv_cache.free_gpu_memory_fraction yields."
     )
-    kv_cache_host_memory_bytes: NonNegInt = Field(0, description="Host offload pool for KV blocks (raises reuse).")
+    kv_cache_host_memory_bytes: NonNegInt = Field(
+        0, description="Host offload pool for KV blocks (raises reuse)."
+    )
     multi_block_mode: bool = Field(True, description="Backend multi_block_mode (long-sequence decode).")
     enable_context_fmha_fp32_acc: bool = Field(False, description="Backend enable_context_fmha_fp32_acc.")
     # Triton model set (preprocessing / postprocessing / tensorrt_llm_bls)

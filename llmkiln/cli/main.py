@@ -42,7 +42,9 @@ class LazyGroup(click.Group):
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             if exc.name == module_name:
-                raise click.ClickException(f"command {cmd_name!r} is not available yet ({module_name} missing)")
+                raise click.ClickException(
+                    f"command {cmd_name!r} is not available ({module_name} missing)"
+                ) from exc
             raise
         return getattr(module, attr)
 
