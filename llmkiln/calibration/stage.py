@@ -186,6 +186,15 @@ class CpuCalibrationStage(_Common):
                 "tokens": scales.provenance.get("tokens"),
                 "algorithm": scales.provenance.get("algorithm"),
             }
+            from llmkiln.calibration.kv_effect import kv_store_effect
+
+            part["kv_store_effect"] = kv_store_effect(
+                OnnxScorer(out_dir),
+                scales,
+                load_jsonl(eval_dataset(r)),
+                tokens_per_block=r.kv_cache.tokens_per_block,
+                max_seq_len=min(256, r.limits.max_seq_len),
+            )
         if is_quantized(r):
             res = quality_diff(
                 OnnxScorer(out_dir),

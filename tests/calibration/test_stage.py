@@ -56,6 +56,8 @@ def test_kv_scales_are_stored_listed_and_readable_by_the_runtime(engine_factory)
     assert part["sequences"] == 64
     scales = KvScales.load(path, num_layers=5, kv_heads=4)
     assert scales.dtype == "int8" and np.all(scales.scales > 0)
+    effect = manifest["calibration"]["kv_store_effect"]
+    assert 0 < effect["static"]["mean_kl"] < 0.01 and effect["static"]["top1_agreement"] > 0.97
     data = json.loads(path.read_text())
     np.testing.assert_allclose(np.asarray(data["k_absmax"]) / 127.0, scales.scales[:, 0], rtol=1e-6)
 
@@ -114,3 +116,19 @@ def test_kiln_calibrate_cpu_and_nothing_to_do(engine_factory, tmp_path: Path) ->
     with pytest.raises(SystemExit) as exc:
         main(["calibrate", "stories-fp32", "--out", str(tmp_path / "none")])
     assert exc.value.code == 2
+
+
+@pytest.mark.slow
+def test_trtllm_recipe_gates_the_fake_quant_model(tmp_path: Path, stories_dir: Path) -> None:
+    """stories-fp8-modelopt: ModelOpt calibration + quality gate run on CPU; the build then stops for a GPU host."""
+    from llmkiln.build.pipeline import build_engine
+    from llmkiln.errors import NeedsGpuHost
+
+    engines = tmp_path / "engines"
+    with pytest.raises(NeedsGpuHost):
+        build_engine("stories-fp8-modelopt", engines)
+    reports = list(engines.rglob("quality/quality_report.json"))
+    assert len(reports) == 1
+    data = json.loads(reports[0].read_text())
+    assert data["passed"] and data["candidate_kind"] == "modelopt-fake-quant"
+    assert data["summary"]["mean_kl"] > 1e-4 and data["summary"]["top1_agreement"] < 1.0
