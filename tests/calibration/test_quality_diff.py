@@ -95,3 +95,21 @@ def test_bad_input_exits_2(engine_factory, tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     assert _kiln("quality-diff", str(tmp_path / "empty")) == 2
     assert _kiln("quality-diff", str(engine), "--samples", "0") == 2
+
+
+@pytest.mark.slow
+def test_reference_can_be_an_engine(engine_factory, tmp_path: Path) -> None:
+    from llmkiln.calibration.quality_run import run_quality_diff
+
+    run = run_quality_diff(engine_factory("stories-int8"), reference=engine_factory("stories-fp32"), samples=3,
+                           continuation_tokens=4, out_dir=tmp_path / "q")  # fmt: skip
+    assert run.result.reference_kind == "onnx-engine" and 0 < run.result.summary["mean_kl"] < 0.005
+
+
+@pytest.mark.slow
+def test_hf_checkpoint_folder_opens_as_the_fake_quant_model(fp8_calibration) -> None:
+    from llmkiln.calibration.candidates import FakeQuantScorer, default_reference, open_scorer
+
+    scorer = open_scorer(fp8_calibration.hf_checkpoint_dir)
+    assert isinstance(scorer, FakeQuantScorer)
+    assert default_reference(fp8_calibration.hf_checkpoint_dir) == Path(fp8_calibration.meta["source"])
