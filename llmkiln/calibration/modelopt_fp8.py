@@ -264,7 +264,7 @@ def calibrate_fp8(
                     stats.update(i, layer.keys.float().numpy(), layer.values.float().numpy())
 
     log = io.StringIO()  # ModelOpt prints its whole config and per-rank chatter; keep it for calibration.log
-    with contextlib.redirect_stdout(log):
+    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         mtq.quantize(model, fp8_quant_config(), forward_loop)
     t_cal = time.perf_counter() - t0
     amax_calibrated = _quantizer_amax(model)
@@ -276,7 +276,7 @@ def calibrate_fp8(
     try:
         mto.save(model, str(tmp / STATE_NAME))
         trt_tmp = tmp / TRTLLM_DIR_NAME
-        with contextlib.redirect_stdout(log):
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             export_tensorrt_llm_checkpoint(
                 model,
                 decoder,
@@ -299,7 +299,7 @@ def calibrate_fp8(
             + "\n"
         )
         hf_tmp = tmp / HF_DIR_NAME
-        with torch.inference_mode(), contextlib.redirect_stdout(log):
+        with torch.inference_mode(), contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             export_hf_checkpoint(model, dtype=source_dtype, export_dir=str(hf_tmp))
         tokenizer_files = _copy_tokenizer(hf_dir, hf_tmp)
         kv = stats.to_scales("fp8", source="hf-transformers fp32 cache (post-rotary K), calibration pass")
