@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
-import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from llmkiln.atomic import write_json_atomic as write_json_atomic  # re-exported: it used to live here
 from llmkiln.build.weights import list_source_files, sha256_file
 
 MANIFEST_NAME = "manifest.json"
@@ -67,15 +66,6 @@ def hash_engine_files(engine_dir: Path, known: dict[str, str] | None = None) -> 
             continue
         out[rel] = known.get(rel) or sha256_file(f)
     return out
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=2, sort_keys=False, default=str)
-        fh.write("\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 def read_manifest(engine_dir: Path) -> dict[str, Any] | None:

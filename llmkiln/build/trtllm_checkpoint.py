@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import struct
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmkiln.atomic import write_text_atomic
 from llmkiln.errors import BuildFailed
 
 LLAMA_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM")
@@ -91,14 +90,6 @@ def read_safetensors_header(path: Path) -> dict[str, dict[str, Any]]:
     return header
 
 
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, path)  # a new inode: never modifies a hard-linked earlier file in place
-
-
 def restore_rope(ckpt_dir: Path, hf_config: dict[str, Any]) -> list[str]:
     """Put rotary_base (and rotary_scaling) from the HF config into config.json; returns the keys restored."""
     cfg_path = ckpt_dir / "config.json"
@@ -116,7 +107,8 @@ def restore_rope(ckpt_dir: Path, hf_config: dict[str, Any]) -> list[str]:
         cfg["rotary_scaling"] = scaling
         restored.append("rotary_scaling")
     if restored:
-        _write_json_atomic(cfg_path, cfg)
+        # a new inode (temp + rename): never modifies a hard-linked earlier file in place
+        write_text_atomic(cfg_path, json.dumps(cfg, indent=2) + "\n")
     return restored
 
 

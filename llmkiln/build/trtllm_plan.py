@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import os
 import socket
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from llmkiln.atomic import write_text_atomic
 from llmkiln.build.trtllm_flags import check_build_rules, parse_argv
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe
@@ -193,11 +193,7 @@ def get_step(plan: dict[str, Any], name: str) -> dict[str, Any]:
 
 def write_plan(path: Path, plan: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(plan, fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(plan, indent=2) + "\n")
 
 
 def read_plan(path: Path) -> dict[str, Any]:

@@ -89,7 +89,8 @@ def write_manifest(
     status: Any,
     seconds: float,
 ) -> dict[str, Any]:
-    from llmkiln.build.manifest import MANIFEST_NAME, hash_engine_files, tool_versions, write_json_atomic
+    from llmkiln.atomic import write_json_atomic
+    from llmkiln.build.manifest import MANIFEST_NAME, hash_engine_files, tool_versions
 
     manifest = dict(plan.get("manifest_draft") or {})
     manifest.update(

@@ -8,8 +8,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
+
+from llmkiln.atomic import write_text_atomic
 
 # Files whose bytes are model weights (the manifest lists them separately from config/tokenizer files).
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".npz")
@@ -70,10 +71,7 @@ class HashCache:
         if self.path is None or not self._dirty:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".hashes-", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(self._entries, fh)
-        os.replace(tmp, self.path)
+        write_text_atomic(self.path, json.dumps(self._entries))
         self._dirty = False
 
 

@@ -14,14 +14,13 @@ model's cache), so the same code serves the ONNX and the ModelOpt paths.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from llmkiln.atomic import write_text_atomic
 from llmkiln.errors import BadInput
 
 KV_SCALES_NAME = "kv_scales.json"
@@ -122,11 +121,7 @@ class KvScales:
     def write(self, path: Path) -> Path:
         """Write atomically (temp file + rename)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.to_json(), f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(self.to_json(), indent=1) + "\n")
         return path
 
 

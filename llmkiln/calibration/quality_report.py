@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from llmkiln.atomic import atomic_file, write_bytes_atomic
 from llmkiln.calibration.quality_diff import QualityResult
 
 JSON_NAME = "quality_report.json"
 MD_NAME = "quality_report.md"
 PNG_NAME = "kl_by_position.png"
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 def _fmt(v: float) -> str:
@@ -88,12 +79,9 @@ def plot(res: QualityResult, path: Path) -> None:
     ax.set_title(f"{Path(res.candidate).name} vs {Path(res.reference).name}")
     ax.legend()
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    fig.savefig(tmp)
-    plt.close(fig)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    with atomic_file(path, mode=0o644, suffix=".png") as tmp:
+        fig.savefig(tmp)
+        plt.close(fig)
 
 
 def write_report(res: QualityResult, out_dir: str | Path) -> dict[str, Path]:
@@ -101,7 +89,7 @@ def write_report(res: QualityResult, out_dir: str | Path) -> dict[str, Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / JSON_NAME, "markdown": out / MD_NAME, "png": out / PNG_NAME}
-    _atomic_write(paths["json"], (json.dumps(res.to_json(), indent=1) + "\n").encode())
-    _atomic_write(paths["markdown"], markdown(res).encode())
+    write_bytes_atomic(paths["json"], (json.dumps(res.to_json(), indent=1) + "\n").encode(), mode=0o644)
+    write_bytes_atomic(paths["markdown"], markdown(res).encode(), mode=0o644)
     plot(res, paths["png"])
     return paths
