@@ -8,11 +8,10 @@ The folder is written to a temporary sibling and renamed into place only when co
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-import shutil
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Literal, get_args
 import numpy as np
 from safetensors.numpy import save_file
 
+from llmkiln.atomic import atomic_dir
 from llmkiln.build.tokenizer_builder import BOS_ID, EOS_ID, write_tokenizer
 from llmkiln.errors import BadInput
 
@@ -211,14 +211,9 @@ def generate_model(kind: ModelKind, out_dir: Path, seed: int = 0) -> Path:
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise BadInput(f"{out_dir} exists and is not a folder; choose another output path")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    publish = functools.partial(_move_into_place, kind=kind, seed=seed)
+    with atomic_dir(out_dir, prefix=f".{out_dir.name}.tmp-", publish=publish) as tmp:
         _write_folder(spec, seed, tmp)
-        _move_into_place(tmp, out_dir, kind, seed)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return out_dir
 
 

@@ -7,11 +7,10 @@ once per (kind, seed) by llmkiln.build.generate.generate_model into a temp folde
 from __future__ import annotations
 
 import importlib
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmkiln.atomic import atomic_dir, keep_existing
 from llmkiln.errors import BadInput, BuildFailed
 from llmkiln.recipe import Recipe, resolve_model_path
 
@@ -68,17 +67,9 @@ def ensure_generated(kind: str, seed: int, engines_root: Path) -> Path:
         raise BuildFailed(
             f"model.generated={kind!r} needs llmkiln.build.generate, which is not available: {exc}"
         ) from exc
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".tmp-{kind}-seed{seed}-"))
-    try:
+    # keep_existing: another build may have finished it meanwhile
+    with atomic_dir(target, prefix=f".tmp-{kind}-seed{seed}-", publish=keep_existing) as tmp:
         generate.generate_model(kind, tmp, seed)
-        if target.exists():  # another build finished it meanwhile
-            shutil.rmtree(tmp)
-        else:
-            tmp.rename(target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target
 
 

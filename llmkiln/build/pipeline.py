@@ -35,7 +35,6 @@ import fcntl
 import importlib
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,6 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from llmkiln.atomic import atomic_dir, remove_dir, write_json_atomic
 from llmkiln.build.logs import output_to
 from llmkiln.build.manifest import (
     MANIFEST_FORMAT,
@@ -53,7 +53,6 @@ from llmkiln.build.manifest import (
     hash_engine_files,
     read_manifest,
     tool_versions,
-    write_json_atomic,
 )
 from llmkiln.build.model_source import ModelLocation, generated_model_dir, resolve_source
 from llmkiln.build.progress import BuildProgress, QuietProgress
@@ -241,28 +240,22 @@ def _run_cached_stage(
     meta = None if ctx.options.force else _read_json(meta_path)
     cached = meta is not None
     if meta is None:
-        cache_dir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=cache_dir.parent, prefix=f".tmp-{key_digest[:12]}-"))
-        tmp.chmod(0o755)
-        try:
+
+        def publish(tmp: Path, final: Path) -> None:
+            nonlocal meta
+            if final.exists() and (ctx.options.force or _read_json(meta_path) is None):
+                remove_dir(final)  # forced, or left incomplete
+            try:
+                tmp.rename(final)
+            except OSError:  # a concurrent build published the same key meanwhile: use theirs (same inputs)
+                meta = _read_json(meta_path) or meta
+
+        with atomic_dir(cache_dir, prefix=f".tmp-{key_digest[:12]}-", mode=0o755, publish=publish) as tmp:
             part = stage.run(ctx, tmp)
             files = hash_engine_files(tmp)
             files = {k: v for k, v in files.items() if k not in (STAGE_META_NAME, STAGE_LOG_NAME)}
             meta = {"stage": stage.name, "version": stage.version, "key": key, "result": part, "files": files}
             write_json_atomic(tmp / STAGE_META_NAME, meta)
-            if cache_dir.exists() and (ctx.options.force or _read_json(meta_path) is None):
-                # forced, or left incomplete: move it aside (readers keep their open files), then delete it
-                old = cache_dir.with_name(f".old-{cache_dir.name}-{os.getpid()}-{time.monotonic_ns()}")
-                cache_dir.rename(old)
-                shutil.rmtree(old, ignore_errors=True)
-            try:
-                tmp.rename(cache_dir)
-            except OSError:  # a concurrent build published the same key meanwhile: use theirs (same inputs)
-                shutil.rmtree(tmp, ignore_errors=True)
-                meta = _read_json(meta_path) or meta
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     _copy_tree(cache_dir, ctx.work_dir, skip={STAGE_META_NAME, STAGE_LOG_NAME})
     ctx.known_hashes.update(meta.get("files", {}))
     return meta.get("result", {}), cached
@@ -281,17 +274,6 @@ def _remove_stale(engines_root: Path, name: str) -> None:
     """Temp/old folders of this recipe left by a killed build (we hold the recipe's lock, so none is live)."""
     for stale in [*engines_root.glob(f".tmp-{name}@*"), *engines_root.glob(f".old-{name}@*")]:
         shutil.rmtree(stale, ignore_errors=True)
-
-
-def _publish(tmp: Path, engine_dir: Path) -> None:
-    """Rename the finished temp folder to engine_dir, replacing an older engine."""
-    old = None
-    if engine_dir.exists():
-        old = engine_dir.parent / f".old-{engine_dir.name}@{os.getpid()}-{time.monotonic_ns()}"
-        engine_dir.rename(old)
-    tmp.rename(engine_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def build_engine(
@@ -344,15 +326,10 @@ def build_engine(
 
         progress.start(recipe.name, str(engine_dir))
         _remove_stale(engines_root, recipe.name)
-        tmp = Path(tempfile.mkdtemp(dir=engines_root, prefix=f".tmp-{recipe.name}@"))
-        tmp.chmod(0o755)
-        ctx.work_dir = tmp
-        try:
+        # replace_dir: an older engine is moved aside, not deleted, until the new one is in place
+        with atomic_dir(engine_dir, prefix=f".tmp-{recipe.name}@", mode=0o755) as tmp:
+            ctx.work_dir = tmp
             manifest = _run_stages(ctx, stages, key, t0)
-            _publish(tmp, engine_dir)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     seconds = time.perf_counter() - t0
     progress.finish({"engine_dir": str(engine_dir), "cached": False, "seconds": seconds})
     return BuildResult(engine_dir, False, manifest, seconds)

@@ -10,7 +10,6 @@ engines/<recipe>). A failure leaves the plan folder as it was (a partial engine/
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from llmkiln.atomic import replace_dir, write_json_atomic
 from llmkiln.build import trtllm_plan as plan_mod
 from llmkiln.build.trtllm_checkpoint import validate_checkpoint
 from llmkiln.build.trtllm_engine import gpu_status, run_trtllm_build, validate_engine
@@ -75,7 +75,8 @@ def resume_build(plan_path: Path, *, check_host: bool = True) -> ResumeResult:
     plan["resumed_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     plan_mod.write_plan(plan_dir / plan_mod.PLAN_NAME, plan)
     manifest = write_manifest(plan_dir, plan, engine, repo, argv, seconds, status, time.perf_counter() - t0)
-    _publish(plan_dir, final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    replace_dir(plan_dir, final)  # the finished plan folder becomes the engine, replacing an older one
     return ResumeResult(final, manifest, time.perf_counter() - t0)
 
 
@@ -89,7 +90,6 @@ def write_manifest(
     status: Any,
     seconds: float,
 ) -> dict[str, Any]:
-    from llmkiln.atomic import write_json_atomic
     from llmkiln.build.manifest import MANIFEST_NAME, hash_engine_files, tool_versions
 
     manifest = dict(plan.get("manifest_draft") or {})
@@ -112,15 +112,3 @@ def write_manifest(
     )
     write_json_atomic(folder / MANIFEST_NAME, manifest)
     return manifest
-
-
-def _publish(folder: Path, final: Path) -> None:
-    """Rename the finished plan folder to its final place, replacing an older engine."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    old = None
-    if final.exists():
-        old = final.parent / f".old-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
-        final.rename(old)
-    folder.rename(final)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

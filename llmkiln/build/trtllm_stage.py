@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from llmkiln.atomic import atomic_dir
 from llmkiln.build import trtllm_plan as plan_mod
 from llmkiln.build.trtllm_checkpoint import finalize_checkpoint, validate_checkpoint
 from llmkiln.build.trtllm_engine import gpu_status, run_trtllm_build, validate_engine
@@ -268,17 +268,9 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 def _stash(work_dir: Path, pending: Path, resolved_yaml: str) -> None:
     """Put the assembled folder at engines/.pending/<recipe> (hard links, temp + rename; replaces an older one)."""
-    pending.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=pending.parent, prefix=f".tmp-{pending.name}-"))
-    try:
+    with atomic_dir(pending) as tmp:
         shutil.copytree(work_dir, tmp, dirs_exist_ok=True, copy_function=_link_or_copy)
         (tmp / RESOLVED_RECIPE_NAME).write_text(resolved_yaml)
-        if pending.exists():
-            shutil.rmtree(pending)
-        tmp.rename(pending)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _jsonable(value: Any) -> Any:

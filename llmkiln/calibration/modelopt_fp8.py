@@ -24,7 +24,6 @@ import io
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from llmkiln.atomic import atomic_dir
 from llmkiln.calibration.kv_scales import KV_SCALES_NAME, KvAbsmax, KvScales
 from llmkiln.errors import BadInput, BuildFailed
 
@@ -271,9 +271,7 @@ def calibrate_fp8(
     fused = unify_fused_amax(model)
     amax = _quantizer_amax(model)
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{out_dir.name}-", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir, publish=_publish) as tmp:
         mto.save(model, str(tmp / STATE_NAME))
         trt_tmp = tmp / TRTLLM_DIR_NAME
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
@@ -327,10 +325,6 @@ def calibrate_fp8(
         (tmp / "calibration.log").write_text(log.getvalue())
         for p in (tmp, *tmp.rglob("*")):
             p.chmod(0o755 if p.is_dir() else 0o644)
-        _publish(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return Fp8CalibrationResult(
         out_dir=out_dir,
         hf_checkpoint_dir=out_dir / HF_DIR_NAME,

@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmkiln.atomic import atomic_dir, keep_existing
 from llmkiln.errors import BadInput
 
 STUB_NAME = "triton_python_backend_stub"
@@ -80,20 +81,13 @@ def assemble_backend_dir(dst: Path, inst: TritonInstall | None = None) -> Path:
     final = dst / "python"
     if (final / STUB_NAME).is_file() and (final / "libtriton_python.so").is_file():
         return dst
-    dst.mkdir(parents=True, exist_ok=True)
-    tmp = dst / f".python.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
-        shutil.copy2(inst.python_backend_dir / name, tmp / name)
-    stub = tmp / STUB_NAME
-    shutil.copy2(inst.stub, stub)
-    stub.chmod(stub.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    try:
-        tmp.rename(final)
-    except OSError:
-        # Another process finished first; use theirs.
-        shutil.rmtree(tmp, ignore_errors=True)
+    # keep_existing: another process may have finished first; then theirs is used.
+    with atomic_dir(final, prefix=".python.tmp-", mode=0o755, publish=keep_existing) as tmp:
+        for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
+            shutil.copy2(inst.python_backend_dir / name, tmp / name)
+        stub = tmp / STUB_NAME
+        shutil.copy2(inst.stub, stub)
+        stub.chmod(stub.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return dst
 
 

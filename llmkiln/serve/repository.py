@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import shutil
 import struct
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from llmkiln.atomic import atomic_dir
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe, Warmup
 
@@ -166,9 +166,7 @@ def write_repository(spec: RepoSpec, out: Path, overwrite: bool = False) -> Path
             raise BadInput(f"{out}: exists and is not empty; choose another -o folder or remove it")
     if not (spec.engine_dir / "recipe.resolved.yaml").is_file() and spec.engine_loader is None:
         raise BadInput(f"{spec.engine_dir}: not an engine folder (no recipe.resolved.yaml)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with atomic_dir(out, prefix=f".{out.name}.tmp-") as tmp:
         model_dir = tmp / spec.model_name
         (model_dir / VERSION).mkdir(parents=True)
         (model_dir / "config.pbtxt").write_text(config_text(build_model_config(spec)))
@@ -179,12 +177,6 @@ def write_repository(spec: RepoSpec, out: Path, overwrite: bool = False) -> Path
             for name, data in files.items():
                 (model_dir / WARMUP_DIR / name).write_bytes(data)
         check_repository(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out / spec.model_name
 
 

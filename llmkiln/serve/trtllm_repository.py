@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import shutil
 import struct
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from llmkiln.atomic import atomic_dir
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe
 from llmkiln.serve import trtllm_model_io as io
@@ -314,9 +314,7 @@ def write_trtllm_repository(
         raise BadInput(
             f"{upstream_models}: not an inflight_batcher_llm folder (no tensorrt_llm_bls/1/model.py)"
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".tmp-{out.name}-"))
-    try:
+    with atomic_dir(out) as tmp:
         for name, cfg in build_configs(spec).items():
             model_dir = tmp / name
             (model_dir / "1").mkdir(parents=True)
@@ -334,10 +332,4 @@ def write_trtllm_repository(
             (tmp / "tensorrt_llm" / WARMUP_DIR).mkdir()
             for fname, data in files.items():
                 (tmp / "tensorrt_llm" / WARMUP_DIR / fname).write_bytes(data)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
