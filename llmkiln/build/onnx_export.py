@@ -22,22 +22,14 @@ from typing import Any
 
 from llmkiln.build.logs import output_to
 from llmkiln.build.rope_fix import derive_position_ids, needs_separate_rope
+from llmkiln.build.tokenizer_files import GENERATION_CONFIG, TOKENIZER_FILES, copy_tokenizer_files
 from llmkiln.errors import BadInput, BuildFailed
 
 # Files the builder writes; everything the engine needs from the export.
 EXPORT_FILES = ("model.onnx", "model.onnx.data", "genai_config.json")
 
-# Tokenizer files copied verbatim from the source model when present.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "generation_config.json",
-)
+# Files copied verbatim from the source model when present (the tokenizer stage's).
+COPIED_SOURCE_FILES = (*TOKENIZER_FILES, GENERATION_CONFIG)
 
 EXECUTION_PROVIDERS = {"onnx-cpu": "cpu", "onnx-gpu": "cuda"}
 
@@ -173,7 +165,7 @@ class OnnxExportStage:
             ctx.source.path, out_dir, ctx.recipe.precision, ep, extra, log_path=out_dir / "stage.log"
         )
         # The tokenizer stage owns the tokenizer files; drop the builder's rewritten copies.
-        for name in TOKENIZER_FILES:
+        for name in COPIED_SOURCE_FILES:
             (out_dir / name).unlink(missing_ok=True)
         return {
             "tool": "onnxruntime-genai model builder",
@@ -194,15 +186,10 @@ class TokenizerStage:
     cacheable = False
 
     def cache_key(self, ctx: Any) -> dict[str, Any]:
-        return {f: h for f, h in ctx.source_hashes.items() if f in TOKENIZER_FILES}
+        return {f: h for f, h in ctx.source_hashes.items() if f in COPIED_SOURCE_FILES}
 
     def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
-        copied = []
-        for name in TOKENIZER_FILES:
-            src = ctx.source.path / name
-            if src.is_file():
-                shutil.copyfile(src, out_dir / name)
-                copied.append(name)
+        copied = copy_tokenizer_files(ctx.source.path, out_dir, COPIED_SOURCE_FILES)
         if "tokenizer.json" not in copied:
             raise BuildFailed(
                 f"{ctx.source.path} has no tokenizer.json; the CPU runtime reads the tokenizer with `tokenizers` "

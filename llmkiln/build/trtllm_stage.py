@@ -21,15 +21,14 @@ from typing import Any
 
 from llmkiln.atomic import atomic_dir
 from llmkiln.build import trtllm_plan as plan_mod
+from llmkiln.build.tokenizer_files import GENERATION_CONFIG, TOKENIZER_FILES, copy_tokenizer_files
 from llmkiln.build.trtllm_checkpoint import finalize_checkpoint, validate_checkpoint
 from llmkiln.build.trtllm_engine import gpu_status, run_trtllm_build, validate_engine
 from llmkiln.errors import BadInput, NeedsGpuHost
 
 TOKENIZER_DIR = "tokenizer"
-TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "added_tokens.json",
-    "vocab.json", "merges.txt", "generation_config.json", "config.json",
-)  # fmt: skip
+# config.json too: AutoTokenizer in the pre/postprocessing models reads it
+COPIED_SOURCE_FILES = (*TOKENIZER_FILES, GENERATION_CONFIG, "config.json")
 PENDING_DIR = ".pending"
 RESOLVED_RECIPE_NAME = "recipe.resolved.yaml"
 LLAMA_MODEL_TYPES = ("llama", "mistral")
@@ -112,14 +111,12 @@ class TrtllmTokenizerStage:
     cacheable = False
 
     def cache_key(self, ctx: Any) -> dict[str, Any]:
-        return {f: h for f, h in ctx.source_hashes.items() if f in TOKENIZER_FILES}
+        return {f: h for f, h in ctx.source_hashes.items() if f in COPIED_SOURCE_FILES}
 
     def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
         dst = out_dir / TOKENIZER_DIR
         dst.mkdir(parents=True, exist_ok=True)
-        copied = [n for n in TOKENIZER_FILES if (ctx.source.path / n).is_file()]
-        for n in copied:
-            shutil.copyfile(ctx.source.path / n, dst / n)
+        copied = copy_tokenizer_files(ctx.source.path, dst, COPIED_SOURCE_FILES)
         if not any(n in copied for n in ("tokenizer.json", "tokenizer.model", "vocab.json")):
             raise BadInput(
                 f"{ctx.source.path}: no tokenizer files (tokenizer.json / tokenizer.model / vocab.json)"

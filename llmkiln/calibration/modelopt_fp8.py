@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from llmkiln.atomic import atomic_dir
+from llmkiln.build.tokenizer_files import copy_tokenizer_files
 from llmkiln.calibration.kv_scales import KV_SCALES_NAME, KvAbsmax, KvScales
 from llmkiln.errors import BadInput, BuildFailed
 
@@ -41,15 +42,6 @@ TRTLLM_DIR_NAME = "trtllm_checkpoint"
 STATE_NAME = "modelopt_state.pth"
 META_NAME = "calibration.json"
 KV_CACHE_SCALES_NAME = "kv_cache_scales.json"
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-)
 # HF model_type -> ModelOpt decoder_type for export_tensorrt_llm_checkpoint
 DECODER_TYPES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen", "qwen3": "qwen", "gemma": "gemma"}
 TRTLLM_DTYPES = ("float16", "bfloat16", "float32")
@@ -211,15 +203,6 @@ def trtllm_kv_cache_scales(model, trt_dir: Path) -> list[dict[str, float]]:
     return layers
 
 
-def _copy_tokenizer(src: Path, dst: Path) -> list[str]:
-    copied = []
-    for name in TOKENIZER_FILES:
-        if (src / name).is_file():
-            shutil.copyfile(src / name, dst / name)
-            copied.append(name)
-    return copied
-
-
 def calibrate_fp8(
     hf_dir: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
@@ -299,7 +282,7 @@ def calibrate_fp8(
         hf_tmp = tmp / HF_DIR_NAME
         with torch.inference_mode(), contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             export_hf_checkpoint(model, dtype=source_dtype, export_dir=str(hf_tmp))
-        tokenizer_files = _copy_tokenizer(hf_dir, hf_tmp)
+        tokenizer_files = copy_tokenizer_files(hf_dir, hf_tmp)
         kv = stats.to_scales("fp8", source="hf-transformers fp32 cache (post-rotary K), calibration pass")
         kv.write(tmp / KV_SCALES_NAME)
         meta = {
