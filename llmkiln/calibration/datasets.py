@@ -8,13 +8,13 @@ normalized text, same prompt, or one text containing the other).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from llmkiln.errors import BadInput
+from llmkiln.jsonl import read_jsonl
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 CALIBRATION_DIR = REPO_ROOT / "calibration"
@@ -52,15 +52,7 @@ def load_jsonl(path: str | Path) -> list[TextRecord]:
         raise BadInput(f"{path}: no such dataset file (expected JSONL with a 'text' field per line)")
     records: list[TextRecord] = []
     seen: set[str] = set()
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BadInput(
-                f"{path}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object"
-            ) from None
+    for lineno, obj in read_jsonl(path):
         if not isinstance(obj, dict):
             raise BadInput(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
         text = obj.get("text")
