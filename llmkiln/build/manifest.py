@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -38,15 +39,20 @@ TOOL_PACKAGES = (
 )
 
 
-def tool_versions() -> dict[str, str]:
-    """{distribution: version} of the installed build tools (absent ones are left out), plus python."""
-    out = {"python": platform.python_version()}
-    for name in TOOL_PACKAGES:
+def package_versions(names: Iterable[str]) -> dict[str, str]:
+    """{distribution: version} of those of `names` that are installed (absent ones are left out)."""
+    out = {}
+    for name in names:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
     return out
+
+
+def tool_versions() -> dict[str, str]:
+    """{distribution: version} of the installed build tools (absent ones are left out), plus python."""
+    return {"python": platform.python_version(), **package_versions(TOOL_PACKAGES)}
 
 
 def digest(obj: Any) -> str:

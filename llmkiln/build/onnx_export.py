@@ -16,11 +16,11 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from llmkiln.build.logs import output_to
+from llmkiln.build.manifest import package_versions
 from llmkiln.build.rope_fix import derive_position_ids, needs_separate_rope
 from llmkiln.build.tokenizer_files import GENERATION_CONFIG, TOKENIZER_FILES, copy_tokenizer_files
 from llmkiln.errors import BadInput, BuildFailed
@@ -41,16 +41,6 @@ PRECISION_OPTIONS: dict[str, dict[str, str]] = {
 }
 
 _BUILDER_TOOLS = ("onnxruntime-genai", "onnx", "onnx-ir", "transformers", "torch", "numpy")
-
-
-def _versions(names: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for name in names:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 def export_onnx(
@@ -154,7 +144,7 @@ class OnnxExportStage:
             "precision": ctx.recipe.precision,
             "execution_provider": EXECUTION_PROVIDERS[ctx.recipe.backend],
             "extra_options": PRECISION_OPTIONS[ctx.recipe.precision],
-            "tools": _versions(_BUILDER_TOOLS),
+            "tools": package_versions(_BUILDER_TOOLS),
         }
 
     def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:

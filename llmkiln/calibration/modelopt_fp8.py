@@ -27,11 +27,11 @@ import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from llmkiln.atomic import atomic_dir
+from llmkiln.build.manifest import package_versions
 from llmkiln.build.tokenizer_files import copy_tokenizer_files
 from llmkiln.calibration.kv_scales import KV_SCALES_NAME, KvAbsmax, KvScales
 from llmkiln.errors import BadInput, BuildFailed
@@ -59,16 +59,6 @@ class Fp8CalibrationResult:
     trtllm_kv_scales: list[dict[str, float]]
     modelopt_state_path: Path
     meta: dict[str, Any] = field(default_factory=dict)
-
-
-def tool_versions() -> dict[str, str]:
-    out = {}
-    for name in _TOOLS:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 def fp8_quant_config() -> dict[str, Any]:
@@ -302,7 +292,7 @@ def calibrate_fp8(
             "fused_groups_shared_scale": fused,
             "calibration_seconds": round(t_cal, 3),
             "total_seconds": round(time.perf_counter() - t0, 3),
-            "tools": tool_versions(),
+            "tools": package_versions(_TOOLS),
         }
         (tmp / META_NAME).write_text(json.dumps(meta, indent=1) + "\n")
         (tmp / "calibration.log").write_text(log.getvalue())
