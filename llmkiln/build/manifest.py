@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from llmkiln.atomic import write_json_atomic as write_json_atomic  # re-exported: it used to live here
-from llmkiln.build.weights import list_source_files, sha256_file
+from llmkiln.build.weights import list_source_files, sha256_file, split_weight_hashes
 
 MANIFEST_NAME = "manifest.json"
+RESOLVED_RECIPE_NAME = "recipe.resolved.yaml"  # the recipe as validated, written next to the manifest
 MANIFEST_FORMAT = 1
 
 # Distributions whose versions can change what a build produces.
@@ -74,13 +75,34 @@ def hash_engine_files(engine_dir: Path, known: dict[str, str] | None = None) -> 
     return out
 
 
-def read_manifest(engine_dir: Path) -> dict[str, Any] | None:
-    """The manifest of an engine folder, or None when absent or unreadable."""
-    path = Path(engine_dir) / MANIFEST_NAME
+def manifest_head(ctx: Any, build_key: str) -> dict[str, Any]:
+    """The manifest keys that describe the inputs (recipe, build key, source, tool versions), from a BuildContext;
+    the pipeline adds the outputs, a TRT-LLM plan keeps it as the draft a resume completes."""
+    weights, other = split_weight_hashes(ctx.source_hashes)
+    return {
+        "format": MANIFEST_FORMAT,
+        "recipe": ctx.recipe.name,
+        "recipe_file": str(ctx.recipe_file),
+        "recipe_sha256": ctx.recipe.compute_hash(),
+        "build_key": build_key,
+        "backend": ctx.recipe.backend,
+        "precision": ctx.recipe.precision,
+        "source": {**ctx.source.describe(), "weights": weights, "files": other},
+        "tool_versions": ctx.tool_versions,
+    }
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON file's content, or None when it is absent or unreadable."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def read_manifest(engine_dir: Path) -> dict[str, Any] | None:
+    """The manifest of an engine folder, or None when absent or unreadable."""
+    return read_json(Path(engine_dir) / MANIFEST_NAME)
 
 
 def engine_files_present(engine_dir: Path, manifest: dict[str, Any]) -> bool:

@@ -1,4 +1,4 @@
-"""The trtllm backend's build stages (registered in pipeline.STAGE_REGISTRY["trtllm"]).
+"""The trtllm backend's build stages (registered in stages.STAGE_REGISTRY["trtllm"]).
 
 Order: trtllm-checkpoint (ModelOpt FP8 + FP8 KV calibration → TensorRT-LLM checkpoint, restored and validated;
 cacheable) → trtllm-tokenizer (HF tokenizer files into tokenizer/) → triton-repo (the tensorrtllm model set,
@@ -21,6 +21,7 @@ from typing import Any
 
 from llmkiln.atomic import atomic_dir
 from llmkiln.build import trtllm_plan as plan_mod
+from llmkiln.build.manifest import RESOLVED_RECIPE_NAME, manifest_head
 from llmkiln.build.tokenizer_files import GENERATION_CONFIG, TOKENIZER_FILES, copy_tokenizer_files
 from llmkiln.build.trtllm_checkpoint import finalize_checkpoint, validate_checkpoint
 from llmkiln.build.trtllm_engine import gpu_status, run_trtllm_build, validate_engine
@@ -30,7 +31,6 @@ TOKENIZER_DIR = "tokenizer"
 # config.json too: AutoTokenizer in the pre/postprocessing models reads it
 COPIED_SOURCE_FILES = (*TOKENIZER_FILES, GENERATION_CONFIG, "config.json")
 PENDING_DIR = ".pending"
-RESOLVED_RECIPE_NAME = "recipe.resolved.yaml"
 LLAMA_MODEL_TYPES = ("llama", "mistral")
 
 
@@ -237,23 +237,11 @@ def _done_steps(ctx: Any, folder: Path) -> dict[str, dict[str, Any]]:
 
 def _manifest_draft(ctx: Any) -> dict[str, Any]:
     """What the pipeline would put in manifest.json, for a resume on another host to complete."""
-    from llmkiln.build.manifest import MANIFEST_FORMAT
-    from llmkiln.build.pipeline import build_key, stages_for
-    from llmkiln.build.weights import split_weight_hashes
+    from llmkiln.build.build_cache import build_key
+    from llmkiln.build.stages import stages_for
 
-    weights, other = split_weight_hashes(ctx.source_hashes)
     stages = stages_for(ctx.recipe.backend)
-    return {
-        "format": MANIFEST_FORMAT,
-        "recipe": ctx.recipe.name,
-        "recipe_file": str(ctx.recipe_file),
-        "recipe_sha256": ctx.recipe.compute_hash(),
-        "build_key": build_key(ctx.recipe, ctx.source_hashes, ctx.tool_versions, stages),
-        "backend": ctx.recipe.backend,
-        "precision": ctx.recipe.precision,
-        "source": {**ctx.source.describe(), "weights": weights, "files": other},
-        "tool_versions": ctx.tool_versions,
-    }
+    return manifest_head(ctx, build_key(ctx.recipe, ctx.source_hashes, ctx.tool_versions, stages))
 
 
 def _link_or_copy(src: str, dst: str) -> None:

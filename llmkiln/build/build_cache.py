@@ -1,0 +1,117 @@
+"""When a build or a stage is up to date: the whole-build key, stage keys, and the stage cache.
+
+- build_key: recipe hash + source file hashes + tool versions + stage names/versions (+ each stage's optional
+  `build_key_extra(ctx)`); engines/<recipe>/manifest.json records it, and an equal key means "up to date".
+- A cacheable stage runs into engines/.stages/<name>/<key digest>/ (temp folder + rename, with stage.json
+  recording its result and file hashes); the next build with the same stage key reuses the folder. Its files are
+  copied (cloned where the filesystem can) into the engine folder being assembled.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+from pathlib import Path
+from typing import Any
+
+from llmkiln.atomic import atomic_dir, remove_dir, write_json_atomic
+from llmkiln.build.manifest import MANIFEST_FORMAT, digest, hash_engine_files, read_json
+from llmkiln.build.stages import BuildContext, Stage
+from llmkiln.recipe import Recipe
+
+STAGE_META_NAME = "stage.json"
+STAGE_LOG_NAME = "stage.log"
+
+
+def stage_digest(stage: Stage, key: dict[str, Any]) -> str:
+    """The digest of a stage's cache key (with its name and version)."""
+    return digest({"stage": stage.name, "version": stage.version, "key": key})
+
+
+def stage_cache_dir(engines_root: Path, stage: Stage, key_digest: str) -> Path:
+    """engines/.stages/<name>/<digest prefix>/: where a cacheable stage's output for that key lives."""
+    return engines_root / ".stages" / stage.name / key_digest[:24]
+
+
+def build_key(
+    recipe: Recipe,
+    source_hashes: dict[str, str],
+    tools: dict[str, str],
+    stages: list[Stage],
+    ctx: BuildContext | None = None,
+) -> str:
+    """The whole-build cache key: recipe hash + source file hashes + tool versions + stage names/versions,
+    plus each stage's optional `build_key_extra(ctx)` (inputs outside the recipe, e.g. calibration set contents)."""
+    data = {
+        "recipe": recipe.compute_hash(),
+        "source": source_hashes,
+        "tools": tools,
+        "stages": [[s.name, s.version] for s in stages],
+        "format": MANIFEST_FORMAT,
+    }
+    extra = {
+        s.name: s.build_key_extra(ctx) for s in stages if ctx is not None and hasattr(s, "build_key_extra")
+    }
+    if extra:
+        data["stage_inputs"] = extra
+    return digest(data)
+
+
+def _clone_file(src: Path, dst: Path) -> None:
+    """Copy src to dst: a copy-on-write clone where the filesystem has one (FICLONE), else an in-kernel copy.
+
+    NOTE: not hard links: onnx refuses external data files with several links ("potential hardlink attack").
+    """
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        try:
+            fcntl.ioctl(fout.fileno(), _FICLONE, fin.fileno())
+            return
+        except OSError:
+            pass
+    shutil.copyfile(src, dst)
+
+
+_FICLONE = 0x40049409
+
+
+def _copy_tree(src: Path, dst: Path, skip: set[str]) -> None:
+    """Copy every file of a stage cache folder into the engine folder being assembled."""
+    for f in sorted(src.rglob("*")):
+        rel = f.relative_to(src)
+        if f.is_dir() or rel.as_posix() in skip:
+            continue
+        target = dst / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)
+        _clone_file(f, target)
+
+
+def run_cached_stage(
+    stage: Stage, ctx: BuildContext, key_digest: str, key: dict[str, Any]
+) -> tuple[dict, bool]:
+    """Run a cacheable stage into engines/.stages/<name>/<digest>/ (or reuse it); copy its files into work_dir."""
+    assert ctx.work_dir is not None  # internal invariant: set by build_engine before stages run
+    cache_dir = stage_cache_dir(ctx.engines_root, stage, key_digest)
+    meta_path = cache_dir / STAGE_META_NAME
+    meta = None if ctx.options.force else read_json(meta_path)
+    cached = meta is not None
+    if meta is None:
+
+        def publish(tmp: Path, final: Path) -> None:
+            nonlocal meta
+            if final.exists() and (ctx.options.force or read_json(meta_path) is None):
+                remove_dir(final)  # forced, or left incomplete
+            try:
+                tmp.rename(final)
+            except OSError:  # a concurrent build published the same key meanwhile: use theirs (same inputs)
+                meta = read_json(meta_path) or meta
+
+        with atomic_dir(cache_dir, prefix=f".tmp-{key_digest[:12]}-", mode=0o755, publish=publish) as tmp:
+            part = stage.run(ctx, tmp)
+            files = hash_engine_files(tmp)
+            files = {k: v for k, v in files.items() if k not in (STAGE_META_NAME, STAGE_LOG_NAME)}
+            meta = {"stage": stage.name, "version": stage.version, "key": key, "result": part, "files": files}
+            write_json_atomic(tmp / STAGE_META_NAME, meta)
+    _copy_tree(cache_dir, ctx.work_dir, skip={STAGE_META_NAME, STAGE_LOG_NAME})
+    ctx.known_hashes.update(meta.get("files", {}))
+    return meta.get("result", {}), cached
