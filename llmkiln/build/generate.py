@@ -9,7 +9,6 @@ The folder is written to a temporary sibling and renamed into place only when co
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import struct
 import zlib
@@ -22,6 +21,7 @@ from safetensors.numpy import save_file
 
 from llmkiln.atomic import atomic_dir
 from llmkiln.build.tokenizer_builder import BOS_ID, EOS_ID, write_tokenizer
+from llmkiln.build.weights import sha256_file
 from llmkiln.errors import BadInput
 
 ModelKind = Literal["tiny-llama", "bench-llama-125m"]
@@ -182,15 +182,6 @@ def _write_folder(spec: LlamaSpec, seed: int, out: Path) -> None:
     # random order and the file would not be byte-identical between runs.
     save_file(generate_weights(spec, seed), str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     write_tokenizer(out, spec.vocab_size, spec.max_position_embeddings)
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    """Hex sha256 of a file, read in chunks."""
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _same_files(a: Path, b: Path) -> bool:

@@ -17,12 +17,12 @@ that editing a calibration set rebuilds the engine; the scales themselves are li
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+from llmkiln.build.weights import sha256_file
 from llmkiln.calibration.datasets import (
     check_no_overlap,
     eval_counterpart,
@@ -40,10 +40,6 @@ CALIB_DIR = "calibration"
 DEFAULT_CALIB = "calibration/stories-calib.jsonl"
 QUANTIZED_KV = ("int8", "fp8")
 STAGE_VERSION = "1"
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def calib_dataset(recipe: Any) -> Path:
@@ -95,7 +91,7 @@ def _dataset_keys(recipe: Any) -> dict[str, str]:
             p = getter(recipe)
         except BadInput:
             continue
-        out[p.name] = _sha256(p)
+        out[p.name] = sha256_file(p)
     return out
 
 
@@ -180,7 +176,7 @@ class CpuCalibrationStage(_Common):
             path = scales.write(calib / KV_SCALES_NAME)
             part["kv_scales"] = {
                 "path": f"{CALIB_DIR}/{KV_SCALES_NAME}",
-                "sha256": _sha256(path),
+                "sha256": sha256_file(path),
                 "dtype": scales.dtype,
                 "sequences": scales.provenance.get("sequences"),
                 "tokens": scales.provenance.get("tokens"),
