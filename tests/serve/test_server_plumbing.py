@@ -66,11 +66,8 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path):
             TritonServer(cfg).start()
 
 
-def test_a_model_that_fails_to_load_reports_the_server_log(tmp_path: Path):
-    (tmp_path / "engine").mkdir()
-    write_repository(
-        RepoSpec("broken", tmp_path / "engine", engine_loader="no_such_module:load"), tmp_path / "repo"
-    )
+def _start_expecting_failure(tmp_path: Path) -> tuple[TritonServer, str]:
+    """Start a server on tmp_path/repo that must never become ready; returns it (stopped) and its error text."""
     server = TritonServer(_config(tmp_path / "repo", tmp_path / "work"))
     server.start()
     try:
@@ -78,7 +75,15 @@ def test_a_model_that_fails_to_load_reports_the_server_log(tmp_path: Path):
             server.wait_ready(120)
     finally:
         server.stop()
-    msg = str(exc.value)
+    return server, str(exc.value)
+
+
+def test_a_model_that_fails_to_load_reports_the_server_log(tmp_path: Path):
+    (tmp_path / "engine").mkdir()
+    write_repository(
+        RepoSpec("broken", tmp_path / "engine", engine_loader="no_such_module:load"), tmp_path / "repo"
+    )
+    server, msg = _start_expecting_failure(tmp_path)
     assert "exited with code" in msg and "No module named 'no_such_module'" in msg
     assert not server.leftover_processes() and not server.leftover_shm()
 
@@ -90,14 +95,7 @@ def test_a_failed_warmup_keeps_the_model_from_ever_being_ready(tmp_path: Path):
         prompts=["ok", "x" * 300], count=1, max_tokens=2
     )  # the stand-in refuses > 200 tokens
     write_repository(spec, tmp_path / "repo")
-    server = TritonServer(_config(tmp_path / "repo", tmp_path / "work"))
-    server.start()
-    try:
-        with pytest.raises(ServerFailed) as exc:
-            server.wait_ready(120)
-    finally:
-        server.stop()
-    msg = str(exc.value)
+    server, msg = _start_expecting_failure(tmp_path)
     # Triton names the sample; it sometimes segfaults after a failed warmup instead, then the model's own error
     # line says it (either way the server never becomes ready)
     assert "warmup" in msg and "prompt has 300 tokens" in msg, msg[-3000:]
