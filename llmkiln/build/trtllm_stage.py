@@ -241,7 +241,7 @@ def _manifest_draft(ctx: Any) -> dict[str, Any]:
     from llmkiln.build.stages import stages_for
 
     stages = stages_for(ctx.recipe.backend)
-    return manifest_head(ctx, build_key(ctx.recipe, ctx.source_hashes, ctx.tool_versions, stages))
+    return manifest_head(ctx, build_key(ctx.recipe, ctx.source_hashes, ctx.tool_versions, stages, ctx))
 
 
 def _link_or_copy(src: str, dst: str) -> None:

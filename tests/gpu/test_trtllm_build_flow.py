@@ -135,3 +135,8 @@ def test_resume_finishes_and_publishes(cpu_build, tmp_path: Path, monkeypatch: p
     assert load_configs(repo)["tensorrt_llm"].parameters["gpt_model_path"].string_value == str(
         final.resolve() / "engine"
     )
+    # The resumed manifest records the key `kiln build` computes: building again is a no-op.
+    from llmkiln.build.pipeline import build_engine
+
+    again = build_engine("tiny-trtllm-fp8", engines_root=root)
+    assert again.cached and again.engine_dir == final.resolve()
