@@ -16,7 +16,6 @@ The same seed and tokenizer always give the same prompts.
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, Literal
 from tokenizers import Tokenizer
 
 from llmkiln.errors import BadInput
+from llmkiln.jsonl import read_jsonl
 
 WorkloadName = Literal["shared-prefix", "unique", "mixed-long-short", "jsonl"]
 WORKLOADS: tuple[str, ...] = ("shared-prefix", "unique", "mixed-long-short", "jsonl")
@@ -278,15 +278,7 @@ def from_jsonl(tok: Tokenizer | None, spec: WorkloadSpec) -> list[BenchRequest]:
             f'--from-jsonl {path}: no such file; give a JSONL file with one {{"prompt": ...}} per line'
         )
     rows = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BadInput(
-                f"{path}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object"
-            ) from None
+    for lineno, obj in read_jsonl(path):
         prompt = obj.get("prompt", obj.get("text")) if isinstance(obj, dict) else None
         if not isinstance(prompt, str) or not prompt:
             raise BadInput(f"{path}:{lineno}: needs a non-empty string field 'prompt' (or 'text')")
