@@ -11,32 +11,12 @@ import codecs
 import time
 from dataclasses import dataclass, field
 
+# The real request types: the serving core sees the same parameters and rejections as with LLMEngine.
+from llmkiln.runtime.request import PromptTooLong, QueueFull, RequestRejected, SamplingParams  # noqa: F401
+
 MAX_PROMPT = 200
 MAX_ACTIVE = 64
 EOS = 0
-
-
-class RequestRejected(Exception):
-    pass
-
-
-class QueueFull(RequestRejected):
-    pass
-
-
-class PromptTooLong(RequestRejected):
-    pass
-
-
-@dataclass
-class SamplingParams:
-    max_tokens: int = 16
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    stop_token_ids: tuple[int, ...] = ()
-    ignore_eos: bool = False
 
 
 @dataclass
