@@ -33,6 +33,7 @@ test: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 serve: setup
 	$(VENV)/bin/kiln serve $(ENGINES)/$(RECIPE)

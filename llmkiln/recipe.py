@@ -17,9 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from llmkiln.errors import RecipeError
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RECIPES_DIR = Path(os.environ.get("LLMKILN_RECIPES", REPO_ROOT / "recipes"))
+from llmkiln.resources import bundled
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -287,39 +285,69 @@ class Recipe(Strict):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Loading
+# Finding and loading
+
+RECIPES_ENV = "LLMKILN_RECIPES"
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def recipe_dirs() -> list[Path]:
+    """Folders searched for recipes, first match wins: each folder in $LLMKILN_RECIPES (os.pathsep-separated;
+    `kiln --recipes-dir DIR` puts DIR first), then ./recipes in the working directory, then the recipes bundled
+    with llmkiln. A local folder thus adds recipes and overrides bundled ones of the same name."""
+    dirs = [Path(d) for d in os.environ.get(RECIPES_ENV, "").split(os.pathsep) if d]
+    dirs += [Path("recipes"), bundled("recipes")]
+    out: list[Path] = []
+    for d in dirs:
+        if d.is_dir() and all(not d.resolve().samefile(o) for o in out):
+            out.append(d.resolve())
+    return out
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` merged into `base`: mappings merge key by key, everything else replaces."""
     out = dict(base)
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+            out[key] = merge(out[key], value)
         else:
             out[key] = value
     return out
 
 
-def recipe_path(name_or_path: str | os.PathLike[str], recipes_dir: Path | None = None) -> Path:
-    """A recipe name (recipes/NAME.yaml) or a path to a YAML file."""
-    recipes_dir = recipes_dir or RECIPES_DIR
+def _find(name: str, first: Path | None = None) -> Path | None:
+    for d in ([first] if first is not None else []) + recipe_dirs():
+        candidate = d / f"{name}.yaml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def recipe_path(name_or_path: str | os.PathLike[str]) -> Path:
+    """A recipe name (NAME.yaml in the recipe folders, see recipe_dirs) or a path to a YAML file."""
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.is_file():
             raise RecipeError(f"{p}: no such recipe file")
         return p.resolve()
-    candidate = recipes_dir / f"{name_or_path}.yaml"
-    if not candidate.is_file():
-        known = ", ".join(sorted(x.stem for x in recipes_dir.glob("*.yaml") if not x.stem.startswith("_")))
-        raise RecipeError(f"unknown recipe {str(name_or_path)!r}: no {candidate}. Known recipes: {known}")
-    return candidate.resolve()
+    found = _find(str(name_or_path))
+    if found is None:
+        known = ", ".join(name for name, _, _ in list_recipes())
+        raise RecipeError(
+            f"unknown recipe {str(name_or_path)!r}: no {name_or_path}.yaml in ./recipes, ${RECIPES_ENV} or the "
+            f"bundled recipes. Known recipes: {known}"
+        )
+    return found.resolve()
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RecipeError(
+            f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
+        ) from None
     except yaml.YAMLError as exc:
-        raise RecipeError(f"{path}: not valid YAML: {exc}") from exc
+        raise RecipeError(f"{path}: not valid YAML: {exc}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -328,7 +356,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def load_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """The merged mapping of `path` over its `extends:` chain (not yet validated)."""
+    """The merged mapping of `path` over its `extends:` chain (not yet validated). The parent is looked up
+    next to the file first, then in the recipe folders."""
     if path in _seen:
         chain = " -> ".join(str(p.name) for p in (*_seen, path))
         raise RecipeError(f"{path}: field 'extends': cycle {chain}")
@@ -336,29 +365,36 @@ def load_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     parent = data.pop("extends", None)
     if parent is None:
         return data
-    if not isinstance(parent, str):
+    if not isinstance(parent, str) or not parent or "/" in parent:
         raise RecipeError(f"{path}: field 'extends' must be a recipe name, got {parent!r}")
-    parent_path = path.parent / f"{parent}.yaml"
-    if not parent_path.is_file():
-        raise RecipeError(f"{path}: field 'extends': no recipe {parent!r} ({parent_path} does not exist)")
-    base = load_raw(parent_path, (*_seen, path))
+    parent_path = _find(parent, first=path.parent)
+    if parent_path is None:
+        raise RecipeError(
+            f"{path}: field 'extends': no recipe {parent!r} next to it or in the recipe folders"
+        )
+    base = load_raw(parent_path.resolve(), (*_seen, path))
     # A child's name is its own, never inherited.
     base.pop("name", None)
     base.pop("description", None)
-    return _merge(base, data)
+    return merge(base, data)
 
 
 def _describe(err: dict[str, Any]) -> str:
     loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
-        return f"field '{loc}': unknown key (value {err.get('input')!r}); check the spelling against `kiln recipe schema`"
+        return f"field '{loc}': unknown key (value {_short(err.get('input'))}); check the spelling against `kiln recipe schema`"
     msg = err["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     value = err.get("input")
-    shown = "" if isinstance(value, dict) else f" (got {value!r})"
+    shown = "" if isinstance(value, dict) else f" (got {_short(value)})"
     return f"field '{loc}': {msg}{shown}"
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
 def validate(data: dict[str, Any], source: str) -> Recipe:
@@ -370,15 +406,13 @@ def validate(data: dict[str, Any], source: str) -> Recipe:
 
 
 def load_recipe(
-    name_or_path: str | os.PathLike[str],
-    recipes_dir: Path | None = None,
-    overrides: dict[str, Any] | None = None,
+    name_or_path: str | os.PathLike[str], overrides: dict[str, Any] | None = None
 ) -> tuple[Recipe, Path]:
     """Load, merge `extends:`, apply overrides (nested dict), validate. Returns the recipe and its file."""
-    path = recipe_path(name_or_path, recipes_dir)
+    path = recipe_path(name_or_path)
     data = load_raw(path)
     if overrides:
-        data = _merge(data, overrides)
+        data = merge(data, overrides)
     recipe = validate(data, str(path))
     if recipe.name != path.stem:
         raise RecipeError(f"{path}: field 'name': {recipe.name!r} must equal the file name {path.stem!r}")
@@ -395,16 +429,17 @@ def resolve_model_path(recipe: Recipe, recipe_file: Path) -> Path | None:
     return p
 
 
-def list_recipes(recipes_dir: Path | None = None) -> list[tuple[str, str]]:
-    """(name, description) of every recipe in the folder; files starting with '_' are bases, not listed."""
-    recipes_dir = recipes_dir or RECIPES_DIR
-    out = []
-    for p in sorted(recipes_dir.glob("*.yaml")):
-        if p.stem.startswith("_"):
-            continue
-        try:
-            desc = str(_read_yaml(p).get("description", ""))
-        except RecipeError as exc:
-            desc = f"(unreadable: {exc})"
-        out.append((p.stem, desc))
-    return out
+def list_recipes() -> list[tuple[str, str, Path]]:
+    """(name, description, file) of every recipe in the recipe folders (the first of a name wins); files
+    starting with '_' are bases, not listed."""
+    seen: dict[str, tuple[str, str, Path]] = {}
+    for d in recipe_dirs():
+        for p in sorted(d.glob("*.yaml")):
+            if p.stem.startswith("_") or p.stem in seen:
+                continue
+            try:
+                desc = str(_read_yaml(p).get("description", ""))
+            except RecipeError as exc:
+                desc = f"(unreadable: {exc})"
+            seen[p.stem] = (p.stem, desc, p)
+    return sorted(seen.values())

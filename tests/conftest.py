@@ -40,7 +40,7 @@ def session_engines_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def engine_factory(session_engines_root: Path) -> Callable[[str], Path]:
     """engine_factory(recipe name or path) -> engine folder, built once per session (quietly)."""
-    from llmkiln.build.pipeline import build_engine
+    from llmkiln.backends import build as build_engine
     from llmkiln.build.progress import QuietProgress
     from llmkiln.recipe import load_recipe, resolve_model_path
 

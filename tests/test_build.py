@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmkiln.build import pipeline, weights
-from llmkiln.build.pipeline import STAGE_REGISTRY, build_engine
+from llmkiln import backends
+from llmkiln.backends import STAGES
+from llmkiln.backends import build as build_engine
+from llmkiln.build import weights
 from llmkiln.errors import BuildFailed
-from llmkiln.recipe import RECIPES_DIR, load_raw
+from llmkiln.recipe import load_raw, recipe_path
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +34,7 @@ def write_variant(
     folder: Path, name: str, stories_dir: Path, base: str = "stories-fp32", **sections: dict
 ) -> Path:
     """A recipe file `name` = the merged `base` recipe with some sections changed (model path made absolute)."""
-    data = load_raw(RECIPES_DIR / f"{base}.yaml")
+    data = load_raw(recipe_path(base))
     data.update(name=name, model={"path": str(stories_dir)})
     for section, values in sections.items():
         if isinstance(values, dict):
@@ -76,7 +78,7 @@ def test_engine_layout_and_manifest(engine_factory, stories_dir: Path) -> None:
 def test_cache_noop_force_and_changed_field(tmp_path: Path, stories_dir: Path, monkeypatch) -> None:
     # The cache mechanics only: the export and tokenizer stages (the int8 variant below would otherwise also run
     # the calibration room's quality gate, which has its own tests).
-    monkeypatch.setitem(STAGE_REGISTRY, "onnx-cpu", STAGE_REGISTRY["onnx-cpu"][:2])
+    monkeypatch.setitem(STAGES, "onnx-cpu", STAGES["onnx-cpu"][:2])
     engines = tmp_path / "engines"
     recipe = write_variant(tmp_path, "cache-a", stories_dir)
     first = build_engine(recipe, engines)
@@ -138,7 +140,7 @@ class FailingStage:
 def test_failed_build_leaves_no_engine_folder(tmp_path: Path, stories_dir: Path, monkeypatch) -> None:
     engines = tmp_path / "engines"
     recipe = write_variant(tmp_path, "fails", stories_dir)
-    monkeypatch.setitem(STAGE_REGISTRY, "onnx-cpu", [*STAGE_REGISTRY["onnx-cpu"], FailingStage()])
+    monkeypatch.setitem(STAGES, "onnx-cpu", [*STAGES["onnx-cpu"], FailingStage()])
     with pytest.raises(BuildFailed, match="boom"):
         build_engine(recipe, engines)
     assert not (engines / "fails").exists()
@@ -156,7 +158,7 @@ def test_interrupted_build_cleans_up_and_stale_temp_folders_go(
     engines = tmp_path / "engines"
     recipe = write_variant(tmp_path, "ctrl-c", stories_dir)
     with monkeypatch.context() as m:
-        m.setitem(STAGE_REGISTRY, "onnx-cpu", [*STAGE_REGISTRY["onnx-cpu"], InterruptedStage()])
+        m.setitem(STAGES, "onnx-cpu", [*STAGES["onnx-cpu"], InterruptedStage()])
         with pytest.raises(KeyboardInterrupt):
             build_engine(recipe, engines)
     assert not (engines / "ctrl-c").exists() and not list(engines.glob(".tmp-*"))
@@ -172,7 +174,7 @@ def test_failed_rebuild_keeps_the_previous_engine(tmp_path: Path, stories_dir: P
     recipe = write_variant(tmp_path, "keeps", stories_dir)
     good = build_engine(recipe, engines)
     before = (good.engine_dir / "manifest.json").read_text()
-    monkeypatch.setitem(STAGE_REGISTRY, "onnx-cpu", [*STAGE_REGISTRY["onnx-cpu"], FailingStage()])
+    monkeypatch.setitem(STAGES, "onnx-cpu", [*STAGES["onnx-cpu"], FailingStage()])
     with pytest.raises(BuildFailed):
         build_engine(recipe, engines, force=True)
     assert (good.engine_dir / "manifest.json").read_text() == before
@@ -202,7 +204,7 @@ class NoisyStage(FailingStage):
 
 def test_stage_output_goes_to_the_stage_log(tmp_path: Path, stories_dir: Path, monkeypatch, capfd) -> None:
     engines = tmp_path / "engines"
-    monkeypatch.setitem(STAGE_REGISTRY, "onnx-cpu", [*STAGE_REGISTRY["onnx-cpu"], NoisyStage()])
+    monkeypatch.setitem(STAGES, "onnx-cpu", [*STAGES["onnx-cpu"], NoisyStage()])
     build_engine(write_variant(tmp_path, "noisy", stories_dir), engines)
     out, err = capfd.readouterr()
     assert out == "" and err == ""
@@ -262,4 +264,4 @@ def test_cli_build_json_then_up_to_date(tmp_path: Path, stories_dir: Path) -> No
 
 def test_unknown_stage_backend_is_an_error() -> None:
     with pytest.raises(BuildFailed, match="no build stages"):
-        pipeline.stages_for("no-such-backend")
+        backends.stages_for("no-such-backend")

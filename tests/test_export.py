@@ -153,11 +153,11 @@ def test_batched_right_padded_prefill_and_decode(fp32) -> None:
 
 @pytest.mark.parametrize("recipe", ["stories-int8", "stories-int4"])
 def test_quantized_engines_build_generate_and_differ(engine_factory, fp32, recipe: str) -> None:
-    from llmkiln.build.manifest import read_manifest
+    from llmkiln.engine_dir import EngineDir
     from llmkiln.runtime.simple import SimpleGenerator
 
     engine = engine_factory(recipe)
-    manifest = read_manifest(engine)
+    manifest = EngineDir(engine).require_manifest().to_json()
     assert manifest["precision"] == recipe.split("-")[1]
     assert manifest["export"]["op_counts"].get("MatMulNBits", 0) > 0
     assert manifest["export"]["extra_options"] == {"accuracy_level": "1"}
@@ -178,11 +178,11 @@ def test_default_recipe_generated_model_matches_hf(engine_factory) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from llmkiln.build.manifest import read_manifest
+    from llmkiln.engine_dir import EngineDir
     from llmkiln.runtime.simple import SimpleGenerator
 
     engine = engine_factory("tiny-fp32")
-    manifest = read_manifest(engine)
+    manifest = EngineDir(engine).require_manifest().to_json()
     assert manifest["source"]["generated"] == "tiny-llama" and manifest["source"]["seed"] == 0
     assert manifest["export"]["rope"] == "fused in GQA"
     assert "RotaryEmbedding" not in manifest["export"]["op_counts"]

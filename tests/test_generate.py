@@ -11,7 +11,8 @@ import pytest
 
 from llmkiln.errors import BadInput
 from llmkiln.runtime.detokenizer import IncrementalDetokenizer
-from llmkiln.runtime.sampling import SamplingConfig, make_rng, sample_token
+from llmkiln.runtime.request import SamplingParams
+from llmkiln.runtime.sampling import make_rng, sample_token
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +109,7 @@ def test_sampling_follows_the_distribution_and_the_seed() -> None:
 )
 def test_bad_sampling_settings_are_bad_input(kwargs: dict) -> None:
     with pytest.raises(BadInput):
-        SamplingConfig(**kwargs)
+        SamplingParams(**kwargs)
 
 
 def test_detokenizer_never_splits_a_character(stories_dir: Path) -> None:

@@ -19,12 +19,14 @@ from pathlib import Path
 
 from rich.console import Console
 
+from llmkiln.backends import build
 from llmkiln.bench.peers import PEERS, run_peer
 from llmkiln.bench.report import BenchReport, print_report, save_records, save_report, write_atomic
 from llmkiln.bench.runner import BenchConfig, level_slices, requests_needed, run_bench
 from llmkiln.bench.serving import serve_engine
 from llmkiln.bench.summary import summarize_experiment
 from llmkiln.bench.workloads import WorkloadSpec, build_workload, load_tokenizer
+from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 
 WORKLOAD_NAMES = ("shared-prefix", "unique", "mixed-long-short")
@@ -123,9 +125,7 @@ class ExperimentConfig:
 
 
 def _build(recipe: str, engines_root: Path) -> Path:
-    from llmkiln.build.pipeline import build_engine
-
-    return build_engine(recipe, engines_root=engines_root).engine_dir
+    return build(recipe, engines_root).engine_dir
 
 
 def run_experiment(cfg: ExperimentConfig, console: Console | None = None) -> tuple[Path, dict]:
@@ -177,7 +177,7 @@ def run_experiment(cfg: ExperimentConfig, console: Console | None = None) -> tup
             console.rule(f"peer {peer}: shared-prefix c={c}, {len(slice_c)} requests")
             try:
                 rep = run_peer(peer, engines[cfg.baseline], model_dir, wl, slice_c, c)
-            except Exception as exc:  # noqa: BLE001  (a broken peer must not lose llmkiln's results)
+            except Exception as exc:  # a broken peer must not lose llmkiln's results
                 console.print(f"[red]peer {peer} failed: {type(exc).__name__}: {exc}[/red]")
                 continue
             print_report(rep, console)
@@ -197,9 +197,8 @@ def run_experiment(cfg: ExperimentConfig, console: Console | None = None) -> tup
 
 def _source_dir(engine_dir: Path) -> Path | None:
     """The source checkpoint recorded in the engine manifest (for the transformers peer)."""
-    try:
-        manifest = json.loads((engine_dir / "manifest.json").read_text())
-        p = Path(manifest["source"]["path"])
-    except (OSError, KeyError, ValueError):
+    manifest = EngineDir(engine_dir).manifest()
+    if manifest is None:
         return None
+    p = Path(manifest.source.path)
     return p if p.is_dir() else None

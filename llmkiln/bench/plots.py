@@ -8,11 +8,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker as mticker  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import matplotlib.ticker as mticker
+import numpy as np
 
-from llmkiln.bench.report import BenchReport  # noqa: E402
+from llmkiln.bench.report import BenchReport
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:

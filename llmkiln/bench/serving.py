@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmkiln.serve.repository import RepoSpec, spec_from_engine, write_repository
+from llmkiln.engine_dir import EngineDir
+from llmkiln.serve.repository import spec_from_engine, write_repository
 from llmkiln.serve.server import ServerConfig, TritonServer, free_port
 
 
@@ -27,7 +28,6 @@ class Served:
 def serve_engine(
     engine_dir: Path,
     model_name: str = "llmkiln",
-    engine_loader: str | None = None,
     ready_timeout_s: float = 600.0,
     echo: bool = False,
 ) -> Iterator[Served]:
@@ -37,10 +37,7 @@ def serve_engine(
     """
     engine_dir = Path(engine_dir).resolve()
     with tempfile.TemporaryDirectory(prefix="llmkiln-bench-") as tmp:
-        if engine_loader is None:
-            spec = spec_from_engine(engine_dir, model_name)
-        else:
-            spec = RepoSpec(model_name=model_name, engine_dir=engine_dir, engine_loader=engine_loader)
+        spec = spec_from_engine(EngineDir(engine_dir).require(), model_name)
         repo = Path(tmp) / "repo"
         write_repository(spec, repo)
         ports = _three_ports()

@@ -10,17 +10,28 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 from llmkiln.atomic import atomic_dir, remove_dir, write_json_atomic
-from llmkiln.build.manifest import MANIFEST_FORMAT, digest, hash_engine_files, read_json
+from llmkiln.build.manifest import hash_engine_files
 from llmkiln.build.stages import BuildContext, Stage
+from llmkiln.engine_dir import MANIFEST_FORMAT
+from llmkiln.hashing import digest
 from llmkiln.recipe import Recipe
 
 STAGE_META_NAME = "stage.json"
 STAGE_LOG_NAME = "stage.log"
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON file's content, or None when it is absent or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def stage_digest(stage: Stage, key: dict[str, Any]) -> str:
@@ -88,9 +99,9 @@ def _copy_tree(src: Path, dst: Path, skip: set[str]) -> None:
 
 def run_cached_stage(
     stage: Stage, ctx: BuildContext, key_digest: str, key: dict[str, Any]
-) -> tuple[dict, bool]:
+) -> tuple[dict[str, Any], bool]:
     """Run a cacheable stage into engines/.stages/<name>/<digest>/ (or reuse it); copy its files into work_dir."""
-    assert ctx.work_dir is not None  # internal invariant: set by build_engine before stages run
+    work_dir = ctx.require_work_dir()
     cache_dir = stage_cache_dir(ctx.engines_root, stage, key_digest)
     meta_path = cache_dir / STAGE_META_NAME
     meta = None if ctx.options.force else read_json(meta_path)
@@ -112,6 +123,6 @@ def run_cached_stage(
             files = {k: v for k, v in files.items() if k not in (STAGE_META_NAME, STAGE_LOG_NAME)}
             meta = {"stage": stage.name, "version": stage.version, "key": key, "result": part, "files": files}
             write_json_atomic(tmp / STAGE_META_NAME, meta)
-    _copy_tree(cache_dir, ctx.work_dir, skip={STAGE_META_NAME, STAGE_LOG_NAME})
+    _copy_tree(cache_dir, work_dir, skip={STAGE_META_NAME, STAGE_LOG_NAME})
     ctx.known_hashes.update(meta.get("files", {}))
     return meta.get("result", {}), cached

@@ -14,17 +14,18 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import get_args
 
 import numpy as np
 from safetensors.numpy import save_file
 
 from llmkiln.atomic import atomic_dir
 from llmkiln.build.tokenizer_builder import BOS_ID, EOS_ID, write_tokenizer
-from llmkiln.build.weights import sha256_file
 from llmkiln.errors import BadInput
+from llmkiln.hashing import sha256_file
+from llmkiln.recipe import GeneratedModel
 
-ModelKind = Literal["tiny-llama", "bench-llama-125m"]
+ModelKind = GeneratedModel  # the recipe schema owns the list of kinds
 MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
 INIT_STD = 0.02
 WEIGHTS_FILE = "model.safetensors"
@@ -113,7 +114,7 @@ class LlamaSpec:
         }
 
 
-# Registry of generated models (keys must match llmkiln.recipe.GeneratedModel).
+# Registry of generated models: one entry per llmkiln.recipe.GeneratedModel.
 SPECS: dict[str, LlamaSpec] = {
     # Small and fast: tests and the default recipe. GQA 8 query heads / 4 KV heads.
     "tiny-llama": LlamaSpec(

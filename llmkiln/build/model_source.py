@@ -6,12 +6,12 @@ once per (kind, seed) by llmkiln.build.generate.generate_model into a temp folde
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from llmkiln.atomic import atomic_dir, keep_existing
-from llmkiln.errors import BadInput, BuildFailed
+from llmkiln.build.generate import generate_model
+from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe, resolve_model_path
 
 
@@ -41,8 +41,7 @@ def check_hf_folder(path: Path, field: str, recipe_file: Path | None) -> None:
         )
         raise BadInput(
             f"{where}: model folder {path} does not exist. Point it at a local Hugging Face folder "
-            f"(config.json + *.safetensors){hint}; the trained model lives in "
-            "../shared/models/stories260K"
+            f"(config.json + *.safetensors){hint}"
         )
     if not path.is_dir():
         raise BadInput(f"{where}: {path} is not a folder; expected a local Hugging Face model folder")
@@ -61,15 +60,9 @@ def ensure_generated(kind: str, seed: int, engines_root: Path) -> Path:
     target = generated_model_dir(engines_root, kind, seed)
     if (target / "config.json").is_file():
         return target
-    try:
-        generate = importlib.import_module("llmkiln.build.generate")
-    except ModuleNotFoundError as exc:
-        raise BuildFailed(
-            f"model.generated={kind!r} needs llmkiln.build.generate, which is not available: {exc}"
-        ) from exc
     # keep_existing: another build may have finished it meanwhile
     with atomic_dir(target, prefix=f".tmp-{kind}-seed{seed}-", publish=keep_existing) as tmp:
-        generate.generate_model(kind, tmp, seed)
+        generate_model(kind, tmp, seed)
     return target
 
 

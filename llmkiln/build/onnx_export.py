@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from llmkiln.build.logs import output_to
-from llmkiln.build.manifest import package_versions
 from llmkiln.build.rope_fix import derive_position_ids, needs_separate_rope
-from llmkiln.build.tokenizer_files import GENERATION_CONFIG, TOKENIZER_FILES, copy_tokenizer_files
 from llmkiln.errors import BadInput, BuildFailed
+from llmkiln.tokenizer_files import GENERATION_CONFIG, TOKENIZER_FILES, copy_tokenizer_files
+from llmkiln.versions import package_versions
 
 # Files the builder writes; everything the engine needs from the export.
 EXPORT_FILES = ("model.onnx", "model.onnx.data", "genai_config.json")

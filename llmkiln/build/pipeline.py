@@ -7,11 +7,11 @@ How a build runs (build_engine):
     key = recipe hash + source hashes + tool versions + stage names/versions. If engines/<recipe>/manifest.json
     carries the same key (and its files exist), the build is a no-op ("up to date"); `force=True` rebuilds.
  3. Run the backend's stages in order into a temp folder engines/.tmp-<recipe>@*/, write recipe.resolved.yaml and
-    manifest.json, then rename the folder to engines/<recipe>. Any exception removes the temp folder, so an
-    interrupted build never leaves a half-written engines/<recipe>.
+    manifest.json (through llmkiln.engine_dir), then rename the folder to engines/<recipe>. Any exception removes
+    the temp folder, so an interrupted build never leaves a half-written engines/<recipe>.
 
-The stage API (Stage, BuildContext, STAGE_REGISTRY, register_stage) is in llmkiln.build.stages; the build key and
-the stage cache are in llmkiln.build.build_cache. Both are importable from here too.
+The stages of each backend come from the caller (`stages_for`; llmkiln.backends.build is the full product).
+The stage API is in llmkiln.build.stages; the build key and the stage cache in llmkiln.build.build_cache.
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from llmkiln.atomic import atomic_dir, write_json_atomic
+from llmkiln.atomic import atomic_dir
 from llmkiln.build.build_cache import (
-    STAGE_LOG_NAME,
     STAGE_META_NAME,
     build_key,
     run_cached_stage,
@@ -37,42 +36,14 @@ from llmkiln.build.build_cache import (
     stage_digest,
 )
 from llmkiln.build.logs import output_to
-from llmkiln.build.manifest import (
-    MANIFEST_NAME,
-    RESOLVED_RECIPE_NAME,
-    engine_files_present,
-    hash_engine_files,
-    manifest_head,
-    read_manifest,
-    tool_versions,
-)
+from llmkiln.build.manifest import hash_engine_files, manifest_head
 from llmkiln.build.model_source import generated_model_dir, resolve_source
 from llmkiln.build.progress import BuildProgress, QuietProgress
-from llmkiln.build.stages import (
-    STAGE_REGISTRY,
-    BuildContext,
-    BuildOptions,
-    Stage,
-    register_stage,
-    stages_for,
-)
+from llmkiln.build.stages import BuildContext, BuildOptions, Stage, StageSource
 from llmkiln.build.weights import HashCache, hash_model_dir
+from llmkiln.engine_dir import EngineDir, Manifest
 from llmkiln.recipe import load_recipe
-
-__all__ = [
-    "RESOLVED_RECIPE_NAME",
-    "STAGE_LOG_NAME",
-    "STAGE_META_NAME",
-    "STAGE_REGISTRY",
-    "BuildContext",
-    "BuildOptions",
-    "BuildResult",
-    "Stage",
-    "build_engine",
-    "build_key",
-    "register_stage",
-    "stages_for",
-]
+from llmkiln.versions import tool_versions
 
 
 @dataclass
@@ -81,7 +52,7 @@ class BuildResult:
 
     engine_dir: Path
     cached: bool
-    manifest: dict[str, Any]
+    manifest: dict[str, Any]  # the manifest's JSON (or, for a dry run, the plan)
     seconds: float
     dry_run: bool = False
 
@@ -105,25 +76,23 @@ def _remove_stale(engines_root: Path, name: str) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def _current_manifest(engine_dir: Path, key: str) -> dict[str, Any] | None:
+def _current_manifest(engine_dir: Path, key: str) -> Manifest | None:
     """The engine's manifest when it carries this build key and all its files exist (up to date), else None."""
-    existing = read_manifest(engine_dir)
-    if (
-        existing is not None
-        and existing.get("build_key") == key
-        and engine_files_present(engine_dir, existing)
-    ):
+    folder = EngineDir(engine_dir)
+    existing = folder.manifest()
+    if existing is not None and existing.build_key == key and folder.files_present(existing):
         return existing
     return None
 
 
 def build_engine(
     recipe_name_or_path: str | os.PathLike[str],
-    engines_root: Path = Path("engines"),
+    engines_root: Path,
+    *,
+    stages_for: StageSource,
     force: bool = False,
     model_override: Path | None = None,
     progress: BuildProgress | None = None,
-    *,
     dry_run: bool = False,
     allow_quality_regression: bool = False,
 ) -> BuildResult:
@@ -139,7 +108,9 @@ def build_engine(
         if not (target / "config.json").is_file():
             progress.info(f"generating model {recipe.model.generated} (seed {recipe.model.seed}) → {target}")
     source = resolve_source(recipe, recipe_file, engines_root, model_override, create=not dry_run)
-    ctx = BuildContext(recipe, recipe_file, engines_root, source, {}, tool_versions(), progress, options)
+    ctx = BuildContext(
+        recipe, recipe_file, engines_root, source, {}, tool_versions(), progress, options, stages
+    )
     for stage in stages:
         check = getattr(stage, "check", None)
         if check is not None:
@@ -158,7 +129,7 @@ def build_engine(
         if not force and existing is not None:
             seconds = time.perf_counter() - t0
             progress.finish({"engine_dir": str(engine_dir), "cached": True, "seconds": seconds})
-            return BuildResult(engine_dir, True, existing, seconds)
+            return BuildResult(engine_dir, True, existing.to_json(), seconds)
 
         progress.start(recipe.name, str(engine_dir))
         _remove_stale(engines_root, recipe.name)
@@ -172,7 +143,7 @@ def build_engine(
 
 
 def _run_stages(ctx: BuildContext, stages: list[Stage], key: str, t0: float) -> dict[str, Any]:
-    assert ctx.work_dir is not None  # internal invariant
+    work_dir = ctx.require_work_dir()
     stage_records: list[dict[str, Any]] = []
     parts: dict[str, Any] = {}
     log_dir = ctx.engines_root / ".logs" / ctx.recipe.name
@@ -188,7 +159,7 @@ def _run_stages(ctx: BuildContext, stages: list[Stage], key: str, t0: float) -> 
                 if stage.cacheable:
                     part, cached = run_cached_stage(stage, ctx, key_digest, stage_key)
                 else:
-                    part, cached = stage.run(ctx, ctx.work_dir), False
+                    part, cached = stage.run(ctx, work_dir), False
         except Exception:
             ctx.progress.info(f"stage {stage.name} failed; its output is in {log}")
             raise
@@ -199,17 +170,17 @@ def _run_stages(ctx: BuildContext, stages: list[Stage], key: str, t0: float) -> 
         )
         parts[stage.name] = part or {}
 
-    (ctx.work_dir / RESOLVED_RECIPE_NAME).write_text(ctx.recipe.to_yaml())
+    folder = EngineDir(work_dir)
+    folder.write_recipe(ctx.recipe)
     manifest: dict[str, Any] = {
         **manifest_head(ctx, key),
-        "engine_files": hash_engine_files(ctx.work_dir, ctx.known_hashes),
+        "engine_files": hash_engine_files(work_dir, ctx.known_hashes),
         "stages": stage_records,
         **parts,
         "build_seconds": round(time.perf_counter() - t0, 3),
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    write_json_atomic(ctx.work_dir / MANIFEST_NAME, manifest)
-    return manifest
+    return folder.write_manifest(manifest).to_json()
 
 
 def _dry_run(ctx: BuildContext, stages: list[Stage], t0: float) -> BuildResult:

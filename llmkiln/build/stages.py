@@ -1,12 +1,12 @@
-"""The stage API: what a build stage is, what it may read (BuildContext), and which stages each backend runs.
+"""The stage API: what a build stage is and what it may read (BuildContext).
 
    class MyStage:
        name = "calibration"          # unique; also the manifest key its result is stored under
        version = "1"                 # bump when the stage's code changes what it writes
        cacheable = False             # True: output cached by key (see llmkiln.build.build_cache)
        def check(self, ctx) -> None: ...            # optional; raise BadInput before anything is written
-       def describe(self, ctx): ...                 # optional; the stage's own plan text for --dry-run
-       def build_key_extra(self, ctx): ...          # optional; inputs outside the recipe, added to the build key
+       def describe(self, ctx) -> str: ...          # optional; the stage's own plan text for --dry-run
+       def build_key_extra(self, ctx) -> dict: ...  # optional; inputs outside the recipe, added to the build key
        def cache_key(self, ctx) -> dict: ...        # JSON-able inputs that determine the output
        def run(self, ctx, out_dir: Path) -> dict: ...   # write files into out_dir, return the manifest part
 - A non-cacheable stage runs with out_dir = ctx.work_dir, the engine folder being assembled (it already holds
@@ -14,44 +14,22 @@
   engines/.stages/<name>/<key digest>/ and its files are copied (cloned where the filesystem can) into the engine
   folder; the next build with the same key reuses them, so recipes differing only in runtime fields share one
   export. (Not hard links: onnx.load refuses external data files with several links.)
-- STAGE_REGISTRY maps a backend to its ordered stages, as "module:Class" strings (imported lazily, so a no-op
-  build never imports torch) or Stage instances. Add yours with one line, or at run time with register_stage().
-- ctx.options carries `dry_run` and `allow_quality_regression` for stages that honour them; ctx.scratch is a
-  dict for passing values between stages.
+- Which stages build which backend is decided above this room (llmkiln.backends), so that stages of the rooms
+  built on top of this one (calibration, trtllm) can take part; the pipeline receives the list in ctx.stages.
+- ctx.options carries `force`, `dry_run` and `allow_quality_regression`; ctx.scratch is a dict for passing values
+  between stages.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from llmkiln.build.model_source import ModelLocation
 from llmkiln.build.progress import BuildProgress
-from llmkiln.errors import BuildFailed
 from llmkiln.recipe import Recipe
-
-# backend -> ordered stages ("module:Class" or a Stage instance)
-STAGE_REGISTRY: dict[str, list[Any]] = {
-    "onnx-cpu": [
-        "llmkiln.build.onnx_export:OnnxExportStage",
-        "llmkiln.build.onnx_export:TokenizerStage",
-        "llmkiln.calibration.stage:CpuCalibrationStage",
-    ],
-    "onnx-gpu": [
-        "llmkiln.build.onnx_export:OnnxExportStage",
-        "llmkiln.build.onnx_export:TokenizerStage",
-        "llmkiln.build.onnx_gpu:OnnxTrtEngineStage",
-    ],
-    "trtllm": [
-        "llmkiln.build.trtllm_stage:TrtllmCheckpointStage",
-        "llmkiln.calibration.stage:FakeQuantQualityStage",
-        "llmkiln.build.trtllm_stage:TrtllmTokenizerStage",
-        "llmkiln.build.trtllm_stage:TrtllmRepoStage",
-        "llmkiln.build.trtllm_stage:TrtllmEngineStage",
-    ],
-}
 
 
 @runtime_checkable
@@ -65,6 +43,10 @@ class Stage(Protocol):
     def cache_key(self, ctx: BuildContext) -> dict[str, Any]: ...
 
     def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]: ...
+
+
+# backend name -> its stages, in order (llmkiln.backends.stages_for)
+StageSource = Callable[[str], list[Stage]]
 
 
 @dataclass
@@ -88,6 +70,7 @@ class BuildContext:
     tool_versions: dict[str, str]
     progress: BuildProgress
     options: BuildOptions
+    stages: list[Stage] = field(default_factory=list)
     work_dir: Path | None = None
     scratch: dict[str, Any] = field(default_factory=dict)
     known_hashes: dict[str, str] = field(default_factory=dict)
@@ -96,23 +79,8 @@ class BuildContext:
     def engine_dir(self) -> Path:
         return self.engines_root / self.recipe.name
 
-
-def register_stage(backend: str, stage: Any, index: int | None = None) -> None:
-    """Add a stage (instance or "module:Class") to a backend's list, at `index` or at the end."""
-    stages = STAGE_REGISTRY.setdefault(backend, [])
-    stages.insert(len(stages) if index is None else index, stage)
-
-
-def _instantiate(entry: Any) -> Stage:
-    if isinstance(entry, str):
-        module_name, attr = entry.split(":")
-        return getattr(importlib.import_module(module_name), attr)()
-    return entry
-
-
-def stages_for(backend: str) -> list[Stage]:
-    """The backend's stages, in order, instantiated (BuildFailed when it has none)."""
-    entries = STAGE_REGISTRY.get(backend) or []
-    if not entries:
-        raise BuildFailed(f"backend {backend!r}: no build stages are available for it in this installation")
-    return [_instantiate(e) for e in entries]
+    def require_work_dir(self) -> Path:
+        """The folder being assembled; only stages' run() may ask (it is None in dry runs)."""
+        if self.work_dir is None:
+            raise RuntimeError("BuildContext.work_dir is set by build_engine before stages run")
+        return self.work_dir

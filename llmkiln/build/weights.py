@@ -1,45 +1,22 @@
-"""sha256 of source model files, with a small (size, mtime) keyed cache so unchanged big weights are not re-read.
+"""sha256 of source model files, with a small cache so unchanged big weights are not re-read.
 
 The hashes go into the engine manifest (proof the weights are untouched) and into the build-cache key.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from pathlib import Path
 
 from llmkiln.atomic import write_text_atomic
+from llmkiln.hashing import list_files, sha256_file
 
 # Files whose bytes are model weights (the manifest lists them separately from config/tokenizer files).
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".npz")
 
-_CHUNK = 1 << 22
-
-
-def sha256_file(path: Path) -> str:
-    """sha256 hex digest of one file, read in 4 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
 
 def is_weight_file(name: str) -> bool:
     return name.endswith(WEIGHT_SUFFIXES)
-
-
-def list_source_files(model_dir: Path) -> list[Path]:
-    """Every regular file under model_dir (recursively), hidden files and folders excluded, sorted."""
-    out = []
-    for root, dirs, files in os.walk(model_dir):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(files):
-            if not name.startswith("."):
-                out.append(Path(root) / name)
-    return out
 
 
 class HashCache:
@@ -78,7 +55,7 @@ class HashCache:
 def hash_model_dir(model_dir: Path, cache: HashCache | None = None) -> dict[str, str]:
     """{relative path: sha256} for every file of a source model folder."""
     cache = cache or HashCache(None)
-    return {f.relative_to(model_dir).as_posix(): cache.sha256(f) for f in list_source_files(model_dir)}
+    return {f.relative_to(model_dir).as_posix(): cache.sha256(f) for f in list_files(model_dir)}
 
 
 def split_weight_hashes(hashes: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:

@@ -11,10 +11,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llmkiln.calibration.datasets import load_jsonl, texts
-from llmkiln.calibration.kv_scales import KV_SCALES_NAME
-from llmkiln.calibration.stage import calib_dataset, engine_kv_scales, needs_kv_scales
+from llmkiln.build.model_source import resolve_source
+from llmkiln.calibration.datasets import calib_dataset, load_jsonl, texts
+from llmkiln.calibration.modelopt_fp8 import calibrate_fp8, hf_kv_absmax, load_hf_model, tokenize
+from llmkiln.calibration.stage import engine_kv_scales, needs_kv_scales
+from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
+from llmkiln.kv_scales import FILE_NAME as KV_SCALES_NAME
+from llmkiln.kv_scales import KvScales
+from llmkiln.recipe import Recipe, load_recipe
 
 
 def calibrate_recipe(
@@ -25,16 +30,11 @@ def calibrate_recipe(
     model_override: Path | None = None,
 ) -> dict[str, Any]:
     """Calibrate RECIPE into out_dir (default engines/.calibration/<recipe>); returns a summary dict."""
-    from llmkiln.build.model_source import resolve_source
-    from llmkiln.recipe import load_recipe
-
     recipe, recipe_file = load_recipe(recipe_name)
     out = Path(out_dir) if out_dir else engines_root / ".calibration" / recipe.name
     t0 = time.perf_counter()
     data = calib_dataset(recipe)
     if recipe.backend == "trtllm":
-        from llmkiln.calibration.modelopt_fp8 import calibrate_fp8
-
         source = resolve_source(recipe, recipe_file, engines_root.absolute(), model_override).path
         res = calibrate_fp8(
             source,
@@ -63,7 +63,7 @@ def calibrate_recipe(
             "builder; KV scales are for kv_cache.dtype int8 or fp8)"
         )
     engine = Path(engine_dir) if engine_dir else engines_root / recipe.name
-    if (engine / "model.onnx").is_file():
+    if EngineDir(engine).has_onnx_model():
         scales = engine_kv_scales(engine, recipe)
         method = f"engine {engine}"
     else:
@@ -82,11 +82,8 @@ def calibrate_recipe(
 
 
 def _hf_kv_scales(
-    recipe: Any, recipe_file: Path, engines_root: Path, model_override: Path | None, data: Path
-):
-    from llmkiln.build.model_source import resolve_source
-    from llmkiln.calibration.modelopt_fp8 import hf_kv_absmax, load_hf_model, tokenize
-
+    recipe: Recipe, recipe_file: Path, engines_root: Path, model_override: Path | None, data: Path
+) -> KvScales:
     source = resolve_source(recipe, recipe_file, engines_root.absolute(), model_override).path
     seqs = tokenize(
         source,

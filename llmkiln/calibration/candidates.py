@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-import yaml
 
+from llmkiln.calibration.modelopt_fp8 import META_NAME, STATE_NAME, load_fake_quant_model, load_hf_model
+from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
+from llmkiln.runtime.simple import SimpleGenerator
 
 
 class Scorer(Protocol):
@@ -46,8 +48,6 @@ class HfScorer:
 
     def __init__(self, path: Path, model=None) -> None:
         from transformers import AutoTokenizer
-
-        from llmkiln.calibration.modelopt_fp8 import load_hf_model
 
         self.path = Path(path)
         self.model = model if model is not None else load_hf_model(self.path)
@@ -88,8 +88,6 @@ class FakeQuantScorer(HfScorer):
     kind = "modelopt-fake-quant"
 
     def __init__(self, calib_dir: Path, source: Path | None = None) -> None:
-        from llmkiln.calibration.modelopt_fp8 import META_NAME, load_fake_quant_model
-
         self.calib_dir = Path(calib_dir)
         self.source = source or Path(json.loads((self.calib_dir / META_NAME).read_text())["source"])
         super().__init__(self.calib_dir, model=load_fake_quant_model(self.calib_dir, self.source))
@@ -104,8 +102,6 @@ class OnnxScorer:
     kind = "onnx-engine"
 
     def __init__(self, engine_dir: Path) -> None:
-        from llmkiln.runtime.simple import SimpleGenerator
-
         self.path = Path(engine_dir)
         self.gen = SimpleGenerator(self.path)
 
@@ -129,12 +125,10 @@ class OnnxScorer:
 
 
 def is_engine(path: Path) -> bool:
-    return (path / "model.onnx").is_file() and (path / "genai_config.json").is_file()
+    return EngineDir(path).has_onnx_model()
 
 
 def is_fake_quant(path: Path) -> bool:
-    from llmkiln.calibration.modelopt_fp8 import META_NAME, STATE_NAME
-
     return (path / META_NAME).is_file() and (path / STATE_NAME).is_file()
 
 
@@ -164,27 +158,14 @@ def open_scorer(path: str | Path) -> Scorer:
     )
 
 
-def engine_recipe(engine_dir: Path) -> dict | None:
-    """recipe.resolved.yaml of an engine folder as a mapping (None when absent)."""
-    path = engine_dir / "recipe.resolved.yaml"
-    if not path.is_file():
-        return None
-    return yaml.safe_load(path.read_text())
-
-
 def default_reference(candidate: Path) -> Path:
     """The fp32 HF source of a candidate: the engine manifest's source.path, or a calibration's source."""
-    from llmkiln.calibration.modelopt_fp8 import META_NAME
-
     for base in (candidate, candidate.parent):
-        meta = base / META_NAME
-        if meta.is_file() and (base / "modelopt_state.pth").is_file():
-            return Path(json.loads(meta.read_text())["source"])
-    manifest = candidate / "manifest.json"
-    if manifest.is_file():
-        src = json.loads(manifest.read_text()).get("source", {}).get("path")
-        if src and Path(src).is_dir():
-            return Path(src)
+        if is_fake_quant(base):
+            return Path(json.loads((base / META_NAME).read_text())["source"])
+    manifest = EngineDir(candidate).manifest()
+    if manifest is not None and Path(manifest.source.path).is_dir():
+        return Path(manifest.source.path)
     raise BadInput(
         f"{candidate}: cannot tell its fp32 source model (no manifest.json source.path and no calibration.json); "
         "pass --reference HF_DIR"

@@ -15,9 +15,12 @@ from pathlib import Path
 
 from llmkiln.errors import BadInput
 from llmkiln.jsonl import read_jsonl
+from llmkiln.recipe import Recipe
+from llmkiln.resources import bundled
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-CALIBRATION_DIR = REPO_ROOT / "calibration"
+# The sets a recipe without calibration.dataset / quality_budget.dataset uses (bundled with llmkiln).
+DEFAULT_CALIB = "stories-calib"
+DEFAULT_EVAL = "stories-eval"
 
 
 @dataclass(frozen=True)
@@ -31,18 +34,36 @@ class TextRecord:
 
 
 def resolve_dataset(name_or_path: str | Path, base: Path | None = None) -> Path:
-    """A JSONL path: absolute, relative to `base` (default: the repository), or a bare set name in calibration/."""
+    """A JSONL set: an absolute path; a path relative to `base` (a recipe's folder) or the working directory; or
+    a set bundled with llmkiln, by name (`stories-calib`) or as `calibration/stories-calib.jsonl`."""
     p = Path(name_or_path)
-    candidates = [p] if p.is_absolute() else [(base or REPO_ROOT) / p, Path.cwd() / p]
-    if not p.suffix:
-        candidates.append(CALIBRATION_DIR / f"{p}.jsonl")
+    candidates = [p] if p.is_absolute() else [*([base / p] if base is not None else []), Path.cwd() / p]
+    shipped = bundled("calibration")
+    if not p.is_absolute() and len(p.parts) <= 2 and p.parts[0] in (p.name, "calibration"):
+        candidates.append(shipped / (p.name if p.suffix else f"{p.name}.jsonl"))
     for c in candidates:
         if c.is_file():
             return c.resolve()
-    known = ", ".join(sorted(x.name for x in CALIBRATION_DIR.glob("*.jsonl")))
+    known = ", ".join(sorted(x.stem for x in shipped.glob("*.jsonl")))
     raise BadInput(
-        f"dataset {str(name_or_path)!r}: no such JSONL file; known sets in {CALIBRATION_DIR}: {known}"
+        f"dataset {str(name_or_path)!r}: no such JSONL file (looked in {', '.join(str(c.parent) for c in candidates)}); "
+        f"bundled sets: {known}"
     )
+
+
+def calib_dataset(recipe: Recipe) -> Path:
+    """The recipe's calibration set (calibration.dataset, else the bundled stories set)."""
+    return resolve_dataset(recipe.calibration.dataset or DEFAULT_CALIB)
+
+
+def eval_dataset(recipe: Recipe | None) -> Path:
+    """The held-out set: quality_budget.dataset, else calibration.dataset's NAME-eval counterpart, else the
+    bundled stories evaluation set."""
+    if recipe is not None and recipe.quality_budget.dataset:
+        return resolve_dataset(recipe.quality_budget.dataset)
+    if recipe is not None and recipe.calibration.dataset:
+        return eval_counterpart(resolve_dataset(recipe.calibration.dataset))
+    return resolve_dataset(DEFAULT_EVAL)
 
 
 def load_jsonl(path: str | Path) -> list[TextRecord]:

@@ -15,14 +15,13 @@ import numpy as np
 
 from llmkiln.calibration.candidates import OnnxScorer
 from llmkiln.calibration.datasets import TextRecord
-from llmkiln.calibration.kv_scales import KvScales
 from llmkiln.calibration.quality_diff import token_kl
+from llmkiln.kv_scales import KvScales
+from llmkiln.runtime.kv_quant import dequantize, quantize
 
 
 def _roundtrip(x: np.ndarray, dtype: str, scales: np.ndarray | None, block: int) -> np.ndarray:
     """x [1, heads, T, dim] through the store: per block of `block` tokens, static per-head scales or dynamic."""
-    from llmkiln.runtime.kv_quant import dequantize, quantize
-
     out = np.empty_like(x, dtype=np.float32)
     for start in range(0, x.shape[2], block):
         part = np.asarray(x[0, :, start : start + block], np.float32)  # [heads, t, dim]

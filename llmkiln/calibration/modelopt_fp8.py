@@ -9,7 +9,7 @@ writes into out_dir (assembled in a temp folder, renamed into place when complet
     trtllm_checkpoint/      export_tensorrt_llm_checkpoint (config.json + rank0.safetensors), with two fixes:
                             rotary_base restored from the HF config (dropped under transformers 5.x), and
     kv_cache_scales.json    the calibrated per-layer KV scales (amax/448) next to the ones the export clamps to >= 1.0
-    kv_scales.json          per-layer, per-KV-head fp8 scales in the CPU runtime's schema (kv_scales.py)
+    kv_scales.json          per-layer, per-KV-head fp8 scales in the CPU runtime's schema (llmkiln.kv_scales)
     modelopt_state.pth      mto.save of the fake-quant model (quality_diff reloads it with mto.restore), saved after
                             q/k/v and gate/up got their shared weight scale (unify_fused_amax), as in the exports
     calibration.json        what was done: source, samples, tokens, algorithm, amax table, tool versions
@@ -31,10 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from llmkiln.atomic import atomic_dir
-from llmkiln.build.manifest import package_versions
-from llmkiln.build.tokenizer_files import copy_tokenizer_files
-from llmkiln.calibration.kv_scales import KV_SCALES_NAME, KvAbsmax, KvScales
+from llmkiln.calibration.kv_stats import KvAbsmax
 from llmkiln.errors import BadInput, BuildFailed
+from llmkiln.kv_scales import FILE_NAME as KV_SCALES_NAME
+from llmkiln.kv_scales import KvScales
+from llmkiln.tokenizer_files import copy_tokenizer_files
+from llmkiln.versions import package_versions
 
 FP8_MAX = 448.0
 HF_DIR_NAME = "hf_checkpoint"

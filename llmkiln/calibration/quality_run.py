@@ -11,15 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from llmkiln.calibration.candidates import default_reference, engine_recipe, is_engine, open_scorer
-from llmkiln.calibration.datasets import eval_counterpart, load_jsonl, resolve_dataset
+from llmkiln.calibration.candidates import default_reference, open_scorer
+from llmkiln.calibration.datasets import eval_dataset, load_jsonl, resolve_dataset
 from llmkiln.calibration.quality_diff import Budget, QualityResult, quality_diff
 from llmkiln.calibration.quality_report import write_report
+from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import QualityBudgetExceeded
-
-DEFAULT_EVAL = "calibration/stories-eval.jsonl"
 
 
 @dataclass
@@ -28,22 +26,6 @@ class QualityRun:
 
     result: QualityResult
     report: dict[str, Path]
-
-
-def eval_dataset_for(recipe: dict[str, Any] | None) -> Path:
-    """The held-out set a recipe mapping points at (see the module docstring)."""
-    qb = (recipe or {}).get("quality_budget") or {}
-    cal = (recipe or {}).get("calibration") or {}
-    if qb.get("dataset"):
-        return resolve_dataset(qb["dataset"])
-    if cal.get("dataset"):
-        return eval_counterpart(resolve_dataset(cal["dataset"]))
-    return resolve_dataset(DEFAULT_EVAL)
-
-
-def budget_for(recipe: dict[str, Any] | None) -> Budget:
-    qb = (recipe or {}).get("quality_budget") or {}
-    return Budget(qb.get("max_ppl_delta_pct"), qb.get("min_top1_agreement"), qb.get("max_mean_kl"))
 
 
 def failure_message(res: QualityResult, report: dict[str, Path] | None) -> str:
@@ -70,14 +52,15 @@ def run_quality_diff(
     """Run the diff, write JSON/Markdown/PNG into out_dir (default CANDIDATE/quality), check the budget."""
     cand_path = Path(candidate).resolve()
     cand = open_scorer(cand_path)
-    recipe = engine_recipe(cand_path) if is_engine(cand_path) else None
+    folder = EngineDir(cand_path)
+    recipe = folder.recipe() if folder.exists() else None
     ref = open_scorer(Path(reference) if reference else default_reference(cand_path))
-    ds_path = resolve_dataset(dataset) if dataset else eval_dataset_for(recipe)
-    budget = budget_for(recipe).merged(**(budget_overrides or {}))
-    if recipe:
-        limit = (recipe.get("limits") or {}).get("max_seq_len")
-        if isinstance(limit, int):
-            max_seq_len = min(max_seq_len, limit)
+    ds_path = resolve_dataset(dataset) if dataset else eval_dataset(recipe)
+    budget = (Budget.from_recipe(recipe.quality_budget) if recipe else Budget()).merged(
+        **(budget_overrides or {})
+    )
+    if recipe is not None:
+        max_seq_len = min(max_seq_len, recipe.limits.max_seq_len)
     result = quality_diff(
         cand,
         ref,

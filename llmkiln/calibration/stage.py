@@ -22,50 +22,34 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llmkiln.build.weights import sha256_file
-from llmkiln.calibration.datasets import (
-    check_no_overlap,
-    eval_counterpart,
-    load_jsonl,
-    resolve_dataset,
-    texts,
-)
-from llmkiln.calibration.kv_scales import KV_SCALES_NAME, KvAbsmax, KvScales
+from llmkiln.build.stages import BuildContext
+from llmkiln.calibration.candidates import FakeQuantScorer, HfScorer, OnnxScorer, is_fake_quant
+from llmkiln.calibration.datasets import calib_dataset, check_no_overlap, eval_dataset, load_jsonl, texts
+from llmkiln.calibration.kv_effect import kv_store_effect
+from llmkiln.calibration.kv_stats import KvAbsmax
 from llmkiln.calibration.quality_diff import Budget, QualityResult, quality_diff
 from llmkiln.calibration.quality_report import write_report
-from llmkiln.calibration.quality_run import DEFAULT_EVAL, failure_message
+from llmkiln.calibration.quality_run import failure_message
+from llmkiln.engine_dir import CALIBRATION_DIR, KV_SCALES
 from llmkiln.errors import BadInput, QualityBudgetExceeded
+from llmkiln.hashing import sha256_file
+from llmkiln.kv_scales import KvScales
+from llmkiln.recipe import Recipe
 
-CALIB_DIR = "calibration"
-DEFAULT_CALIB = "calibration/stories-calib.jsonl"
 QUANTIZED_KV = ("int8", "fp8")
 STAGE_VERSION = "1"
 
 
-def calib_dataset(recipe: Any) -> Path:
-    return resolve_dataset(recipe.calibration.dataset or DEFAULT_CALIB)
-
-
-def eval_dataset(recipe: Any) -> Path:
-    if recipe.quality_budget.dataset:
-        return resolve_dataset(recipe.quality_budget.dataset)
-    if recipe.calibration.dataset:
-        return eval_counterpart(resolve_dataset(recipe.calibration.dataset))
-    return resolve_dataset(DEFAULT_EVAL)
-
-
-def needs_kv_scales(recipe: Any) -> bool:
+def needs_kv_scales(recipe: Recipe) -> bool:
     return recipe.kv_cache.dtype in QUANTIZED_KV
 
 
-def is_quantized(recipe: Any) -> bool:
+def is_quantized(recipe: Recipe) -> bool:
     return recipe.precision != "fp32"
 
 
-def engine_kv_scales(engine_dir: Path, recipe: Any, source_dir: Path | None = None) -> KvScales:
+def engine_kv_scales(engine_dir: Path, recipe: Recipe, source_dir: Path | None = None) -> KvScales:
     """KV scales from the engine's own cached K/V over the recipe's calibration set."""
-    from llmkiln.calibration.candidates import OnnxScorer
-
     scorer = OnnxScorer(engine_dir)
     info = scorer.gen.info
     algorithm = "max" if recipe.calibration.algorithm == "builder" else recipe.calibration.algorithm
@@ -84,7 +68,7 @@ def engine_kv_scales(engine_dir: Path, recipe: Any, source_dir: Path | None = No
     )
 
 
-def _dataset_keys(recipe: Any) -> dict[str, str]:
+def _dataset_keys(recipe: Recipe) -> dict[str, str]:
     out = {}
     for getter in (calib_dataset, eval_dataset):
         try:
@@ -95,9 +79,9 @@ def _dataset_keys(recipe: Any) -> dict[str, str]:
     return out
 
 
-def _gate(ctx: Any, res: QualityResult, report_dir: Path) -> dict[str, Any]:
+def _gate(ctx: BuildContext, res: QualityResult, report_dir: Path) -> dict[str, Any]:
     """Manifest part for the quality result; raises QualityBudgetExceeded unless regressions are allowed."""
-    allowed = bool(getattr(ctx.options, "allow_quality_regression", False))
+    allowed = ctx.options.allow_quality_regression
     if not res.passed and not allowed:
         keep = ctx.engines_root / ".quality" / ctx.recipe.name
         if keep.exists():
@@ -116,7 +100,7 @@ def _gate(ctx: Any, res: QualityResult, report_dir: Path) -> dict[str, Any]:
         "budget": res.to_json()["budget"],
         "dataset": Path(res.dataset).name,
         "worst_examples": [e.id for e in res.worst],
-        "report": f"{report_dir.relative_to(ctx.work_dir)}/quality_report.md",
+        "report": f"{report_dir.relative_to(ctx.require_work_dir())}/quality_report.md",
         "seconds": round(res.seconds, 3),
     }
 
@@ -125,7 +109,7 @@ class _Common:
     version = STAGE_VERSION
     cacheable = False
 
-    def check(self, ctx: Any) -> None:
+    def check(self, ctx: BuildContext) -> None:
         r = ctx.recipe
         if not self.applies(r):
             return
@@ -133,10 +117,10 @@ class _Common:
         evals = load_jsonl(eval_dataset(r))
         check_no_overlap(calib, evals, f"{ctx.recipe_file}: calibration.dataset vs the evaluation set")
 
-    def applies(self, recipe: Any) -> bool:
+    def applies(self, recipe: Recipe) -> bool:
         raise NotImplementedError
 
-    def cache_key(self, ctx: Any) -> dict[str, Any]:
+    def cache_key(self, ctx: BuildContext) -> dict[str, Any]:
         r = ctx.recipe
         if not self.applies(r):
             return {"applies": False}
@@ -148,7 +132,7 @@ class _Common:
             "datasets": _dataset_keys(r),
         }
 
-    def build_key_extra(self, ctx: Any) -> dict[str, Any]:
+    def build_key_extra(self, ctx: BuildContext) -> dict[str, Any]:
         """Inputs not in the recipe hash (data set contents) that the whole-build key must include."""
         return self.cache_key(ctx)
 
@@ -158,32 +142,28 @@ class CpuCalibrationStage(_Common):
 
     name = "calibration"
 
-    def applies(self, recipe: Any) -> bool:
+    def applies(self, recipe: Recipe) -> bool:
         return is_quantized(recipe) or needs_kv_scales(recipe)
 
-    def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
-        from llmkiln.calibration.candidates import HfScorer, OnnxScorer
-
+    def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:
         r = ctx.recipe
         if not self.applies(r):
             return {"skipped": "fp32 weights and an unquantized KV store: nothing to calibrate"}
         t0 = time.perf_counter()
-        calib = out_dir / CALIB_DIR
+        calib = out_dir / CALIBRATION_DIR
         calib.mkdir(exist_ok=True)
         part: dict[str, Any] = {"dataset": calib_dataset(r).name, "datasets_sha256": _dataset_keys(r)}
         if needs_kv_scales(r):
             scales = engine_kv_scales(out_dir, r)
-            path = scales.write(calib / KV_SCALES_NAME)
+            path = scales.write(out_dir / KV_SCALES)
             part["kv_scales"] = {
-                "path": f"{CALIB_DIR}/{KV_SCALES_NAME}",
+                "path": KV_SCALES,
                 "sha256": sha256_file(path),
                 "dtype": scales.dtype,
                 "sequences": scales.provenance.get("sequences"),
                 "tokens": scales.provenance.get("tokens"),
                 "algorithm": scales.provenance.get("algorithm"),
             }
-            from llmkiln.calibration.kv_effect import kv_store_effect
-
             part["kv_store_effect"] = kv_store_effect(
                 OnnxScorer(out_dir),
                 scales,
@@ -215,13 +195,11 @@ class FakeQuantQualityStage(_Common):
 
     name = "quality"
 
-    def applies(self, recipe: Any) -> bool:
+    def applies(self, recipe: Recipe) -> bool:
         return True  # every trtllm recipe is FP8
 
-    def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
-        from llmkiln.calibration.candidates import FakeQuantScorer, HfScorer, is_fake_quant
-
-        found = [d for d in (out_dir, out_dir / CALIB_DIR, *out_dir.glob("*/")) if is_fake_quant(d)]
+    def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:
+        found = [d for d in (out_dir, out_dir / CALIBRATION_DIR, *out_dir.glob("*/")) if is_fake_quant(d)]
         if not found:
             return {"skipped": "no calibrate_fp8 output (calibration.json + modelopt_state.pth) in the build"}
         r = ctx.recipe
@@ -236,6 +214,6 @@ class FakeQuantQualityStage(_Common):
             samples=r.quality_budget.samples or 8,  # the fake-quant model is slow on CPU
         )
         res.candidate = f"{ctx.engine_dir} (ModelOpt fake-quant of {found[0].name})"
-        report_dir = out_dir / CALIB_DIR / "quality"
+        report_dir = out_dir / CALIBRATION_DIR / "quality"
         write_report(res, report_dir)
         return {"calibration_dir": str(found[0].relative_to(out_dir)), **_gate(ctx, res, report_dir)}

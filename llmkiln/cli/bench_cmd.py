@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
 
+from llmkiln.bench.compare import STATS, compare, compare_markdown, compare_table
+from llmkiln.bench.experiment import ExperimentConfig, run_experiment
+from llmkiln.bench.plots import bars, ttft_cdf
+from llmkiln.bench.report import (
+    load_report,
+    markdown_report,
+    print_report,
+    save_records,
+    save_report,
+    write_atomic,
+)
+from llmkiln.bench.runner import BenchConfig, parse_concurrency, requests_needed, run_bench
+from llmkiln.bench.workloads import WorkloadSpec, build_workload, load_tokenizer, parse_range
 from llmkiln.errors import BadInput
 
 WORKLOAD_CHOICES = ("shared-prefix", "unique", "mixed-long-short", "jsonl")
@@ -91,10 +106,6 @@ def _run_options(f):
 
 
 def _do_run(**kw: Any) -> None:
-    from llmkiln.bench.plots import ttft_cdf
-    from llmkiln.bench.report import markdown_report, print_report, save_records, save_report, write_atomic
-    from llmkiln.bench.runner import BenchConfig, parse_concurrency, requests_needed, run_bench
-    from llmkiln.bench.workloads import WorkloadSpec, build_workload, load_tokenizer, parse_range
 
     levels = parse_concurrency(kw["concurrency"])
     if kw["requests_"] <= 0:
@@ -182,10 +193,6 @@ def compare_cmd(
     a: str, b: str, out: str | None, markdown: str | None, all_stats: bool, plot: str | None, cdf: str | None
 ) -> None:
     """Relative change of report B vs report A per metric, statistic and concurrency level."""
-    from rich.console import Console
-
-    from llmkiln.bench.compare import STATS, compare, compare_markdown, compare_table
-    from llmkiln.bench.report import load_report, write_atomic
 
     ra, rb = load_report(a), load_report(b)
     changes = compare(ra, rb)
@@ -201,8 +208,6 @@ def compare_cmd(
     if markdown:
         write_atomic(Path(markdown), compare_markdown(changes, la, lb) + "\n")
     if plot or cdf:
-        from llmkiln.bench.plots import bars, ttft_cdf
-
         if plot:
             bars({la: ra, lb: rb}, Path(plot), "ttft_ms", ("p50", "p95"), f"TTFT: {lb} vs {la}")
         if cdf:
@@ -234,9 +239,6 @@ def experiment_cmd(
     quick: bool, requests_: int | None, out_dir: str, engines_dir: str, no_peers: bool, only: tuple[str, ...]
 ) -> None:
     """`make bench-ttft`: baseline vs optimized recipe on one engine, each served by tritonserver."""
-    from dataclasses import replace
-
-    from llmkiln.bench.experiment import ExperimentConfig, run_experiment
 
     cfg = ExperimentConfig.make(
         quick=quick, requests=requests_, out_dir=Path(out_dir), peers=not no_peers, only=only

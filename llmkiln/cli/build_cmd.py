@@ -8,8 +8,10 @@ from pathlib import Path
 
 import click
 
-from llmkiln.build.pipeline import build_engine
+from llmkiln.backends import build as build_engine
 from llmkiln.build.progress import make_progress
+from llmkiln.engine_dir import DEFAULT_ENGINES_ROOT, ENGINES_ENV
+from llmkiln.trtllm.resume import resume_build
 
 
 @click.command()
@@ -35,9 +37,9 @@ from llmkiln.build.progress import make_progress
 @click.option(
     "--engines-dir",
     type=click.Path(path_type=Path),
-    default=Path("engines"),
-    show_default=True,
-    help="Where engine folders (and the build caches, under .stages/ and .models/) live.",
+    default=None,
+    help=f"Where engine folders (and the build caches, under .stages/ and .models/) live "
+    f"[default: ${ENGINES_ENV} or ./{DEFAULT_ENGINES_ROOT}].",
 )
 @click.option(
     "--allow-quality-regression",
@@ -54,14 +56,12 @@ def build(
     quiet: bool,
     as_json: bool,
     model: Path | None,
-    engines_dir: Path,
+    engines_dir: Path | None,
     allow_quality_regression: bool,
     dry_run: bool,
 ) -> None:
-    """Build the engine for RECIPE (a name in recipes/ or a path to a YAML file)."""
+    """Build the engine for RECIPE (a recipe name, see `kiln recipes`, or a path to a YAML file)."""
     if resume_plan is not None:
-        from llmkiln.build.trtllm_resume import resume_build
-
         done = resume_build(resume_plan)
         if not quiet:
             click.echo(f"engine ready: {done.engine_dir} ({done.seconds:.0f} s)")

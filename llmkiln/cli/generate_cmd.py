@@ -1,4 +1,5 @@
-"""`kiln generate ENGINE PROMPT`: stream a completion to stdout through the CPU runtime (llmkiln.runtime)."""
+"""`kiln generate ENGINE PROMPT`: stream a completion to stdout through the CPU runtime (llmkiln.runtime's
+batching engine, the same one `kiln serve` hosts)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,10 @@ from pathlib import Path
 
 import click
 
-from llmkiln.errors import BadInput
-
-
-def _engine_dir(engine: str) -> Path:
-    path = Path(engine)
-    if path.is_dir():
-        return path
-    candidate = Path("engines") / engine
-    if candidate.is_dir():
-        return candidate
-    raise BadInput(
-        f"engine {engine!r}: no such folder (nor engines/{engine}); build it with `kiln build RECIPE`"
-    )
+from llmkiln.engine_dir import resolve_engine
+from llmkiln.runtime.detokenizer import IncrementalDetokenizer
+from llmkiln.runtime.loader import load_engine
+from llmkiln.runtime.request import SamplingParams
 
 
 @click.command()
@@ -33,6 +25,12 @@ def _engine_dir(engine: str) -> Path:
 )
 @click.option("--seed", type=int, default=None, help="Seed for sampling (reproducible output).")
 @click.option("--ignore-eos", is_flag=True, help="Keep generating after the end-of-sequence token.")
+@click.option(
+    "--engines-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where a recipe-name ENGINE is looked up [default: $LLMKILN_ENGINES or ./engines].",
+)
 def generate(
     engine: str,
     prompt: str,
@@ -42,12 +40,9 @@ def generate(
     top_k: int,
     seed: int | None,
     ignore_eos: bool,
+    engines_dir: Path | None,
 ) -> None:
-    """Stream the continuation of PROMPT from ENGINE (an engine folder, or a recipe name under engines/)."""
-    from llmkiln.runtime.detokenizer import IncrementalDetokenizer
-    from llmkiln.runtime.engine import LLMEngine
-    from llmkiln.runtime.request import SamplingParams
-
+    """Stream the continuation of PROMPT from ENGINE (an engine folder, or a recipe name under the engines root)."""
     params = SamplingParams(
         max_tokens=max_tokens,
         temperature=temperature,
@@ -56,15 +51,25 @@ def generate(
         seed=seed,
         ignore_eos=ignore_eos,
     )
-    engine = LLMEngine.from_engine_dir(_engine_dir(engine)).start()
+    folder = resolve_engine(engine, engines_dir).require()
+    manifest = folder.manifest()
+    if manifest is not None and manifest.source.generated:
+        click.secho(
+            f"note: {folder.path.name} was built from a generated model ({manifest.source.generated}, random "
+            "weights): its text is gibberish by design; build a trained model for real text "
+            "(e.g. `kiln build RECIPE --model /path/to/hf-model`)",
+            fg="yellow",
+            err=True,
+        )
+    runtime = load_engine(folder).start()
     try:
-        prompt_ids = engine.encode(prompt)
-        handle = engine.submit(prompt_ids, params)
-        detok = IncrementalDetokenizer(engine.tokenizer, prompt_ids)
+        prompt_ids = runtime.encode(prompt)
+        handle = runtime.submit(prompt_ids, params)
+        detok = IncrementalDetokenizer(runtime.tokenizer, prompt_ids)
         for event in handle:
             if event.token_id is not None and (piece := detok.push(event.token_id)):
                 sys.stdout.write(piece)
                 sys.stdout.flush()
         sys.stdout.write(detok.flush() + "\n")
     finally:
-        engine.shutdown()
+        runtime.shutdown()

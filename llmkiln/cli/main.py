@@ -9,10 +9,12 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from pathlib import Path
 
 import click
 
-from llmkiln.errors import KilnError
+from llmkiln.errors import BadInput, KilnError
+from llmkiln.recipe import RECIPES_ENV
 
 # command name -> "module:attribute" (imported only when the command runs, so `kiln --help` stays fast)
 COMMANDS: dict[str, str] = {
@@ -51,8 +53,22 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="llmkiln")
-def cli() -> None:
+@click.option(
+    "--recipes-dir",
+    "recipes_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help=f"A folder of recipes searched before ./recipes and the bundled ones (repeatable; also ${RECIPES_ENV}).",
+)
+def cli(recipes_dirs: tuple[Path, ...]) -> None:
     """llmkiln: build an untouched LLM checkpoint into a served engine with lower time-to-first-token."""
+    if recipes_dirs:
+        for d in recipes_dirs:
+            if not d.is_dir():
+                raise BadInput(f"--recipes-dir {d}: no such folder")
+        # The environment carries it to every process kiln starts (servers, bench builds).
+        current = [p for p in os.environ.get(RECIPES_ENV, "").split(os.pathsep) if p]
+        os.environ[RECIPES_ENV] = os.pathsep.join([*(str(d.resolve()) for d in recipes_dirs), *current])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,6 +7,10 @@ from pathlib import Path
 
 import click
 
+from llmkiln.calibration.calibrate_run import calibrate_recipe
+from llmkiln.calibration.quality_run import failure_message, run_quality_diff
+from llmkiln.errors import BadInput, QualityBudgetExceeded
+
 
 @click.command("quality-diff")
 @click.argument("candidate", type=click.Path(path_type=Path))
@@ -54,9 +58,6 @@ def quality_diff(
 
     Exit 0 within budget, 1 outside it (the report names the worst examples), 2 on bad input.
     """
-    from llmkiln.calibration.quality_run import run_quality_diff
-    from llmkiln.errors import BadInput
-
     for name, value in (("--samples", samples), ("--max-seq-len", max_seq_len),
                         ("--continuation-tokens", continuation_tokens)):  # fmt: skip
         if value is not None and value < 1:
@@ -86,9 +87,6 @@ def quality_diff(
             f"  report: {run.report['markdown']}"
         )
     if not res.passed:
-        from llmkiln.calibration.quality_run import failure_message
-        from llmkiln.errors import QualityBudgetExceeded
-
         raise QualityBudgetExceeded(failure_message(res, run.report))
 
 
@@ -114,7 +112,5 @@ def calibrate(
     recipe: str, out_dir: Path | None, engine_dir: Path | None, engines_dir: Path, model: Path | None
 ) -> None:
     """Run RECIPE's calibration alone (ModelOpt FP8 for trtllm; KV scales for CPU int8/fp8 KV stores)."""
-    from llmkiln.calibration.calibrate_run import calibrate_recipe
-
     summary = calibrate_recipe(recipe, out_dir, engine_dir, engines_dir, model)
     click.echo(json.dumps(summary, indent=2))

@@ -12,11 +12,12 @@ from llmkiln.recipe import Recipe, list_recipes, load_recipe
 
 
 @click.command()
-def recipes() -> None:
-    """List the recipes in recipes/ with their one-line descriptions."""
-    table = Table("recipe", "description", box=None)
-    for name, desc in list_recipes():
-        table.add_row(name, desc)
+@click.option("--paths", is_flag=True, help="Also show the file each recipe comes from.")
+def recipes(paths: bool) -> None:
+    """List the recipes (--recipes-dir / $LLMKILN_RECIPES, ./recipes, then the bundled ones) and what they do."""
+    table = Table("recipe", "description", *(["file"] if paths else []), box=None)
+    for name, desc, file in list_recipes():
+        table.add_row(name, desc, *([str(file)] if paths else []))
     Console().print(table)
 
 

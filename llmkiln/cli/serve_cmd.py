@@ -6,7 +6,11 @@ from pathlib import Path
 
 import click
 
+from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
+from llmkiln.serve.launch import ServeOptions, serve_engine
+from llmkiln.serve.repository import check_repository, spec_from_engine, write_repository
+from llmkiln.serve.server import TritonServer
 
 
 @click.command()
@@ -23,9 +27,6 @@ def repo(
     engine: Path | None, out: Path | None, model_name: str | None, force: bool, check_dir: Path | None
 ) -> None:
     """Write the Triton model repository for ENGINE to --out, or validate one with --check DIR."""
-    from llmkiln.serve.launch import resolve_engine_dir  # noqa: PLC0415
-    from llmkiln.serve.repository import check_repository, spec_from_engine, write_repository  # noqa: PLC0415
-
     if check_dir is not None:
         for m in check_repository(check_dir):
             warm = len(m.config.model_warmup)
@@ -34,7 +35,7 @@ def repo(
             return
     if engine is None or out is None:
         raise BadInput("give ENGINE and -o OUT to write a repository, or --check DIR to validate one")
-    spec = spec_from_engine(resolve_engine_dir(engine), model_name)
+    spec = spec_from_engine(resolve_engine(engine).require(), model_name)
     model_dir = write_repository(spec, out, overwrite=force)
     click.echo(f"wrote {model_dir} (config.pbtxt, 1/model.py, {len(spec.warmup.prompts)} warmup prompt(s))")
 
@@ -57,9 +58,8 @@ def serve(
     log_verbose: int,
 ) -> int:
     """Serve ENGINE with tritonserver; ready only after warmup. Ctrl-C or SIGTERM shuts it down cleanly."""
-    from llmkiln.serve.launch import ServeOptions, serve_engine  # noqa: PLC0415
 
-    def ready(server, model_name: str) -> None:  # type: ignore[no-untyped-def]
+    def ready(server: TritonServer, model_name: str) -> None:
         ep = server.endpoints()
         click.secho(f"ready: model {model_name!r}", fg="green", err=True)
         click.echo(f"  HTTP    {ep['http']}   (POST {ep['http']}/v2/models/{model_name}/generate)", err=True)

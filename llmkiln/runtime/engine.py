@@ -13,11 +13,12 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from llmkiln.errors import KilnError
+from llmkiln.recipe import Recipe
 from llmkiln.runtime import metrics as metrics_mod
 from llmkiln.runtime.handle import RequestHandle
 from llmkiln.runtime.kv_blocks import BlockStore
@@ -33,6 +34,9 @@ from llmkiln.runtime.request import (
 )
 from llmkiln.runtime.sampling import make_rng, sample_token
 from llmkiln.runtime.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 
 class EngineClosed(KilnError):
@@ -55,18 +59,24 @@ class LLMEngine:
     """The CPU serving runtime. Build it with `from_engine_dir`, `start()` it, `submit()` prompts."""
 
     def __init__(
-        self, config: SchedulerConfig, runner: Runner, tokenizer: Any = None, recipe: Any = None
+        self,
+        config: SchedulerConfig,
+        runner: Runner,
+        tokenizer: Tokenizer | None = None,
+        recipe: Recipe | None = None,
+        engine_dir: Path | None = None,
     ) -> None:
-        if runner.num_slots < config.max_batch_size:
-            raise ValueError(f"runner has {runner.num_slots} slots, scheduler wants {config.max_batch_size}")
+        slots = config.scheduler.max_batch_size
+        if runner.num_slots < slots:
+            raise ValueError(f"runner has {runner.num_slots} slots, scheduler wants {slots}")
         self.config = config
         self.runner = runner
         self.tokenizer = tokenizer
         self.recipe = recipe
-        self.engine_dir: Path | None = None
-        self.model_info: Any = None
+        self.engine_dir = engine_dir
         self.vocab_size = runner.vocab_size
-        store = BlockStore(runner.num_blocks, config.tokens_per_block) if config.prefix_reuse else None
+        kv = config.kv_cache
+        store = BlockStore(runner.num_blocks, kv.tokens_per_block) if kv.prefix_reuse else None
         self.block_store = store
         self.scheduler = Scheduler(config, store)
         self.stats = metrics_mod.StepStats()
@@ -80,14 +90,6 @@ class LLMEngine:
         self._thread: threading.Thread | None = None
         self._stop = False
         self._closed = False
-
-    # ------------------------------------------------------------------ construction
-    @classmethod
-    def from_engine_dir(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> LLMEngine:
-        """Settings from recipe.resolved.yaml (+ nested overrides), shapes from genai_config.json."""
-        from llmkiln.runtime.loader import load_engine
-
-        return load_engine(cls, Path(path), overrides)
 
     # ------------------------------------------------------------------ text
     def encode(self, text: str) -> list[int]:
@@ -168,11 +170,12 @@ class LLMEngine:
                 raise BadRequestParams(f"request_id must be a non-empty string, got {rid!r}")
             if rid in self._handles:  # client-chosen ids (e.g. Triton's) may repeat: keep both requests apart
                 rid = f"{rid}#{next(self._ids)}"
-            if self._num_queued >= self.config.max_queue_size:
+            limit = self.config.scheduler.max_queue_size
+            if self._num_queued >= limit:
                 self.stats.requests_rejected += 1
                 raise QueueFull(
-                    f"queue full: {self._num_queued} requests wait (scheduler.max_queue_size = "
-                    f"{self.config.max_queue_size}); retry later or raise the limit in the recipe"
+                    f"queue full: {self._num_queued} requests wait (scheduler.max_queue_size = {limit}); "
+                    "retry later or raise the limit in the recipe"
                 )
             request = Request(rid, prompt_ids, params, priority, timings=RequestTimings(arrival_ns=arrival))
             handle = RequestHandle(request, self.cancel)
@@ -213,7 +216,7 @@ class LLMEngine:
         return ids
 
     def _check(self, prompt_ids: list[int], params: SamplingParams, priority: int) -> None:
-        cfg = self.config
+        limits = self.config.limits
         if not isinstance(params, SamplingParams):
             raise BadRequestParams(f"params must be SamplingParams, got {type(params).__name__}")
         params.check(self.vocab_size)
@@ -222,14 +225,14 @@ class LLMEngine:
         n = len(prompt_ids)
         if n == 0:
             raise BadRequestParams("the prompt is empty")
-        if n > cfg.max_input_len:
+        if n > limits.max_input_len:
             raise PromptTooLong(
-                f"prompt has {n} tokens; limits.max_input_len is {cfg.max_input_len}: shorten the prompt"
+                f"prompt has {n} tokens; limits.max_input_len is {limits.max_input_len}: shorten the prompt"
             )
-        if n + params.max_tokens > cfg.max_seq_len:
+        if n + params.max_tokens > limits.max_seq_len:
             raise PromptTooLong(
                 f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) = {n + params.max_tokens} exceeds "
-                f"limits.max_seq_len ({cfg.max_seq_len}): lower max_tokens to {max(cfg.max_seq_len - n, 0)}"
+                f"limits.max_seq_len ({limits.max_seq_len}): lower max_tokens to {max(limits.max_seq_len - n, 0)}"
             )
 
     # ------------------------------------------------------------------ the scheduler thread

@@ -3,23 +3,17 @@
 A block is the KV of `tokens_per_block` tokens for every layer: float32 (L, 2, kv_heads, tokens, head_dim),
 axis 1 = key/value. Quantized storage keeps one float32 scale per (layer, key/value, head) of each block, with
 x ≈ q * scale: dynamic scales are amax / 127 (int8) or amax / 448 (fp8) over the block's tokens and head dims.
-When the engine folder has calibration/kv_scales.json, its static per-layer, per-head scales are used instead.
-
-kv_scales.json schema (written by the calibration stage):
-    {"dtype": "int8" | "fp8", "layers": [{"k_scale": [one float per kv head], "v_scale": [...]}, ...]}
-with the same meaning (x ≈ q * scale); a file for the other 8-bit dtype is converted through its amax.
+When the engine folder has calibration/kv_scales.json (llmkiln.kv_scales), its static per-layer, per-head scales
+are used instead; scales calibrated for the other 8-bit dtype are converted through their amax.
 """
 
 from __future__ import annotations
-
-import json
-from dataclasses import dataclass
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 
 from llmkiln.errors import BadInput
+from llmkiln.kv_scales import QMAX, KvScales, is_quantized
 
 STORAGE_DTYPES: dict[str, np.dtype] = {
     "fp32": np.dtype(np.float32),
@@ -27,12 +21,6 @@ STORAGE_DTYPES: dict[str, np.dtype] = {
     "int8": np.dtype(np.int8),
     "fp8": np.dtype(ml_dtypes.float8_e4m3fn),
 }
-QMAX = {"int8": 127.0, "fp8": 448.0}
-KV_SCALES_FILE = Path("calibration") / "kv_scales.json"
-
-
-def is_quantized(dtype: str) -> bool:
-    return dtype in QMAX
 
 
 def bytes_per_block(dtype: str, num_layers: int, kv_heads: int, tokens_per_block: int, head_dim: int) -> int:
@@ -40,50 +28,6 @@ def bytes_per_block(dtype: str, num_layers: int, kv_heads: int, tokens_per_block
     values = num_layers * 2 * kv_heads * tokens_per_block * head_dim * STORAGE_DTYPES[dtype].itemsize
     scales = num_layers * 2 * kv_heads * 4 if is_quantized(dtype) else 0
     return values + scales
-
-
-@dataclass(frozen=True)
-class KvScales:
-    """Static scales from calibration: float32 (num_layers, 2, kv_heads), x ≈ q * scale for `dtype`."""
-
-    dtype: str
-    scales: np.ndarray
-
-    @classmethod
-    def load(cls, path: Path, num_layers: int, kv_heads: int) -> KvScales:
-        """Read and check kv_scales.json; raise BadInput naming the field on a bad file."""
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise BadInput(f"{path}: cannot read KV scales: {exc}") from exc
-        dtype = data.get("dtype") if isinstance(data, dict) else None
-        if dtype not in QMAX:
-            raise BadInput(f"{path}: field 'dtype': {dtype!r}; expected 'int8' or 'fp8'")
-        layers = data.get("layers")
-        if not isinstance(layers, list) or len(layers) != num_layers:
-            got = len(layers) if isinstance(layers, list) else layers
-            raise BadInput(f"{path}: field 'layers': expected a list of {num_layers} layers, got {got!r}")
-        out = np.empty((num_layers, 2, kv_heads), np.float32)
-        for i, layer in enumerate(layers):
-            for j, name in enumerate(("k_scale", "v_scale")):
-                values = layer.get(name) if isinstance(layer, dict) else None
-                if not isinstance(values, list) or len(values) != kv_heads:
-                    raise BadInput(
-                        f"{path}: field 'layers.{i}.{name}': expected {kv_heads} floats, got {values!r}"
-                    )
-                arr = np.asarray(values, np.float64)
-                if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-                    raise BadInput(
-                        f"{path}: field 'layers.{i}.{name}': scales must be finite and > 0, got {values}"
-                    )
-                out[i, j] = arr
-        return cls(dtype, out)
-
-    def for_dtype(self, dtype: str) -> np.ndarray:
-        """The scales for storing in `dtype` (converted through amax when calibrated for the other one)."""
-        if dtype == self.dtype:
-            return self.scales
-        return (self.scales * QMAX[self.dtype] / QMAX[dtype]).astype(np.float32)
 
 
 def quantize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -40,6 +41,41 @@ class StepStats:
         self.generated_tokens += sampled
 
 
+class EngineMetric(enum.StrEnum):
+    """The names of LLMEngine.metrics() — the one list that serve exports and bench records."""
+
+    QUEUE_LENGTH = "queue_length"  # requests waiting (inbox + scheduler queue)
+    NUM_RUNNING = "num_running"  # sequences holding a KV slot
+    NUM_FREE_SLOTS = "num_free_slots"
+    MEAN_QUEUE_TIME_MS = "mean_queue_time_ms"
+    REQUESTS_SUBMITTED = "requests_submitted"
+    REQUESTS_REJECTED = "requests_rejected"
+    REQUESTS_FINISHED = "requests_finished"  # ended by a stop token or max_tokens
+    REQUESTS_CANCELLED = "requests_cancelled"
+    REQUESTS_FAILED = "requests_failed"
+    PREFILL_STEPS = "prefill_steps"
+    MEAN_PREFILL_STEP_MS = "mean_prefill_step_ms"
+    DECODE_STEPS = "decode_steps"
+    MEAN_DECODE_STEP_MS = "mean_decode_step_ms"
+    PROMPT_TOKENS_COMPUTED = "prompt_tokens_computed"
+    GENERATED_TOKENS = "generated_tokens"
+    TOKENS_PER_S = "tokens_per_s"
+    UPTIME_S = "uptime_s"
+    PREFIX_CACHE_LOOKUPS = "prefix_cache_lookups"
+    PREFIX_CACHE_HITS = "prefix_cache_hits"
+    PREFIX_CACHE_HIT_TOKENS = "prefix_cache_hit_tokens"
+    PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"  # lookups with a hit / lookups
+    PREFIX_CACHE_TOKEN_HIT_RATE = "prefix_cache_token_hit_rate"  # hit tokens / prompt tokens looked up
+    KV_BLOCKS_TOTAL = "kv_blocks_total"
+    KV_BLOCKS_USED = "kv_blocks_used"  # blocks holding a cached prefix (pinned or not)
+    KV_BLOCKS_FREE = "kv_blocks_free"  # blocks a new prefix may take (empty + unpinned cached)
+    KV_BLOCKS_PINNED = "kv_blocks_pinned"  # blocks running sequences use
+    KV_BLOCKS_EVICTED = "kv_blocks_evicted"
+
+
+M = EngineMetric
+
+
 def _ms(total_ns: int, n: int) -> float:
     return total_ns / n / 1e6 if n else 0.0
 
@@ -47,42 +83,37 @@ def _ms(total_ns: int, n: int) -> float:
 def snapshot(
     stats: StepStats, scheduler: Scheduler, store: BlockStore | None, queued: int
 ) -> dict[str, float]:
-    """The flat metrics dict of LLMEngine.metrics()."""
+    """The flat metrics dict of LLMEngine.metrics(), keyed by EngineMetric."""
     busy_ns = stats.prefill_step_ns + stats.decode_step_ns
-    m: dict[str, float] = {
-        "queue_length": float(queued),
-        "num_waiting": float(queued),
-        "num_running": float(scheduler.num_running),
-        "num_free_slots": float(scheduler.num_free_slots),
-        "mean_queue_time_ms": _ms(scheduler.queue_ns_total, scheduler.num_admitted),
-        "requests_submitted": float(stats.requests_submitted),
-        "requests_rejected": float(stats.requests_rejected),
-        "requests_finished": float(stats.requests_finished),
-        "requests_cancelled": float(stats.requests_cancelled),
-        "requests_failed": float(stats.requests_failed),
-        "prefill_steps": float(stats.prefill_steps),
-        "mean_prefill_step_ms": _ms(stats.prefill_step_ns, stats.prefill_steps),
-        "decode_steps": float(stats.decode_steps),
-        "mean_decode_step_ms": _ms(stats.decode_step_ns, stats.decode_steps),
-        "prompt_tokens_computed": float(stats.prompt_tokens_computed),
-        "generated_tokens": float(stats.generated_tokens),
-        "tokens_per_s": stats.generated_tokens / (busy_ns / 1e9) if busy_ns else 0.0,
-        "uptime_s": (time.time_ns() - stats.started_ns) / 1e9,
-    }
     lookups = store.num_lookups if store else 0
     queried = store.num_queried_tokens if store else 0
-    m.update(
-        {
-            "prefix_cache_lookups": float(lookups),
-            "prefix_cache_hits": float(store.num_hits if store else 0),
-            "prefix_cache_hit_tokens": float(store.num_hit_tokens if store else 0),
-            "prefix_cache_hit_rate": (store.num_hits / lookups) if store and lookups else 0.0,
-            "prefix_cache_token_hit_rate": (store.num_hit_tokens / queried) if store and queried else 0.0,
-            "kv_blocks_total": float(store.num_blocks if store else 0),
-            "kv_blocks_used": float(store.num_cached if store else 0),
-            "kv_blocks_free": float(store.num_free if store else 0),
-            "kv_blocks_pinned": float(store.num_pinned if store else 0),
-            "kv_blocks_evicted": float(store.num_evicted if store else 0),
-        }
-    )
-    return m
+    m: dict[EngineMetric, float] = {
+        M.QUEUE_LENGTH: queued,
+        M.NUM_RUNNING: scheduler.num_running,
+        M.NUM_FREE_SLOTS: scheduler.num_free_slots,
+        M.MEAN_QUEUE_TIME_MS: _ms(scheduler.queue_ns_total, scheduler.num_admitted),
+        M.REQUESTS_SUBMITTED: stats.requests_submitted,
+        M.REQUESTS_REJECTED: stats.requests_rejected,
+        M.REQUESTS_FINISHED: stats.requests_finished,
+        M.REQUESTS_CANCELLED: stats.requests_cancelled,
+        M.REQUESTS_FAILED: stats.requests_failed,
+        M.PREFILL_STEPS: stats.prefill_steps,
+        M.MEAN_PREFILL_STEP_MS: _ms(stats.prefill_step_ns, stats.prefill_steps),
+        M.DECODE_STEPS: stats.decode_steps,
+        M.MEAN_DECODE_STEP_MS: _ms(stats.decode_step_ns, stats.decode_steps),
+        M.PROMPT_TOKENS_COMPUTED: stats.prompt_tokens_computed,
+        M.GENERATED_TOKENS: stats.generated_tokens,
+        M.TOKENS_PER_S: stats.generated_tokens / (busy_ns / 1e9) if busy_ns else 0.0,
+        M.UPTIME_S: (time.time_ns() - stats.started_ns) / 1e9,
+        M.PREFIX_CACHE_LOOKUPS: lookups,
+        M.PREFIX_CACHE_HITS: store.num_hits if store else 0,
+        M.PREFIX_CACHE_HIT_TOKENS: store.num_hit_tokens if store else 0,
+        M.PREFIX_CACHE_HIT_RATE: (store.num_hits / lookups) if store and lookups else 0.0,
+        M.PREFIX_CACHE_TOKEN_HIT_RATE: (store.num_hit_tokens / queried) if store and queried else 0.0,
+        M.KV_BLOCKS_TOTAL: store.num_blocks if store else 0,
+        M.KV_BLOCKS_USED: store.num_cached if store else 0,
+        M.KV_BLOCKS_FREE: store.num_free if store else 0,
+        M.KV_BLOCKS_PINNED: store.num_pinned if store else 0,
+        M.KV_BLOCKS_EVICTED: store.num_evicted if store else 0,
+    }
+    return {str(k): float(v) for k, v in m.items()}

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from llmkiln.errors import BadInput
 
+MAX_TEMPERATURE = 100.0
+
 
 class RequestRejected(BadInput):
     """`submit` refused the request at once (nothing was queued)."""
@@ -49,21 +51,34 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
 
-    def check(self, vocab_size: int | None = None) -> None:
-        """Raise BadRequestParams naming the first bad field."""
+    def __post_init__(self) -> None:
+        """The one validator of sampling settings: BadRequestParams (exit 2 on the CLI, a 400 when served)
+        naming the first bad field."""
         if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
             raise BadRequestParams(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if not isinstance(self.temperature, int | float) or not 0.0 <= float(self.temperature) <= 100.0:
-            raise BadRequestParams(f"temperature must be a number in [0, 100], got {self.temperature!r}")
-        if not isinstance(self.top_p, int | float) or not 0.0 < float(self.top_p) <= 1.0:
-            raise BadRequestParams(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, int | float) or not 0.0 <= float(t) <= MAX_TEMPERATURE:
+            raise BadRequestParams(
+                f"temperature must be a number in [0, {MAX_TEMPERATURE:g}] (0 = greedy), got {t!r}"
+            )
+        p = self.top_p
+        if isinstance(p, bool) or not isinstance(p, int | float) or not 0.0 < float(p) <= 1.0:
+            raise BadRequestParams(f"top_p must be in (0, 1], got {p!r}")
+        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
             raise BadRequestParams(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
-        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
+        if self.seed is not None and (
+            not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0
+        ):
             raise BadRequestParams(f"seed must be a non-negative integer or None, got {self.seed!r}")
-        for t in self.stop_token_ids:
-            if not isinstance(t, int) or t < 0 or (vocab_size is not None and t >= vocab_size):
-                raise BadRequestParams(f"stop_token_ids: {t!r} is not a token id in [0, {vocab_size})")
+        for t_id in self.stop_token_ids:
+            if not isinstance(t_id, int) or isinstance(t_id, bool) or t_id < 0:
+                raise BadRequestParams(f"stop_token_ids: {t_id!r} is not a token id (an integer >= 0)")
+
+    def check(self, vocab_size: int) -> None:
+        """The checks that need the model: stop token ids inside the vocabulary."""
+        for t_id in self.stop_token_ids:
+            if t_id >= vocab_size:
+                raise BadRequestParams(f"stop_token_ids: {t_id!r} is not a token id in [0, {vocab_size})")
 
 
 @dataclass

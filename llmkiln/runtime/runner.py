@@ -19,10 +19,11 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from llmkiln.engine_dir import GenaiConfig
 from llmkiln.errors import BadInput
+from llmkiln.kv_scales import KvScales
 from llmkiln.runtime import last_logits
-from llmkiln.runtime.kv_quant import BlockData, KvScales, bytes_per_block
-from llmkiln.runtime.model_info import ModelInfo
+from llmkiln.runtime.kv_quant import BlockData, bytes_per_block
 from llmkiln.runtime.scheduler import PrefillChunk, SchedulerOutput
 
 _POOL_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int8)": np.int8}
@@ -38,7 +39,7 @@ class OnnxRunner:
     def __init__(
         self,
         engine_dir: Path,
-        info: ModelInfo,
+        info: GenaiConfig,
         num_slots: int,
         max_len: int,
         tokens_per_block: int,

@@ -1,42 +1,13 @@
 """Token sampling over one logits row: greedy, temperature, top-k, top-p — a pure function with a seeded Generator.
 
-Shared by `kiln generate` (runtime/simple.py) and the batching runtime. temperature == 0 means greedy (argmax,
-lowest id on ties); top_k == 0 and top_p == 1.0 disable those filters.
+The batching runtime samples every request's next token with it; the parameters are validated once, by
+SamplingParams.check (runtime/request.py). temperature == 0 means greedy (argmax, lowest id on ties); top_k == 0
+and top_p == 1.0 disable those filters.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
-
-from llmkiln.errors import BadInput
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """Validated sampling settings (raise BadInput on bad values)."""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-
-    def __post_init__(self) -> None:
-        check_sampling(self.temperature, self.top_p, self.top_k)
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0 or self.top_k == 1
-
-
-def check_sampling(temperature: float, top_p: float, top_k: int) -> None:
-    """Raise BadInput naming the parameter when a sampling setting is out of range."""
-    if not np.isfinite(temperature) or temperature < 0:
-        raise BadInput(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
-    if not (0.0 < top_p <= 1.0):
-        raise BadInput(f"top_p must be in (0, 1], got {top_p!r}")
-    if top_k < 0:
-        raise BadInput(f"top_k must be >= 0 (0 = off), got {top_k!r}")
 
 
 def make_rng(seed: int | None) -> np.random.Generator:

@@ -19,46 +19,51 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmkiln import recipe as recipe_schema
 from llmkiln.runtime.kv_blocks import BlockStore
 from llmkiln.runtime.request import FinishReason, Request, RequestStatus, TokenEvent
 
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """Scheduler settings (from the recipe's scheduler, kv_cache and limits sections)."""
+    """The scheduler's settings: the recipe's typed scheduler, kv_cache and limits sections (their defaults are
+    the recipe schema's, nowhere else) plus the model's end-of-sequence ids."""
 
-    max_batch_size: int = 8
-    max_num_tokens: int = 2048
-    max_prefill_tokens: int = 512
-    chunked_prefill: bool = True
-    policy: str = "fcfs"
-    batching: str = "inflight"
-    max_queue_size: int = 64
-    static_batch_timeout_ms: int = 50
-    tokens_per_block: int = 16
-    prefix_reuse: bool = True
-    max_input_len: int = 256
-    max_seq_len: int = 512
+    scheduler: recipe_schema.Scheduler
+    kv_cache: recipe_schema.KvCache
+    limits: recipe_schema.Limits
     eos_token_ids: tuple[int, ...] = ()
 
     @classmethod
-    def from_recipe(cls, recipe: Any, eos_token_ids: tuple[int, ...] = ()) -> SchedulerConfig:
-        s, kv, lim = recipe.scheduler, recipe.kv_cache, recipe.limits
+    def from_recipe(
+        cls, recipe: recipe_schema.Recipe, eos_token_ids: tuple[int, ...] = ()
+    ) -> SchedulerConfig:
+        return cls(recipe.scheduler, recipe.kv_cache, recipe.limits, tuple(eos_token_ids))
+
+    @classmethod
+    def make(cls, eos_token_ids: tuple[int, ...] = (), **fields: Any) -> SchedulerConfig:
+        """Settings by field name (tests, tools): each goes to the recipe section that owns it, validated there."""
+        sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
+        for key, value in fields.items():
+            owner = next((name for name, model in _SECTIONS.items() if key in model.model_fields), None)
+            if owner is None:
+                raise TypeError(
+                    f"SchedulerConfig.make: no recipe field {key!r} in scheduler, kv_cache or limits"
+                )
+            sections[owner][key] = value
         return cls(
-            max_batch_size=s.max_batch_size,
-            max_num_tokens=s.max_num_tokens,
-            max_prefill_tokens=s.max_prefill_tokens,
-            chunked_prefill=s.chunked_prefill,
-            policy=s.policy,
-            batching=s.batching,
-            max_queue_size=s.max_queue_size,
-            static_batch_timeout_ms=s.static_batch_timeout_ms,
-            tokens_per_block=kv.tokens_per_block,
-            prefix_reuse=kv.prefix_reuse,
-            max_input_len=lim.max_input_len,
-            max_seq_len=lim.max_seq_len,
-            eos_token_ids=tuple(eos_token_ids),
+            recipe_schema.Scheduler(**sections["scheduler"]),
+            recipe_schema.KvCache(**sections["kv_cache"]),
+            recipe_schema.Limits(**sections["limits"]),
+            tuple(eos_token_ids),
         )
+
+
+_SECTIONS: dict[str, type[recipe_schema.Strict]] = {
+    "scheduler": recipe_schema.Scheduler,
+    "kv_cache": recipe_schema.KvCache,
+    "limits": recipe_schema.Limits,
+}
 
 
 @dataclass(frozen=True)
@@ -119,10 +124,10 @@ class Scheduler:
 
     def __init__(self, config: SchedulerConfig, block_store: BlockStore | None = None) -> None:
         self.config = config
-        self.block_store = block_store if config.prefix_reuse else None
+        self.block_store = block_store if config.kv_cache.prefix_reuse else None
         self.waiting: list[Request] = []  # sorted by policy key
-        self.slots: list[Request | None] = [None] * config.max_batch_size
-        self._free_slots = list(range(config.max_batch_size))
+        self.slots: list[Request | None] = [None] * config.scheduler.max_batch_size
+        self._free_slots = list(range(config.scheduler.max_batch_size))
         self.requests: dict[str, Request] = {}
         self._arrivals = 0
         self.num_admitted = 0
@@ -155,7 +160,7 @@ class Scheduler:
         self._arrivals += 1
         request.status = RequestStatus.WAITING
         self.requests[request.request_id] = request
-        policy = self.config.policy
+        policy = self.config.scheduler.policy
         bisect.insort(self.waiting, request, key=lambda r: r.sort_key(policy))
 
     def abort(self, request_id: str, now_ns: int = 0) -> Request | None:
@@ -170,16 +175,16 @@ class Scheduler:
 
     def next_wakeup_ns(self) -> int | None:
         """Static batching: when the oldest waiting request's batch timeout expires (None if not waiting)."""
-        if self.config.batching != "static" or not self.waiting or self.num_running:
+        if self.config.scheduler.batching != "static" or not self.waiting or self.num_running:
             return None
         oldest = min(r.timings.arrival_ns for r in self.waiting)
-        return oldest + self.config.static_batch_timeout_ms * 1_000_000
+        return oldest + self.config.scheduler.static_batch_timeout_ms * 1_000_000
 
     # ------------------------------------------------------------------ planning
     def schedule(self, now_ns: int = 0) -> SchedulerOutput:
         cfg = self.config
         out = SchedulerOutput()
-        budget = cfg.max_num_tokens
+        budget = cfg.scheduler.max_num_tokens
         running = sorted(self.running(), key=lambda r: r.arrival_seq)
         for r in running:
             if r.prefill_done:
@@ -190,12 +195,12 @@ class Scheduler:
                 budget -= self._plan_chunk(r, budget, out)
         if self._may_admit(now_ns):
             while self.waiting and self._free_slots:
-                if cfg.chunked_prefill and budget <= 0:
+                if cfg.scheduler.chunked_prefill and budget <= 0:
                     break
                 request = self.waiting[0]
                 hits = self._lookup(request)
-                remaining = request.num_prompt_tokens - len(hits) * cfg.tokens_per_block
-                if not cfg.chunked_prefill and remaining > budget and not out.is_empty:
+                remaining = request.num_prompt_tokens - len(hits) * cfg.kv_cache.tokens_per_block
+                if not cfg.scheduler.chunked_prefill and remaining > budget and not out.is_empty:
                     break
                 self.waiting.pop(0)
                 self._admit(request, hits, now_ns, out)
@@ -205,11 +210,11 @@ class Scheduler:
 
     def _may_admit(self, now_ns: int) -> bool:
         cfg = self.config
-        if cfg.batching != "static":
+        if cfg.scheduler.batching != "static":
             return True
         if self.num_running or not self.waiting:
             return False
-        if len(self.waiting) >= cfg.max_batch_size:
+        if len(self.waiting) >= cfg.scheduler.max_batch_size:
             return True
         wake = self.next_wakeup_ns()
         return wake is not None and now_ns >= wake
@@ -221,7 +226,7 @@ class Scheduler:
 
     def _admit(self, request: Request, hits: list[int], now_ns: int, out: SchedulerOutput) -> None:
         slot = heapq.heappop(self._free_slots)
-        bs = self.config.tokens_per_block
+        bs = self.config.kv_cache.tokens_per_block
         request.slot = slot
         self.slots[slot] = request
         request.status = RequestStatus.RUNNING
@@ -246,7 +251,11 @@ class Scheduler:
         cfg = self.config
         start = request.num_computed_tokens
         remaining = request.num_prompt_tokens - start
-        size = min(remaining, cfg.max_prefill_tokens, budget) if cfg.chunked_prefill else remaining
+        size = (
+            min(remaining, cfg.scheduler.max_prefill_tokens, budget)
+            if cfg.scheduler.chunked_prefill
+            else remaining
+        )
         if size <= 0:
             return 0
         end = start + size
@@ -266,7 +275,7 @@ class Scheduler:
         store = self.block_store
         if store is None:
             return
-        bs = self.config.tokens_per_block
+        bs = self.config.kv_cache.tokens_per_block
         while (request.num_saved_blocks + 1) * bs <= min(computed, request.num_prompt_tokens):
             i = request.num_saved_blocks
             key, block_id = store.offer(request.parent_hash, request.prompt_ids[i * bs : (i + 1) * bs])
@@ -311,7 +320,7 @@ class Scheduler:
         reason = None
         if (not params.ignore_eos and token_id in cfg.eos_token_ids) or token_id in params.stop_token_ids:
             reason = FinishReason.STOP
-        elif len(request.output_ids) >= params.max_tokens or request.num_tokens >= cfg.max_seq_len:
+        elif len(request.output_ids) >= params.max_tokens or request.num_tokens >= cfg.limits.max_seq_len:
             reason = FinishReason.LENGTH
         if reason is not None:
             self._finish(request, reason, now_ns)

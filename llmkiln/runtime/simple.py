@@ -1,57 +1,25 @@
-"""A single-sequence generation loop over the builder's ONNX graph with plain onnxruntime (used by `kiln generate`).
+"""A single-sequence greedy reference loop over the builder's ONNX graph with plain onnxruntime.
 
-The graph (onnxruntime-genai builder, GroupQueryAttention) takes input_ids [B, S], attention_mask [B, total] and
-past_key_values.{i}.key/value [B, kv_heads, past, head_dim]; it returns logits [B, S, vocab] and present.* with
-the past plus the new positions. Positions are derived inside the op from the mask's row sums, so a single
-sequence needs no position ids. Here the KV simply grows by one step per token (no shared buffer): simple and
-exact, not fast — the batching runtime (runtime/engine.py) is the fast path.
+The quality diff scores engines with it (llmkiln.calibration), KV calibration reads its present.* outputs, and the
+tests compare the batching runtime against it. The graph (onnxruntime-genai builder, GroupQueryAttention) takes
+input_ids [B, S], attention_mask [B, total] and past_key_values.{i}.key/value [B, kv_heads, past, head_dim]; it
+returns logits [B, S, vocab] and present.* with the past plus the new positions. Positions are derived inside the
+op from the mask's row sums, so a single sequence needs no position ids. Here the KV simply grows by one step per
+token (no shared buffer): simple and exact, not fast — the batching runtime (runtime/engine.py, behind
+`kiln generate` and `kiln serve`) is the fast path.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
-from llmkiln.runtime.sampling import SamplingConfig, make_rng, sample_token
 
 _ORT_TO_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
-
-
-@dataclass(frozen=True)
-class GraphInfo:
-    """What the loop needs from genai_config.json."""
-
-    num_layers: int
-    kv_heads: int
-    head_size: int
-    context_length: int
-    eos_token_ids: tuple[int, ...]
-    bos_token_id: int | None
-
-    @classmethod
-    def from_engine_dir(cls, engine_dir: Path) -> GraphInfo:
-        path = engine_dir / "genai_config.json"
-        if not path.is_file():
-            raise BadInput(
-                f"{engine_dir}: no genai_config.json; is this an engine folder built by `kiln build`?"
-            )
-        model = json.loads(path.read_text())["model"]
-        dec = model["decoder"]
-        eos = model.get("eos_token_id")
-        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
-        return cls(
-            num_layers=int(dec["num_hidden_layers"]),
-            kv_heads=int(dec["num_key_value_heads"]),
-            head_size=int(dec["head_size"]),
-            context_length=int(model.get("context_length", 0)),
-            eos_token_ids=eos_ids,
-            bos_token_id=model.get("bos_token_id"),
-        )
 
 
 class SimpleGenerator:
@@ -62,15 +30,21 @@ class SimpleGenerator:
         from tokenizers import Tokenizer
 
         self.engine_dir = Path(engine_dir)
-        model_path = self.engine_dir / "model.onnx"
-        if not model_path.is_file():
-            raise BadInput(f"{self.engine_dir}: no model.onnx; build it first with `kiln build RECIPE`")
-        self.info = GraphInfo.from_engine_dir(self.engine_dir)
+        folder = EngineDir(self.engine_dir)
+        if not folder.has_onnx_model():
+            raise BadInput(
+                f"{self.engine_dir}: no model.onnx + genai_config.json; build it first with `kiln build RECIPE`"
+            )
+        self.info = folder.genai_config()
+        model_path = folder.file(self.info.model_file)
         opts = ort.SessionOptions()
         if intra_op_threads:
             opts.intra_op_num_threads = intra_op_threads
         self.session = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
-        self.tokenizer = Tokenizer.from_file(str(self.engine_dir / "tokenizer.json"))
+        tok_file = folder.tokenizer_file()
+        if tok_file is None:
+            raise BadInput(f"{self.engine_dir}: no tokenizer.json; rebuild the engine with `kiln build`")
+        self.tokenizer = Tokenizer.from_file(str(tok_file))
         past = next(i for i in self.session.get_inputs() if i.name.startswith("past_key_values"))
         self.kv_dtype = _ORT_TO_NUMPY.get(past.type, np.float32)
 
@@ -113,16 +87,8 @@ class SimpleGenerator:
         logits, _ = self.forward(ids, self._empty_past())
         return logits
 
-    def generate(
-        self,
-        prompt_ids: Sequence[int],
-        max_tokens: int,
-        sampling: SamplingConfig | None = None,
-        seed: int | None = None,
-        stop_at_eos: bool = True,
-    ) -> Iterator[int]:
-        """Yield up to max_tokens new token ids (stops after an EOS token when stop_at_eos)."""
-        sampling = sampling or SamplingConfig()
+    def generate(self, prompt_ids: Sequence[int], max_tokens: int, stop_at_eos: bool = True) -> Iterator[int]:
+        """Yield up to max_tokens greedily chosen token ids (stops after an EOS token when stop_at_eos)."""
         if not prompt_ids:
             raise BadInput("the prompt is empty: give at least one token")
         if max_tokens < 1:
@@ -131,34 +97,12 @@ class SimpleGenerator:
         if limit and len(prompt_ids) + max_tokens > limit:
             raise BadInput(
                 f"prompt ({len(prompt_ids)} tokens) + max_tokens ({max_tokens}) exceeds the engine's context "
-                f"length {limit}; lower --max-tokens or shorten the prompt"
+                f"length {limit}; lower max_tokens or shorten the prompt"
             )
-        rng = make_rng(seed)
         logits, past = self.forward(prompt_ids, self._empty_past())
         for n in range(max_tokens):
-            token = sample_token(logits[-1], sampling.temperature, sampling.top_p, sampling.top_k, rng)
+            token = int(np.argmax(logits[-1]))
             yield token
             if (stop_at_eos and token in self.info.eos_token_ids) or n + 1 == max_tokens:
                 return
             logits, past = self.forward([token], past)
-
-
-def stream_text(
-    engine_dir: str | Path,
-    prompt: str,
-    max_tokens: int = 64,
-    sampling: SamplingConfig | None = None,
-    seed: int | None = None,
-    stop_at_eos: bool = True,
-) -> Iterator[str]:
-    """Generate from a text prompt and yield text pieces as they complete (never half a UTF-8 character)."""
-    from llmkiln.runtime.detokenizer import IncrementalDetokenizer
-
-    gen = SimpleGenerator(engine_dir)
-    prompt_ids = gen.encode(prompt)
-    detok = IncrementalDetokenizer(gen.tokenizer, prompt_ids)
-    for token in gen.generate(prompt_ids, max_tokens, sampling, seed, stop_at_eos):
-        if piece := detok.push(token):
-            yield piece
-    if rest := detok.flush():
-        yield rest

@@ -54,7 +54,7 @@ def python_tag() -> str:
 def find_triton() -> TritonInstall:
     """The tritonserver bundled in nvidia-pytriton; BadInput if the wheel is not installed."""
     try:
-        import pytriton  # noqa: PLC0415  (optional dependency)
+        import pytriton  # optional dependency
     except ImportError as exc:
         raise BadInput(
             "serving needs the nvidia-pytriton wheel (tritonserver + python backend): "

@@ -13,16 +13,18 @@ long they took and publishes it as a metric. A failed warmup request fails the m
 from __future__ import annotations
 
 import asyncio
-import importlib
-import importlib.util
 import json
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmkiln.runtime.detokenizer import IncrementalDetokenizer
+from llmkiln.runtime.engine import LLMEngine
+from llmkiln.runtime.handle import RequestHandle
+from llmkiln.runtime.loader import load_engine
+from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, SamplingParams
 from llmkiln.serve.metrics import ServeMetrics
 from llmkiln.serve.triton_io import (
     InvalidRequest,
@@ -37,60 +39,29 @@ CANCEL_CHECK_EVERY = 4  # tokens between request.is_cancelled() checks (each one
 ENGINE_METRICS_PERIOD_S = 1.0
 
 
-def load_plugin(spec: str) -> tuple[Any, Callable[[Path], Any]]:
-    """'package.module:attr' or '/path/to/file.py:attr' -> (module, attr).
+@dataclass(frozen=True)
+class ServeSettings:
+    """The model's parameters from config.pbtxt (written by llmkiln.serve.repository)."""
 
-    An engine plugin module may also define SamplingParams, RequestRejected and make_detokenizer(engine);
-    otherwise the CPU runtime's are used.
-    """
-    mod_name, _, attr = spec.rpartition(":")
-    if not mod_name or not attr:
-        raise ValueError(f"engine_loader {spec!r}: expected 'module:callable' or '/path/file.py:callable'")
-    if mod_name.endswith(".py"):
-        s = importlib.util.spec_from_file_location(Path(mod_name).stem, mod_name)
-        if s is None or s.loader is None:
-            raise ValueError(f"engine_loader {spec!r}: cannot load {mod_name}")
-        module = importlib.util.module_from_spec(s)
-        sys.modules[s.name] = module  # dataclasses look their module up while the file executes
-        s.loader.exec_module(module)
-    else:
-        module = importlib.import_module(mod_name)
-    return module, getattr(module, attr)
+    model_name: str
+    engine_dir: Path
+    engine_overrides: dict[str, Any] | None = None
+    warmup_requests: int = 0
+    exclude_input_in_output: bool = False
 
-
-@dataclass
-class EngineKit:
-    """A started engine plus the request types that go with it."""
-
-    engine: Any
-    sampling_params: Callable[..., Any]
-    rejected: tuple[type[BaseException], ...]
-    make_detokenizer: Callable[[Any], Any]  # (request handle) -> push/flush detokenizer
-
-
-def load_engine(
-    engine_dir: Path, loader: str | None = None, overrides: dict[str, Any] | None = None
-) -> EngineKit:
-    """A started engine for `engine_dir`: the CPU runtime (with nested recipe overrides) unless a plugin is named."""
-    if loader:
-        module, factory = load_plugin(loader)
-        engine = factory(engine_dir)
-        make = module.make_detokenizer
-        kit = EngineKit(engine, module.SamplingParams, (module.RequestRejected,), lambda h: make(engine, h))
-    else:
-        from llmkiln.runtime.detokenizer import IncrementalDetokenizer  # noqa: PLC0415
-        from llmkiln.runtime.engine import LLMEngine  # noqa: PLC0415
-        from llmkiln.runtime.request import RequestRejected, SamplingParams  # noqa: PLC0415
-
-        engine = LLMEngine.from_engine_dir(engine_dir, overrides=overrides)
-
-        def detok(handle: Any) -> IncrementalDetokenizer:
-            # The prompt is context only: the first generated word keeps its leading space.
-            return IncrementalDetokenizer(engine.tokenizer, prompt_ids=handle.prompt_ids)
-
-        kit = EngineKit(engine, SamplingParams, (RequestRejected,), detok)
-    engine.start()
-    return kit
+    @classmethod
+    def from_args(cls, args: dict[str, Any]) -> ServeSettings:
+        """From the python backend's initialize() args (model_config JSON with our parameters)."""
+        cfg = json.loads(args["model_config"])
+        params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
+        overrides = params.get("engine_overrides")
+        return cls(
+            model_name=cfg.get("name", "llmkiln"),
+            engine_dir=Path(params["engine_dir"]),
+            engine_overrides=json.loads(overrides) if overrides else None,
+            warmup_requests=int(params.get("warmup_requests", "0") or 0),
+            exclude_input_in_output=params.get("exclude_input_in_output", "false").lower() == "true",
+        )
 
 
 def _clock() -> str:
@@ -119,29 +90,17 @@ class _FinalHook:
 
 
 class ServeCore:
-    """Hosts one engine inside the python backend; `pb` is triton_python_backend_utils."""
+    """Hosts one started engine inside the python backend; `pb` is triton_python_backend_utils."""
 
-    def __init__(
-        self,
-        pb: Any,
-        kit: EngineKit,
-        *,
-        model_name: str = "llmkiln",
-        warmup_requests: int = 0,
-        exclude_input_default: bool = False,
-        tokens_per_block: int = 16,
-    ) -> None:
+    def __init__(self, pb: Any, engine: LLMEngine, settings: ServeSettings) -> None:
         self.pb = pb
-        self.engine = kit.engine
-        self.model_name = model_name
-        self.exclude_input_default = exclude_input_default
-        self.tokens_per_block = max(tokens_per_block, 1)
-        self.make_detokenizer = kit.make_detokenizer
-        self.sampling_params = kit.sampling_params
-        self.rejected_types = kit.rejected
-        self.metrics = ServeMetrics(pb, model_name)
-        self.warmup_left = warmup_requests
-        self.warmup_total = warmup_requests
+        self.engine = engine
+        self.model_name = settings.model_name
+        self.exclude_input_default = settings.exclude_input_in_output
+        self.tokens_per_block = engine.config.kv_cache.tokens_per_block
+        self.metrics = ServeMetrics(pb, settings.model_name)
+        self.warmup_left = settings.warmup_requests
+        self.warmup_total = settings.warmup_requests
         self.warmup_finished = 0
         self.warmup_started: float | None = None
         self._refresher: asyncio.Task[None] | None = None
@@ -149,22 +108,14 @@ class ServeCore:
 
     @classmethod
     def from_args(cls, args: dict[str, Any], pb: Any) -> ServeCore:
-        """Build from the python backend's initialize() args (model_config JSON with our parameters)."""
-        cfg = json.loads(args["model_config"])
-        params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
-        engine_dir = Path(params["engine_dir"])
+        """Load and start the model's engine (initialize() of the python-backend model)."""
+        settings = ServeSettings.from_args(args)
         t0 = time.perf_counter()
-        overrides = json.loads(params["engine_overrides"]) if params.get("engine_overrides") else None
-        kit = load_engine(engine_dir, params.get("engine_loader") or None, overrides)
-        pb.Logger.log_info(f"llmkiln: engine {engine_dir} loaded in {time.perf_counter() - t0:.2f} s")
-        return cls(
-            pb,
-            kit,
-            model_name=cfg.get("name", "llmkiln"),
-            warmup_requests=int(params.get("warmup_requests", "0") or 0),
-            exclude_input_default=params.get("exclude_input_in_output", "false").lower() == "true",
-            tokens_per_block=int(params.get("tokens_per_block", "16") or 16),
+        engine = load_engine(settings.engine_dir, settings.engine_overrides).start()
+        pb.Logger.log_info(
+            f"llmkiln: engine {settings.engine_dir} loaded in {time.perf_counter() - t0:.2f} s"
         )
+        return cls(pb, engine, settings)
 
     # -- execute -------------------------------------------------------------------------------------------
 
@@ -178,7 +129,7 @@ class ServeCore:
         while True:
             try:
                 self.metrics.observe_engine(self.engine.metrics())
-            except Exception as exc:  # noqa: BLE001  (metrics must never break serving)
+            except Exception as exc:  # metrics must never break serving
                 self.pb.Logger.log_warn(f"llmkiln: engine metrics failed: {exc}")
                 return
             await asyncio.sleep(ENGINE_METRICS_PERIOD_S)
@@ -207,7 +158,7 @@ class ServeCore:
             sender = _FinalHook(sender, self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL, self._warmup_done_one)
         try:
             await self._run(request, sender)
-        except Exception as exc:  # noqa: BLE001  (anything unexpected still ends the stream)
+        except Exception as exc:  # anything unexpected still ends the stream
             self.pb.Logger.log_error(f"llmkiln: request failed: {type(exc).__name__}: {exc}")
             self._error(sender, f"llmkiln: internal error: {type(exc).__name__}: {exc}")
 
@@ -236,8 +187,8 @@ class ServeCore:
     async def _run(self, request: Any, sender: Any) -> None:
         try:
             req = parse_request(self._get_array(request), self.exclude_input_default)
-            params = self.sampling_params(**req.sampling_kwargs())
-        except (InvalidRequest, ValueError, TypeError) as exc:
+            params = SamplingParams(**req.sampling_kwargs())
+        except (InvalidRequest, RequestRejected) as exc:
             self.metrics.rejected.increment(1)
             self._error(sender, f"llmkiln: bad request: {exc}")
             return
@@ -245,24 +196,22 @@ class ServeCore:
             handle = self.engine.submit(
                 req.prompt, params, priority=req.priority, request_id=request.request_id() or None
             )
-        except self.rejected_types as exc:
+        except RequestRejected as exc:
             self.metrics.rejected.increment(1)
-            queue_full = "queue" in type(exc).__name__.lower() or "queue" in str(exc).lower()
-            self._error(sender, f"llmkiln: request rejected: {exc}", unavailable=queue_full)
+            self._error(sender, f"llmkiln: request rejected: {exc}", unavailable=isinstance(exc, QueueFull))
             return
         await self._stream(request, sender, req, handle)
 
-    async def _stream(self, request: Any, sender: Any, req: ParsedRequest, handle: Any) -> None:
-        detok = self.make_detokenizer(handle)
+    async def _stream(self, request: Any, sender: Any, req: ParsedRequest, handle: RequestHandle) -> None:
+        # The prompt is context only: the first generated word keeps its leading space.
+        detok = IncrementalDetokenizer(self.engine.tokenizer, prompt_ids=handle.prompt_ids)
         stops = StopMatcher(req.stop_words)
         pieces: list[str] = []
         n_tokens = 0
         stopped = False
         async for ev in handle.aiter():
-            if ev.finish_reason == "error":
-                self._error(
-                    sender, f"llmkiln: generation failed: {getattr(handle, 'error', None) or 'runtime error'}"
-                )
+            if ev.finish_reason == FinishReason.ERROR:
+                self._error(sender, f"llmkiln: generation failed: {handle.error or 'runtime error'}")
                 return
             delta = ""
             if ev.token_id is not None:
@@ -299,9 +248,9 @@ class ServeCore:
             text = req.prompt + text
         self._send(sender, text, final=True, perf=perf if req.return_perf_metrics else None)
 
-    def _perf(self, handle: Any, n_tokens: int) -> PerfFields:
+    def _perf(self, handle: RequestHandle, n_tokens: int) -> PerfFields:
         t = handle.timings
-        cached = int(getattr(handle, "num_cached_tokens", 0) or 0)
+        cached = handle.num_cached_tokens
         return PerfFields(
             arrival_time_ns=int(t.arrival_ns or 0),
             first_scheduled_time_ns=int(t.first_scheduled_ns or 0),
@@ -309,18 +258,14 @@ class ServeCore:
             last_token_time_ns=int(t.finish_ns or 0),
             kv_cache_reused_tokens=cached,
             kv_cache_reused_blocks=cached // self.tokens_per_block,
-            num_input_tokens=int(getattr(handle, "num_prompt_tokens", 0) or 0),
+            num_input_tokens=handle.num_prompt_tokens,
             num_output_tokens=n_tokens,
         )
 
-    def _observe(self, handle: Any) -> None:
-        t = handle.timings
-        ttft = (t.first_token_ns - t.arrival_ns) / 1e6 if t.first_token_ns and t.arrival_ns else None
-        self.metrics.observe_request(
-            int(getattr(handle, "num_prompt_tokens", 0) or 0),
-            int(getattr(handle, "num_cached_tokens", 0) or 0),
-            ttft,
-        )
+    def _observe(self, handle: RequestHandle) -> None:
+        ttft_ns = handle.timings.ttft_ns
+        ttft_ms = ttft_ns / 1e6 if ttft_ns is not None else None
+        self.metrics.observe_request(handle.num_prompt_tokens, handle.num_cached_tokens, ttft_ms)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         if self._refresher is not None and self._loop is not None and not self._loop.is_closed():

@@ -10,21 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from llmkiln.errors import BadInput
-from llmkiln.recipe import REPO_ROOT
-from llmkiln.serve.repository import read_engine_recipe, spec_from_engine, write_repository
+from llmkiln.engine_dir import EngineDir, resolve_engine
+from llmkiln.serve.repository import spec_from_engine, write_repository
 from llmkiln.serve.server import ServerConfig, TritonServer, serve_forever
-
-
-def resolve_engine_dir(engine: str | Path) -> Path:
-    """A path to an engine folder, or a recipe name whose engine is in engines/<name>."""
-    p = Path(engine)
-    if p.is_dir():
-        return p.resolve()
-    candidate = REPO_ROOT / "engines" / str(engine)
-    if candidate.is_dir():
-        return candidate.resolve()
-    raise BadInput(f"{engine}: no such engine folder (nor {candidate}); build it with `kiln build {p.name}`")
 
 
 @dataclass
@@ -37,10 +25,13 @@ class ServeOptions:
     metrics_port: int | None = None
     exit_timeout_s: int | None = None
     log_verbose: int = 0
+    engines_root: Path | None = (
+        None  # where a recipe name is looked up (default: $LLMKILN_ENGINES or ./engines)
+    )
 
 
-def server_config(engine_dir: Path, repo: Path, opts: ServeOptions) -> ServerConfig:
-    serve = read_engine_recipe(engine_dir).serve
+def server_config(engine: EngineDir, repo: Path, opts: ServeOptions) -> ServerConfig:
+    serve = engine.recipe().serve
     return ServerConfig(
         repository=repo,
         host=opts.host,
@@ -60,11 +51,11 @@ def serve_engine(
     on_ready: Callable[[TritonServer, str], None] | None = None,
 ) -> int:
     """Serve `engine` until SIGINT/SIGTERM; returns tritonserver's exit code. The temp folder is removed after."""
-    engine_dir = resolve_engine_dir(engine)
-    spec = spec_from_engine(engine_dir)
+    folder = resolve_engine(engine, opts.engines_root).require()
+    spec = spec_from_engine(folder)
     work = Path(tempfile.mkdtemp(prefix="llmkiln-serve-"))
     write_repository(spec, work / "repository")
-    server = TritonServer(server_config(engine_dir, work / "repository", opts), echo=echo or sys.stderr)
+    server = TritonServer(server_config(folder, work / "repository", opts), echo=echo or sys.stderr)
 
     def ready(s: TritonServer) -> None:
         if on_ready is not None:

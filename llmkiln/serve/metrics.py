@@ -17,23 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from llmkiln.runtime.metrics import EngineMetric
+
 TTFT_BUCKETS_MS = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0]
-
-# Keys of LLMEngine.metrics() that carry the gauges, first match wins.
-BLOCKS_USED_KEYS = ("kv_blocks_used", "blocks_used", "block_store_blocks_used", "kv_cache_blocks_used")
-QUEUE_KEYS = ("queue_length", "queue_len", "num_waiting", "waiting", "queue_size")
-
-
-def pick(values: Mapping[str, Any], keys: tuple[str, ...]) -> float | None:
-    """The first of `keys` present in an engine metrics dict (also under a dotted/prefixed name)."""
-    for key in keys:
-        if key in values:
-            return float(values[key])
-    for key in keys:
-        for name, v in values.items():
-            if name.endswith("." + key) or name.endswith("/" + key):
-                return float(v)
-    return None
 
 
 class ServeMetrics:
@@ -98,14 +84,10 @@ class ServeMetrics:
         if ttft_ms is not None and ttft_ms >= 0:
             self.ttft_ms.observe(ttft_ms)
 
-    def observe_engine(self, values: Mapping[str, Any]) -> None:
-        """Refresh the gauges from LLMEngine.metrics()."""
-        blocks = pick(values, BLOCKS_USED_KEYS)
-        if blocks is not None:
-            self.blocks_used.set(blocks)
-        queue = pick(values, QUEUE_KEYS)
-        if queue is not None:
-            self.queue_length.set(queue)
+    def observe_engine(self, values: Mapping[str, float]) -> None:
+        """Refresh the gauges from LLMEngine.metrics() (keys: llmkiln.runtime.metrics.EngineMetric)."""
+        self.blocks_used.set(values[EngineMetric.KV_BLOCKS_USED])
+        self.queue_length.set(values[EngineMetric.QUEUE_LENGTH])
 
     def close(self) -> None:
         """Drop metrics before their families (the stub requires that order)."""

@@ -22,8 +22,9 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from llmkiln.atomic import atomic_dir
+from llmkiln.engine_dir import RESOLVED_RECIPE, EngineDir
 from llmkiln.errors import BadInput
-from llmkiln.recipe import Recipe, Warmup
+from llmkiln.recipe import Warmup
 
 MODEL_FILE = Path(__file__).with_name("model.py")
 VERSION = "1"
@@ -68,37 +69,20 @@ class RepoSpec:
     engine_dir: Path
     warmup: Warmup = field(default_factory=Warmup)
     exclude_input_in_output: bool = False
-    tokens_per_block: int = 16
     max_batch_size: int = 1
-    engine_loader: str | None = None  # "module:callable"; tests use a stand-in engine
-    engine_overrides: dict[str, Any] | None = (
-        None  # nested recipe overrides for the runtime, e.g. scheduler limits
-    )
+    # nested recipe overrides for the runtime, e.g. {"scheduler": {"max_batch_size": 4}}
+    engine_overrides: dict[str, Any] | None = None
 
 
-def spec_from_engine(engine_dir: Path, model_name: str | None = None) -> RepoSpec:
-    """Read engine_dir/recipe.resolved.yaml and turn its warmup/serve sections into a RepoSpec."""
-    recipe = read_engine_recipe(engine_dir)
+def spec_from_engine(engine: EngineDir | Path, model_name: str | None = None) -> RepoSpec:
+    """The engine's resolved recipe turned into a RepoSpec (its warmup and serve sections)."""
+    folder = (engine if isinstance(engine, EngineDir) else EngineDir(Path(engine))).require()
+    recipe = folder.recipe()
     return RepoSpec(
         model_name=model_name or recipe.serve.model_name,
-        engine_dir=engine_dir.resolve(),
+        engine_dir=folder.path.resolve(),
         warmup=recipe.warmup,
-        tokens_per_block=recipe.kv_cache.tokens_per_block,
     )
-
-
-def read_engine_recipe(engine_dir: Path) -> Recipe:
-    """The resolved recipe stored in an engine folder; BadInput if the folder is not an engine."""
-    import yaml  # noqa: PLC0415
-
-    from llmkiln.recipe import validate  # noqa: PLC0415
-
-    path = Path(engine_dir) / "recipe.resolved.yaml"
-    if not path.is_file():
-        raise BadInput(
-            f"{engine_dir}: not an engine folder (no recipe.resolved.yaml); build one with `kiln build`"
-        )
-    return validate(yaml.safe_load(path.read_text()) or {}, str(path))
 
 
 def _string_file(text: str) -> bytes:
@@ -118,11 +102,8 @@ def build_model_config(spec: RepoSpec) -> mc.ModelConfig:
     params = {
         "engine_dir": str(spec.engine_dir),
         "exclude_input_in_output": "true" if spec.exclude_input_in_output else "false",
-        "tokens_per_block": str(spec.tokens_per_block),
         "warmup_requests": str(warmup_request_count(spec.warmup)),
     }
-    if spec.engine_loader:
-        params["engine_loader"] = spec.engine_loader
     if spec.engine_overrides:
         params["engine_overrides"] = json.dumps(spec.engine_overrides, sort_keys=True)
     for key, value in params.items():
@@ -164,8 +145,7 @@ def write_repository(spec: RepoSpec, out: Path, overwrite: bool = False) -> Path
     if out.exists() and any(out.iterdir()):
         if not overwrite:
             raise BadInput(f"{out}: exists and is not empty; choose another -o folder or remove it")
-    if not (spec.engine_dir / "recipe.resolved.yaml").is_file() and spec.engine_loader is None:
-        raise BadInput(f"{spec.engine_dir}: not an engine folder (no recipe.resolved.yaml)")
+    EngineDir(spec.engine_dir).require()
     with atomic_dir(out, prefix=f".{out.name}.tmp-") as tmp:
         model_dir = tmp / spec.model_name
         (model_dir / VERSION).mkdir(parents=True)
@@ -234,11 +214,10 @@ def _problems(model_dir: Path, cfg: mc.ModelConfig) -> list[str]:
         if key not in cfg.parameters or not cfg.parameters[key].string_value:
             out.append(f"{where}: parameters {{ key: {key!r} }} is missing")
     engine_dir = Path(cfg.parameters["engine_dir"].string_value) if "engine_dir" in cfg.parameters else None
-    if engine_dir is not None and "engine_loader" not in cfg.parameters:
-        if not (engine_dir / "recipe.resolved.yaml").is_file():
-            out.append(
-                f"{where}: parameter engine_dir={str(engine_dir)!r} is not an engine folder (no recipe.resolved.yaml)"
-            )
+    if engine_dir is not None and not EngineDir(engine_dir).exists():
+        out.append(
+            f"{where}: parameter engine_dir={str(engine_dir)!r} is not an engine folder (no {RESOLVED_RECIPE})"
+        )
     if "engine_overrides" in cfg.parameters:
         try:
             json.loads(cfg.parameters["engine_overrides"].string_value)

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from llmkiln.calibration.datasets import (
-    CALIBRATION_DIR,
     TextRecord,
     check_no_overlap,
     eval_counterpart,
@@ -18,6 +17,7 @@ from llmkiln.calibration.datasets import (
     split_records,
 )
 from llmkiln.errors import BadInput
+from llmkiln.resources import bundled
 
 SETS = ("stories", "chat")
 
@@ -34,8 +34,8 @@ def test_calib_and_eval_splits_never_overlap(name: str) -> None:
 
 
 def test_every_set_has_a_readme_entry_with_origin_and_license() -> None:
-    readme = (CALIBRATION_DIR / "README.md").read_text()
-    files = sorted(p.name for p in CALIBRATION_DIR.glob("*.jsonl"))
+    readme = (bundled("calibration") / "README.md").read_text()
+    files = sorted(p.name for p in bundled("calibration").glob("*.jsonl"))
     assert files
     for f in files:
         line = next((ln for ln in readme.splitlines() if f"`{f}`" in ln), None)

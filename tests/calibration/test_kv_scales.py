@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmkiln.calibration.kv_scales import KvAbsmax, KvScales, read_kv_scales
+from llmkiln.calibration.kv_stats import KvAbsmax
 from llmkiln.errors import BadInput
+from llmkiln.kv_scales import KvScales
 
 
 def _kv(rng: np.random.Generator, heads: int = 3, t: int = 10, d: int = 4) -> np.ndarray:
@@ -34,7 +35,7 @@ def test_absmax_is_per_layer_and_per_head_and_scales_divide_by_qmax(tmp_path: Pa
         scales = stats.to_scales(dtype)
         np.testing.assert_allclose(np.asarray(scales.k_scale), stats.k_max / qmax)
         np.testing.assert_allclose(np.asarray(scales.v_scale), stats.v_max / qmax)
-        back = read_kv_scales(scales.write(tmp_path / f"{dtype}.json"))
+        back = KvScales.read(scales.write(tmp_path / f"{dtype}.json"))
         assert back.dtype == dtype and back.k_scale == scales.k_scale and back.v_scale == scales.v_scale
         data = json.loads((tmp_path / f"{dtype}.json").read_text())
         assert set(data["layers"][0]) == {"k_scale", "v_scale"} and len(data["layers"][0]["k_scale"]) == 3
@@ -59,8 +60,8 @@ def test_bad_inputs(tmp_path: Path) -> None:
         KvScales.from_absmax("fp16", np.ones((1, 1)), np.ones((1, 1)))  # type: ignore[arg-type]
     bad = tmp_path / "kv.json"
     bad.write_text(json.dumps({"dtype": "int8", "layers": [{"k_scale": [1.0], "v_scale": [0.0]}]}))
-    with pytest.raises(BadInput, match=r"layers\[0\]"):
-        read_kv_scales(bad)
+    with pytest.raises(BadInput, match=r"layers\.0\.v_scale"):
+        KvScales.read(bad)
     bad.write_text(json.dumps({"dtype": "int4", "layers": []}))
     with pytest.raises(BadInput, match="dtype"):
-        read_kv_scales(bad)
+        KvScales.read(bad)

@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from llmkiln.calibration.kv_scales import read_kv_scales
 from llmkiln.calibration.modelopt_fp8 import FP8_MAX, fix_trtllm_config
+from llmkiln.kv_scales import KvScales
 
 pytestmark = pytest.mark.slow
 FP8 = torch.float8_e4m3fn
@@ -111,14 +111,13 @@ def test_calibrated_kv_scales_are_kept_beside_the_clamped_export(fp8_calibration
 
 
 def test_runtime_kv_scales_schema(fp8_calibration) -> None:
-    from llmkiln.runtime.kv_quant import KvScales as RuntimeKvScales
 
     path = fp8_calibration.out_dir / "kv_scales.json"
-    ours = read_kv_scales(path)
+    ours = KvScales.read(path)
     assert ours.dtype == "fp8" and ours.num_layers == 5 and all(len(k) == 4 for k in ours.k_scale)
     absmax = np.asarray(ours.provenance["k_absmax"])
     np.testing.assert_allclose(np.asarray(ours.k_scale), absmax / 448.0)
-    loaded = RuntimeKvScales.load(path, num_layers=5, kv_heads=4)
+    loaded = KvScales.read(path, num_layers=5, kv_heads=4)
     np.testing.assert_allclose(loaded.scales[:, 0], np.asarray(ours.k_scale, np.float32))
     # per-head absmax never exceeds the per-tensor amax ModelOpt calibrated on the same forward passes
     per_tensor = np.array([x["k_amax"] for x in fp8_calibration.trtllm_kv_scales])

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from llmkiln.calibration.datasets import CALIBRATION_DIR
 from llmkiln.calibration.stage import CpuCalibrationStage
 from llmkiln.errors import QualityBudgetExceeded
 from llmkiln.recipe import load_recipe
+from llmkiln.resources import bundled
 
 STRICT = """\
 name: {name}
@@ -44,7 +44,7 @@ def _recipe(tmp_path: Path, name: str, text: str) -> Path:
 
 @pytest.mark.slow
 def test_kv_scales_are_stored_listed_and_readable_by_the_runtime(engine_factory) -> None:
-    from llmkiln.runtime.kv_quant import KvScales
+    from llmkiln.kv_scales import KvScales
 
     engine = engine_factory("stories-int8")
     manifest = json.loads((engine / "manifest.json").read_text())
@@ -54,7 +54,7 @@ def test_kv_scales_are_stored_listed_and_readable_by_the_runtime(engine_factory)
     assert part["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert manifest["engine_files"][part["path"]] == part["sha256"]
     assert part["sequences"] == 64
-    scales = KvScales.load(path, num_layers=5, kv_heads=4)
+    scales = KvScales.read(path, num_layers=5, kv_heads=4)
     assert scales.dtype == "int8" and np.all(scales.scales > 0)
     effect = manifest["calibration"]["kv_store_effect"]
     assert 0 < effect["static"]["mean_kl"] < 0.01 and effect["static"]["top1_agreement"] > 0.97
@@ -63,10 +63,10 @@ def test_kv_scales_are_stored_listed_and_readable_by_the_runtime(engine_factory)
 
 
 def test_calibration_set_contents_are_part_of_the_build_key(tmp_path: Path, stories_dir: Path) -> None:
-    from llmkiln.build.pipeline import build_key
+    from llmkiln.build.build_cache import build_key
 
     for split in ("calib", "eval"):
-        shutil.copyfile(CALIBRATION_DIR / f"stories-{split}.jsonl", tmp_path / f"mine-{split}.jsonl")
+        shutil.copyfile(bundled("calibration") / f"stories-{split}.jsonl", tmp_path / f"mine-{split}.jsonl")
     text = STRICT.format(name="keyed", model=stories_dir).replace(
         "calibration/stories-calib.jsonl", str(tmp_path / "mine-calib.jsonl")
     )
@@ -83,7 +83,7 @@ def test_calibration_set_contents_are_part_of_the_build_key(tmp_path: Path, stor
 
 @pytest.mark.slow
 def test_build_refuses_to_publish_outside_the_budget(tmp_path: Path, stories_dir: Path) -> None:
-    from llmkiln.build.pipeline import build_engine
+    from llmkiln.backends import build as build_engine
 
     recipe = _recipe(tmp_path, "strict-int4", STRICT.format(name="strict-int4", model=stories_dir))
     engines = tmp_path / "engines"
@@ -121,7 +121,7 @@ def test_kiln_calibrate_cpu_and_nothing_to_do(engine_factory, tmp_path: Path) ->
 @pytest.mark.slow
 def test_trtllm_recipe_gates_the_fake_quant_model(tmp_path: Path, stories_dir: Path) -> None:
     """stories-fp8-modelopt: ModelOpt calibration + quality gate run on CPU; the build then stops for a GPU host."""
-    from llmkiln.build.pipeline import build_engine
+    from llmkiln.backends import build as build_engine
     from llmkiln.errors import NeedsGpuHost
 
     engines = tmp_path / "engines"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from llmkiln.build.trtllm_engine import GpuStatus, gpu_status
+from llmkiln.trtllm.engine_build import GpuStatus, gpu_status
 
 TINY_RECIPE = "tiny-trtllm-fp8"
 
@@ -49,10 +49,10 @@ class CpuBuild:
 @pytest.fixture(scope="session")
 def cpu_build(tmp_path_factory: pytest.TempPathFactory, host: GpuStatus) -> CpuBuild:
     """Build tiny-trtllm-fp8 once; on this CPU host it must stop with NeedsGpuHost after the CPU stages."""
-    from llmkiln.build.pipeline import build_engine
+    from llmkiln.backends import build as build_engine
     from llmkiln.build.progress import QuietProgress
-    from llmkiln.build.trtllm_stage import pending_dir
     from llmkiln.errors import NeedsGpuHost
+    from llmkiln.trtllm.stages import pending_dir
 
     if host.ok:
         pytest.skip("GPU host: the build does not stop at the plan here (see test_gpu_engine.py)")

@@ -18,14 +18,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmkiln.serve.trtllm_repo_check import check_trtllm_repository
+from llmkiln.trtllm.repo_check import check_trtllm_repository
 
 pytestmark = [pytest.mark.slow, pytest.mark.gpu]
 
 
 @pytest.fixture(scope="module")
 def gpu_engine(gpu_host, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from llmkiln.build.pipeline import build_engine
+    from llmkiln.backends import build as build_engine
     from llmkiln.build.progress import QuietProgress
 
     root = tmp_path_factory.mktemp("gpu-engines")

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from llmkiln.build.trtllm_plan import get_step, read_plan
-from llmkiln.build.trtllm_resume import resume_build
 from llmkiln.errors import NeedsGpuHost
-from llmkiln.serve.trtllm_repo_check import check_trtllm_repository, load_configs
+from llmkiln.trtllm.plan import get_step, read_plan
+from llmkiln.trtllm.repo_check import check_trtllm_repository, load_configs
+from llmkiln.trtllm.resume import resume_build
 
 KILN = Path(sys.executable).with_name("kiln")
 pytestmark = pytest.mark.slow
@@ -136,7 +136,7 @@ def test_resume_finishes_and_publishes(cpu_build, tmp_path: Path, monkeypatch: p
         final.resolve() / "engine"
     )
     # The resumed manifest records the key `kiln build` computes: building again is a no-op.
-    from llmkiln.build.pipeline import build_engine
+    from llmkiln.backends import build as build_engine
 
     again = build_engine("tiny-trtllm-fp8", engines_root=root)
     assert again.cached and again.engine_dir == final.resolve()

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from llmkiln.build.trtllm_checkpoint import (
+from llmkiln.errors import BuildFailed
+from llmkiln.trtllm.checkpoint import (
     FP8_LINEARS,
     finalize_checkpoint,
     read_safetensors_header,
     rope_settings,
     validate_checkpoint,
 )
-from llmkiln.errors import BuildFailed
 
 pytestmark = pytest.mark.slow
 

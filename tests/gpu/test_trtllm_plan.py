@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from llmkiln.build.trtllm_flags import TRTLLM_BUILD_FLAGS, parse_argv
-from llmkiln.build.trtllm_plan import (
+from llmkiln.errors import BadInput
+from llmkiln.recipe import load_recipe
+from llmkiln.trtllm.flags import TRTLLM_BUILD_FLAGS, parse_argv
+from llmkiln.trtllm.plan import (
     build_argv,
     check_recipe,
     get_step,
@@ -19,8 +21,6 @@ from llmkiln.build.trtllm_plan import (
     validate_argv,
     write_plan,
 )
-from llmkiln.errors import BadInput
-from llmkiln.recipe import load_recipe
 
 REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "trtllm-triton.md"
 RECIPES = ("7b-fp8", "tiny-trtllm-fp8")

@@ -11,9 +11,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from llmkiln.errors import BadInput
 from llmkiln.recipe import load_recipe
-from llmkiln.serve import trtllm_model_io as io
-from llmkiln.serve.trtllm_repo_check import check_trtllm_repository, load_configs
-from llmkiln.serve.trtllm_repository import (
+from llmkiln.trtllm import model_io as io
+from llmkiln.trtllm.repo_check import check_trtllm_repository, load_configs
+from llmkiln.trtllm.repository import (
     MODELS,
     TrtllmRepoSpec,
     build_configs,

@@ -104,8 +104,8 @@ def make_scheduler(num_blocks: int = 64, **overrides) -> Scheduler:
         eos_token_ids=(EOS,),
     )
     base.update(overrides)
-    config = SchedulerConfig(**base)
-    return Scheduler(config, BlockStore(num_blocks, config.tokens_per_block))
+    config = SchedulerConfig.make(**base)
+    return Scheduler(config, BlockStore(num_blocks, config.kv_cache.tokens_per_block))
 
 
 _ids = itertools.count()

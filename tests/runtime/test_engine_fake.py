@@ -21,8 +21,10 @@ def make_engine(**overrides) -> LLMEngine:
         max_batch_size=4, max_num_tokens=32, max_prefill_tokens=8, tokens_per_block=4, max_input_len=100
     )
     base.update(overrides)
-    config = SchedulerConfig(**base)
-    return LLMEngine(config, FakeRunner(config.max_batch_size, 32, config.tokens_per_block))
+    config = SchedulerConfig.make(**base)
+    return LLMEngine(
+        config, FakeRunner(config.scheduler.max_batch_size, 32, config.kv_cache.tokens_per_block)
+    )
 
 
 def _prompt(i: int, n: int = 11) -> list[int]:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from llmkiln.engine_dir import EngineDir
 from llmkiln.runtime.engine import LLMEngine
+from llmkiln.runtime.loader import load_engine
 from llmkiln.runtime.request import BadRequestParams, PromptTooLong, QueueFull, SamplingParams
 from llmkiln.runtime.simple import SimpleGenerator
 
@@ -53,8 +55,8 @@ def _overrides(extra: dict) -> dict:
 
 def _all_free(eng: LLMEngine) -> None:
     m = eng.metrics()
-    assert m["num_running"] == 0 and m["num_waiting"] == 0
-    assert m["num_free_slots"] == eng.config.max_batch_size
+    assert m["num_running"] == 0 and m["queue_length"] == 0
+    assert m["num_free_slots"] == eng.config.scheduler.max_batch_size
     if eng.block_store is not None:
         assert m["kv_blocks_pinned"] == 0
         assert m["kv_blocks_free"] == m["kv_blocks_total"]
@@ -77,7 +79,7 @@ def alone(engine_dir):
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_concurrent_greedy_equals_alone(engine_dir, alone, variant):
     prompts, expected = alone
-    eng = LLMEngine.from_engine_dir(engine_dir, _overrides(VARIANTS[variant]))
+    eng = load_engine(engine_dir, _overrides(VARIANTS[variant]))
     try:
         params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
         # the first request warms the prefix cache; the rest arrive together (queued before the thread starts)
@@ -102,7 +104,7 @@ def test_concurrent_greedy_equals_alone(engine_dir, alone, variant):
 
 def test_prefix_hit_logits_match_full_prefill(engine_factory):
     engine_dir = engine_factory("stories-fp32")
-    eng = LLMEngine.from_engine_dir(engine_dir, _overrides({}))
+    eng = load_engine(engine_dir, _overrides({}))
     captured: dict[str, np.ndarray] = {}
     execute = eng.runner.execute
 
@@ -137,7 +139,7 @@ def test_prefix_hit_logits_match_full_prefill(engine_factory):
 
 def test_rejections_and_cancel_leave_everything_free(engine_factory):
     engine_dir = engine_factory("stories-fp32")
-    eng = LLMEngine.from_engine_dir(
+    eng = load_engine(
         engine_dir,
         _overrides(
             {"scheduler": {"max_batch_size": 2, "max_queue_size": 3}, "limits": {"max_input_len": 40}}
@@ -152,12 +154,12 @@ def test_rejections_and_cancel_leave_everything_free(engine_factory):
     with pytest.raises(PromptTooLong, match="max_input_len"):
         eng.submit(prompt[:41], params)
     with pytest.raises(PromptTooLong, match="max_seq_len"):
-        eng.submit(prompt[:20], SamplingParams(max_tokens=eng.config.max_seq_len))
+        eng.submit(prompt[:20], SamplingParams(max_tokens=eng.config.limits.max_seq_len))
     with pytest.raises(BadRequestParams, match="temperature"):
-        eng.submit(prompt[:20], SamplingParams(temperature=-1.0))
+        SamplingParams(temperature=-1.0)  # refused before it reaches any engine
     with pytest.raises(BadRequestParams, match="out of range"):
         eng.submit([1, 10_000], params)
-    assert eng.metrics()["requests_rejected"] == 5
+    assert eng.metrics()["requests_rejected"] == 4
     eng.start()
     events = []
     for ev in held[0]:
@@ -179,11 +181,10 @@ def test_rejections_and_cancel_leave_everything_free(engine_factory):
 
 
 def test_last_logits_rewrite_matches_full_graph(engine_dir):
-    from llmkiln.runtime.model_info import ModelInfo
     from llmkiln.runtime.runner import OnnxRunner
     from llmkiln.runtime.scheduler import PrefillChunk, SchedulerOutput
 
-    info = ModelInfo.from_engine_dir(engine_dir)
+    info = EngineDir(engine_dir).genai_config()
     runners = [OnnxRunner(engine_dir, info, 4, 128, 16, 0, last_logits_only=flag) for flag in (True, False)]
     assert runners[0].last_only and not runners[1].last_only
     plan = SchedulerOutput(

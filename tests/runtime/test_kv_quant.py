@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from llmkiln.errors import BadInput
-from llmkiln.runtime.kv_quant import BlockData, KvScales, bytes_per_block, dequantize, quantize
+from llmkiln.kv_scales import KvScales
+from llmkiln.runtime.kv_quant import BlockData, bytes_per_block, dequantize, quantize
 
 L, H, T, D = 5, 4, 16, 8
 
@@ -65,7 +66,7 @@ def test_calibrated_scales_are_used_and_validated(tmp_path):
     ]
     path = tmp_path / "kv_scales.json"
     path.write_text(json.dumps({"dtype": "fp8", "layers": layers}))
-    scales = KvScales.load(path, L, H)
+    scales = KvScales.read(path, L, H)
     np.testing.assert_allclose(scales.for_dtype("int8"), amax / 127, rtol=1e-5)
     data = BlockData("int8", 1, L, H, T, D, static_scales=scales)
     data.write(0, x)
@@ -77,23 +78,23 @@ def test_calibrated_scales_are_used_and_validated(tmp_path):
     assert np.max(np.abs(data.read(0))) <= 127 * 1e-3 + 1e-6
     path.write_text(json.dumps({"dtype": "fp8", "layers": layers[:2]}))
     with pytest.raises(BadInput, match="layers"):
-        KvScales.load(path, L, H)
+        KvScales.read(path, L, H)
     bad = [dict(layer) for layer in layers]
     bad[1]["v_scale"] = [0.0] * H
     path.write_text(json.dumps({"dtype": "int8", "layers": bad}))
     with pytest.raises(BadInput, match=r"layers\.1\.v_scale"):
-        KvScales.load(path, L, H)
+        KvScales.read(path, L, H)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["fp16", "int8", "fp8"])
 def test_engine_with_quantized_store(engine_factory, dtype):
-    from llmkiln.runtime.engine import LLMEngine
+    from llmkiln.runtime.loader import load_engine
     from llmkiln.runtime.request import SamplingParams
     from llmkiln.runtime.simple import SimpleGenerator
 
     engine_dir = engine_factory("stories-fp32")
-    eng = LLMEngine.from_engine_dir(
+    eng = load_engine(
         engine_dir, {"kv_cache": {"dtype": dtype, "max_bytes": 2**20}, "scheduler": {"intra_op_threads": 1}}
     )
     assert eng.runner.blocks.dtype == dtype

@@ -9,13 +9,13 @@ from .conftest import FakeRunner, greedy, make_requests, make_scheduler, referen
 
 def _runner(sched) -> FakeRunner:
     return FakeRunner(
-        sched.config.max_batch_size, sched.block_store.num_blocks if sched.block_store else 0, 4
+        sched.config.scheduler.max_batch_size, sched.block_store.num_blocks if sched.block_store else 0, 4
     )
 
 
 def _assert_all_free(sched) -> None:
     assert sched.num_running == 0
-    assert sched.num_free_slots == sched.config.max_batch_size
+    assert sched.num_free_slots == sched.config.scheduler.max_batch_size
     assert not sched.requests
     if sched.block_store is not None:
         assert sched.block_store.num_pinned == 0

@@ -1,21 +1,43 @@
-"""Serve-room fixtures: a minimal engine folder for repository tests, the stand-in engine plugin."""
+"""Serve-room fixtures: a minimal engine folder for repository tests, repositories that run the stand-in engine."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
+from llmkiln.engine_dir import EngineDir
+from llmkiln.recipe import Warmup, load_recipe
+from llmkiln.serve.repository import VERSION, RepoSpec, write_repository
+
 FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")
+FAKE_MODEL = Path(__file__).with_name("fake_model.py")
+
+
+def make_recipe_engine_dir(folder: Path) -> Path:
+    """A folder that looks like an engine to the repository code (recipe.resolved.yaml only)."""
+    recipe, _ = load_recipe("stories-fp32")
+    folder.mkdir(parents=True)
+    EngineDir(folder).write_recipe(recipe)
+    return folder
 
 
 @pytest.fixture
 def recipe_engine_dir(tmp_path: Path) -> Path:
-    """A folder that looks like an engine to the repository code (recipe.resolved.yaml only)."""
-    from llmkiln.recipe import load_recipe
+    return make_recipe_engine_dir(tmp_path / "engine")
 
-    recipe, _ = load_recipe("stories-fp32")
-    d = tmp_path / "engine"
-    d.mkdir()
-    (d / "recipe.resolved.yaml").write_text(recipe.to_yaml())
-    return d
+
+def fake_repository(
+    tmp: Path, name: str = "fake", warmup: Warmup | None = None, model_py: str | None = None
+) -> Path:
+    """tmp/repo with one model `name` whose model.py runs the stand-in engine (or the given model.py text)."""
+    spec = RepoSpec(name, make_recipe_engine_dir(tmp / "engine"), warmup=warmup or Warmup())
+    write_repository(spec, tmp / "repo")
+    version = tmp / "repo" / name / VERSION
+    if model_py is not None:
+        (version / "model.py").write_text(model_py)
+    else:
+        shutil.copyfile(FAKE_MODEL, version / "model.py")
+        shutil.copyfile(FAKE_ENGINE, version / "fake_engine.py")
+    return tmp / "repo"

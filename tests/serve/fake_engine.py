@@ -1,49 +1,30 @@
-"""A tiny stand-in engine for the Triton plumbing tests: byte tokens, echoes the prompt.
+"""A tiny stand-in engine for the serving tests: byte tokens, echoes the prompt.
 
-Loaded inside the python-backend stub through the model parameter engine_loader="<this file>:load".
-Same surface as llmkiln.runtime.engine.LLMEngine (submit / aiter / timings / metrics / shutdown).
+The same surface as llmkiln.runtime.engine.LLMEngine that the serving core uses (submit, handles with aiter /
+cancel / timings, metrics, tokenizer, config, shutdown), built from the runtime's own request, metric and config
+types. Unit tests hand it to ServeCore directly; the real-server tests run it through fake_model.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import codecs
 import time
 from dataclasses import dataclass, field
 
-# The real request types: the serving core sees the same parameters and rejections as with LLMEngine.
-from llmkiln.runtime.request import PromptTooLong, QueueFull, RequestRejected, SamplingParams  # noqa: F401
+from llmkiln.runtime.metrics import EngineMetric
+from llmkiln.runtime.request import PromptTooLong, QueueFull, RequestTimings, SamplingParams, TokenEvent
+from llmkiln.runtime.scheduler import SchedulerConfig
 
 MAX_PROMPT = 200
 MAX_ACTIVE = 64
 EOS = 0
 
 
-@dataclass
-class TokenEvent:
-    token_id: int
-    index: int
-    finished: bool
-    finish_reason: str | None
+class ByteTokenizer:
+    """Token id = byte value; decoding an incomplete UTF-8 character gives U+FFFD (as byte-fallback tokenizers do)."""
 
-
-@dataclass
-class Timings:
-    arrival_ns: int = 0
-    first_scheduled_ns: int | None = None
-    first_token_ns: int | None = None
-    finish_ns: int | None = None
-
-
-class ByteDetokenizer:
-    def __init__(self) -> None:
-        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def push(self, token_id: int) -> str:
-        return self._dec.decode(bytes([token_id]))
-
-    def flush(self) -> str:
-        return self._dec.decode(b"", final=True)
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return bytes(ids).decode("utf-8", errors="replace")
 
 
 @dataclass
@@ -51,9 +32,10 @@ class Handle:
     engine: FakeEngine
     prompt_ids: list[int]
     params: SamplingParams
-    timings: Timings = field(default_factory=Timings)
+    timings: RequestTimings = field(default_factory=lambda: RequestTimings(arrival_ns=time.time_ns()))
     cancelled: bool = False
     num_cached_tokens: int = 0
+    error: str | None = None
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -83,14 +65,15 @@ class Handle:
 
 
 class FakeEngine:
-    tokenizer = None
+    tokenizer = ByteTokenizer()
+    config = SchedulerConfig.make(tokens_per_block=16)
 
     def __init__(self) -> None:
         self.active = 0
         self.seen: dict[tuple[int, ...], int] = {}
 
-    def start(self) -> None:
-        pass
+    def start(self) -> FakeEngine:
+        return self
 
     def submit(self, prompt, params, priority=0, request_id=None) -> Handle:
         ids = list(prompt.encode("utf-8")) if isinstance(prompt, str) else list(prompt)
@@ -98,22 +81,13 @@ class FakeEngine:
             raise PromptTooLong(f"prompt has {len(ids)} tokens, the engine accepts at most {MAX_PROMPT}")
         if self.active >= MAX_ACTIVE:
             raise QueueFull(f"queue full ({MAX_ACTIVE} requests waiting); retry later")
-        h = Handle(self, ids, params, Timings(arrival_ns=time.time_ns()))
+        h = Handle(self, ids, params, RequestTimings(arrival_ns=time.time_ns()))
         h.num_cached_tokens = (len(ids) // 16) * 16 if tuple(ids) in self.seen else 0
         self.seen[tuple(ids)] = 1
         return h
 
     def metrics(self) -> dict[str, float]:
-        return {"kv_blocks_used": float(len(self.seen)), "queue_length": 0.0}
+        return {EngineMetric.KV_BLOCKS_USED: float(len(self.seen)), EngineMetric.QUEUE_LENGTH: 0.0}
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         pass
-
-
-def load(engine_dir):
-    """engine_loader entry point; the serving core asks for SamplingParams and a detokenizer from the runtime."""
-    return FakeEngine()
-
-
-def make_detokenizer(engine, handle):
-    return ByteDetokenizer()

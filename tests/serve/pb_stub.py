@@ -76,7 +76,7 @@ class MetricFamily:
     def __init__(self, name: str, description: str, kind: int) -> None:
         self.name = name
 
-    def Metric(self, labels: dict[str, str], buckets: list[float] | None = None) -> _Metric:  # noqa: N802
+    def Metric(self, labels: dict[str, str], buckets: list[float] | None = None) -> _Metric:
         return _Metric(labels, buckets)
 
 

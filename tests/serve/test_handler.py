@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmkiln.serve.handler import ServeCore, load_engine
+from llmkiln.serve.handler import ServeCore, ServeSettings
 
 from . import pb_stub as pb
-from .conftest import FAKE_ENGINE
+from .fake_engine import FakeEngine
 
 
-def core(warmup: int = 0, **kw) -> ServeCore:
-    kit = load_engine(Path("/nonexistent"), f"{FAKE_ENGINE}:load")
-    return ServeCore(pb, kit, warmup_requests=warmup, **kw)
+def core(warmup: int = 0, exclude_input_default: bool = False) -> ServeCore:
+    settings = ServeSettings("fake", Path("/nonexistent"), None, warmup, exclude_input_default)
+    return ServeCore(pb, FakeEngine().start(), settings)
 
 
 def req(prompt: str = "héllo", max_tokens: int = 5, **extra) -> pb.Request:

@@ -13,10 +13,9 @@ import tritonclient.grpc as grpcclient
 
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Warmup
-from llmkiln.serve.repository import RepoSpec, write_repository
 from llmkiln.serve.server import ServerConfig, ServerFailed, TritonServer, free_port
 
-from .conftest import FAKE_ENGINE
+from .conftest import fake_repository
 
 pytestmark = pytest.mark.slow
 
@@ -34,8 +33,7 @@ def _config(repo: Path, tmp: Path) -> ServerConfig:
 @pytest.fixture(scope="module")
 def fake_server(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("fake-serve")
-    (tmp / "engine").mkdir()
-    write_repository(RepoSpec("fake", tmp / "engine", engine_loader=f"{FAKE_ENGINE}:load"), tmp / "repo")
+    fake_repository(tmp)
     server = TritonServer(_config(tmp / "repo", tmp / "work"))
     server.start()
     server.wait_ready(120)
@@ -79,22 +77,15 @@ def _start_expecting_failure(tmp_path: Path) -> tuple[TritonServer, str]:
 
 
 def test_a_model_that_fails_to_load_reports_the_server_log(tmp_path: Path):
-    (tmp_path / "engine").mkdir()
-    write_repository(
-        RepoSpec("broken", tmp_path / "engine", engine_loader="no_such_module:load"), tmp_path / "repo"
-    )
+    fake_repository(tmp_path, "broken", model_py="import no_such_module\n")
     server, msg = _start_expecting_failure(tmp_path)
     assert "exited with code" in msg and "No module named 'no_such_module'" in msg
     assert not server.leftover_processes() and not server.leftover_shm()
 
 
 def test_a_failed_warmup_keeps_the_model_from_ever_being_ready(tmp_path: Path):
-    (tmp_path / "engine").mkdir()
-    spec = RepoSpec("fake", tmp_path / "engine", engine_loader=f"{FAKE_ENGINE}:load")
-    spec.warmup = Warmup(
-        prompts=["ok", "x" * 300], count=1, max_tokens=2
-    )  # the stand-in refuses > 200 tokens
-    write_repository(spec, tmp_path / "repo")
+    # the stand-in refuses > 200 tokens
+    fake_repository(tmp_path, warmup=Warmup(prompts=["ok", "x" * 300], count=1, max_tokens=2))
     server, msg = _start_expecting_failure(tmp_path)
     # Triton names the sample; it sometimes segfaults after a failed warmup instead, then the model's own error
     # line says it (either way the server never becomes ready)
@@ -145,10 +136,7 @@ def test_cancelled_stream_is_released(fake_server: TritonServer):
 def test_stream_left_open_at_shutdown_is_still_cleaned_up(tmp_path: Path):
     # Triton 2.51 never exits while a client holds a gRPC stream open; past the exit timeout the server is
     # killed and its stub processes and /dev/shm files (unique prefix) are removed.
-    (tmp_path / "engine").mkdir()
-    write_repository(
-        RepoSpec("fake", tmp_path / "engine", engine_loader=f"{FAKE_ENGINE}:load"), tmp_path / "repo"
-    )
+    fake_repository(tmp_path)
     cfg = _config(tmp_path / "repo", tmp_path / "work")
     cfg.exit_timeout_s = 2
     server = TritonServer(cfg)

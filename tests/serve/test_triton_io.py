@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from llmkiln.runtime.request import BadRequestParams, SamplingParams
 from llmkiln.serve.triton_io import InvalidRequest, StopMatcher, parse_request, response_arrays
 
 
@@ -65,7 +66,6 @@ def test_all_optional_inputs():
         ({"max_tokens": np.array([[3]], dtype=np.int32)}, "'text_input' is missing"),
         ({"text_input": text("x")}, "'max_tokens' is missing"),
         ({"text_input": text(""), "max_tokens": np.array([[3]])}, "'text_input' is empty"),
-        ({"text_input": text("x"), "max_tokens": np.array([[0]])}, "must be >= 1"),
         ({"text_input": text("x"), "max_tokens": np.array([[1.5]])}, "expected an integer"),
         (
             {"text_input": np.array([[b"\xff\xfe"]], dtype=np.object_), "max_tokens": np.array([[3]])},
@@ -79,8 +79,7 @@ def test_all_optional_inputs():
             {"text_input": np.array([[b"a", b"b"]], dtype=np.object_), "max_tokens": np.array([[3]])},
             "one value",
         ),
-        ({"text_input": text("x"), "max_tokens": np.array([[3]]), "top_p": np.array([[0.0]])}, "(0, 1]"),
-        ({"text_input": text("x"), "max_tokens": np.array([[3]]), "temperature": np.array([[-1.0]])}, ">= 0"),
+        ({"text_input": text("x"), "max_tokens": np.array([[3]]), "top_p": np.array([[np.nan]])}, "finite"),
         (
             {"text_input": text("x"), "max_tokens": np.array([[3]]), "stream": np.array([[1]])},
             "expected BOOL",
@@ -92,6 +91,23 @@ def test_bad_requests_name_the_input(inputs, message):
         InvalidRequest, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
     ):
         parse_request(getter(**inputs))
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"max_tokens": np.array([[0]])}, "max_tokens must be an integer >= 1"),
+        ({"top_p": np.array([[0.0]])}, "top_p must be in (0, 1]"),
+        ({"temperature": np.array([[-1.0]])}, "temperature must be a number in [0, 100]"),
+        ({"top_k": np.array([[-2]])}, "top_k must be an integer >= 0"),
+    ],
+)
+def test_value_ranges_are_checked_once_by_the_runtime(extra, message):
+    """The wire format checks types; the one validator of ranges is the runtime's SamplingParams."""
+    req = parse_request(getter(**{"text_input": text("x"), "max_tokens": np.array([[3]]), **extra}))
+    with pytest.raises(BadRequestParams) as exc:
+        SamplingParams(**req.sampling_kwargs())
+    assert message in str(exc.value)
 
 
 def test_stop_matcher_cuts_and_holds_back_partial_matches():

@@ -1,4 +1,4 @@
-"""The trtllm backend's build stages (registered in stages.STAGE_REGISTRY["trtllm"]).
+"""The trtllm backend's build stages (listed for backend "trtllm" in llmkiln.backends).
 
 Order: trtllm-checkpoint (ModelOpt FP8 + FP8 KV calibration → TensorRT-LLM checkpoint, restored and validated;
 cacheable) → trtllm-tokenizer (HF tokenizer files into tokenizer/) → triton-repo (the tensorrtllm model set,
@@ -7,7 +7,7 @@ warmup tokenized) → trtllm-engine (plan.json; trtllm-build when this is a GPU 
 On a host without CUDA or TensorRT-LLM the engine stage copies everything built so far into
 engines/.pending/<recipe>/ (temp folder + rename), writes plan.json there and raises NeedsGpuHost (exit 3) naming
 what is missing and the command to finish: `kiln build --resume engines/.pending/<recipe>/plan.json` on a GPU host
-(trtllm_resume.py). The pipeline then drops its own temp folder, so engines/<recipe> is never half-written.
+(llmkiln.trtllm.resume). The pipeline then drops its own temp folder, so engines/<recipe> is never half-written.
 """
 
 from __future__ import annotations
@@ -20,12 +20,19 @@ from pathlib import Path
 from typing import Any
 
 from llmkiln.atomic import atomic_dir
-from llmkiln.build import trtllm_plan as plan_mod
-from llmkiln.build.manifest import RESOLVED_RECIPE_NAME, manifest_head
-from llmkiln.build.tokenizer_files import GENERATION_CONFIG, TOKENIZER_FILES, copy_tokenizer_files
-from llmkiln.build.trtllm_checkpoint import finalize_checkpoint, validate_checkpoint
-from llmkiln.build.trtllm_engine import gpu_status, run_trtllm_build, validate_engine
+from llmkiln.build.build_cache import build_key
+from llmkiln.build.manifest import manifest_head
+from llmkiln.build.stages import BuildContext
+from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput, NeedsGpuHost
+from llmkiln.recipe import Recipe
+from llmkiln.tokenizer_files import GENERATION_CONFIG, TOKENIZER_FILES, copy_tokenizer_files
+from llmkiln.trtllm import plan as plan_mod
+from llmkiln.trtllm.calibrate import calibrate
+from llmkiln.trtllm.checkpoint import finalize_checkpoint, validate_checkpoint
+from llmkiln.trtllm.engine_build import gpu_status, run_trtllm_build, validate_engine
+from llmkiln.trtllm.repo_check import check_trtllm_repository
+from llmkiln.trtllm.repository import TrtllmRepoSpec, tokenize_warmup, write_trtllm_repository
 
 TOKENIZER_DIR = "tokenizer"
 # config.json too: AutoTokenizer in the pre/postprocessing models reads it
@@ -45,7 +52,7 @@ class TrtllmCheckpointStage:
     version = "1"
     cacheable = True
 
-    def check(self, ctx: Any) -> None:
+    def check(self, ctx: BuildContext) -> None:
         where = str(ctx.recipe_file)
         plan_mod.check_recipe(ctx.recipe, where)
         cfg_path = ctx.source.path / "config.json"
@@ -65,7 +72,7 @@ class TrtllmCheckpointStage:
                 f"max_position_embeddings ({context}) in {cfg_path}; lower it (and limits.max_input_len)"
             )
 
-    def cache_key(self, ctx: Any) -> dict[str, Any]:
+    def cache_key(self, ctx: BuildContext) -> dict[str, Any]:
         r = ctx.recipe
         return {
             "source": ctx.source_hashes,
@@ -76,12 +83,10 @@ class TrtllmCheckpointStage:
             "kv": r.kv_cache.dtype,
         }
 
-    def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
-        from llmkiln.build.trtllm_calibrate import calibrate
-
+    def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:
         r = ctx.recipe
         t0 = time.perf_counter()
-        cal = calibrate(r, ctx.source.path, out_dir)
+        cal = calibrate(r, ctx.source.path, out_dir, ctx.recipe_file)
         ckpt = out_dir / plan_mod.CHECKPOINT_DIR
         if cal.trtllm_checkpoint_dir.resolve() != ckpt.resolve():
             shutil.move(str(cal.trtllm_checkpoint_dir), str(ckpt))
@@ -96,7 +101,7 @@ class TrtllmCheckpointStage:
                 "implementation": cal.implementation,
                 "samples": r.calibration.samples,
                 "max_seq_len": r.calibration.max_seq_len,
-                "kv_scales_calibrated": _jsonable(cal.kv_scales),
+                "kv_scales_calibrated": cal.kv_scales.to_json(),
                 "kv_scales_exported": summary.kv_cache_scales,
             },
             "seconds": round(time.perf_counter() - t0, 3),
@@ -110,10 +115,10 @@ class TrtllmTokenizerStage:
     version = "1"
     cacheable = False
 
-    def cache_key(self, ctx: Any) -> dict[str, Any]:
+    def cache_key(self, ctx: BuildContext) -> dict[str, Any]:
         return {f: h for f, h in ctx.source_hashes.items() if f in COPIED_SOURCE_FILES}
 
-    def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
+    def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:
         dst = out_dir / TOKENIZER_DIR
         dst.mkdir(parents=True, exist_ok=True)
         copied = copy_tokenizer_files(ctx.source.path, dst, COPIED_SOURCE_FILES)
@@ -131,18 +136,15 @@ class TrtllmRepoStage:
     version = "1"
     cacheable = False
 
-    def cache_key(self, ctx: Any) -> dict[str, Any]:
+    def cache_key(self, ctx: BuildContext) -> dict[str, Any]:
         return {"recipe": ctx.recipe.compute_hash(), "engine_dir": str(ctx.engine_dir)}
 
-    def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
+    def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:
         return render_repository(ctx.recipe, out_dir, final_dir=ctx.engine_dir)
 
 
-def render_repository(recipe: Any, folder: Path, final_dir: Path) -> dict[str, Any]:
+def render_repository(recipe: Recipe, folder: Path, final_dir: Path) -> dict[str, Any]:
     """(Re)write folder/triton_repo for an engine folder that will live at `final_dir` on the serving host."""
-    from llmkiln.serve.trtllm_repo_check import check_trtllm_repository
-    from llmkiln.serve.trtllm_repository import TrtllmRepoSpec, tokenize_warmup, write_trtllm_repository
-
     ids, end_id, pad_id = tokenize_warmup(recipe, folder / TOKENIZER_DIR)
     spec = TrtllmRepoSpec(
         recipe, final_dir / plan_mod.ENGINE_DIR, final_dir / TOKENIZER_DIR, ids, end_id, pad_id
@@ -173,14 +175,14 @@ class TrtllmEngineStage:
     version = "1"
     cacheable = False
 
-    def cache_key(self, ctx: Any) -> dict[str, Any]:
+    def cache_key(self, ctx: BuildContext) -> dict[str, Any]:
         return {"argv": plan_mod.build_argv(ctx.recipe)}
 
-    def describe(self, ctx: Any) -> str:
+    def describe(self, ctx: BuildContext) -> str:
         """The whole plan, for --dry-run (nothing is run)."""
         return plan_mod.render_plan(plan_mod.make_plan(ctx.recipe, recipe_file=ctx.recipe_file, done={}))
 
-    def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
+    def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:
         scratch = ctx.scratch.setdefault("trtllm", {})
         done = _done_steps(ctx, out_dir)
         status = gpu_status()
@@ -195,7 +197,7 @@ class TrtllmEngineStage:
         )
         if not status.ok:
             plan_mod.write_plan(out_dir / plan_mod.PLAN_NAME, plan)
-            _stash(out_dir, pending, ctx.recipe.to_yaml())
+            _stash(out_dir, pending, ctx.recipe)
             plan_path = pending / plan_mod.PLAN_NAME
             raise NeedsGpuHost(
                 f"recipe {ctx.recipe.name}: built everything up to the TensorRT-LLM checkpoint and the Triton "
@@ -214,7 +216,7 @@ class TrtllmEngineStage:
                 "tensorrt_llm": status.tensorrt_llm_version, "device": status.device}  # fmt: skip
 
 
-def _done_steps(ctx: Any, folder: Path) -> dict[str, dict[str, Any]]:
+def _done_steps(ctx: BuildContext, folder: Path) -> dict[str, dict[str, Any]]:
     """Results of the CPU steps, re-read from the folder (the cacheable checkpoint stage may not have run)."""
     hf_config = json.loads((folder / plan_mod.CALIBRATION_DIR / "hf_config.json").read_text())
     t = ctx.recipe.trtllm
@@ -235,13 +237,10 @@ def _done_steps(ctx: Any, folder: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-def _manifest_draft(ctx: Any) -> dict[str, Any]:
+def _manifest_draft(ctx: BuildContext) -> dict[str, Any]:
     """What the pipeline would put in manifest.json, for a resume on another host to complete."""
-    from llmkiln.build.build_cache import build_key
-    from llmkiln.build.stages import stages_for
-
-    stages = stages_for(ctx.recipe.backend)
-    return manifest_head(ctx, build_key(ctx.recipe, ctx.source_hashes, ctx.tool_versions, stages, ctx))
+    key = build_key(ctx.recipe, ctx.source_hashes, ctx.tool_versions, ctx.stages, ctx)
+    return manifest_head(ctx, key)
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -251,22 +250,8 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def _stash(work_dir: Path, pending: Path, resolved_yaml: str) -> None:
+def _stash(work_dir: Path, pending: Path, recipe: Recipe) -> None:
     """Put the assembled folder at engines/.pending/<recipe> (hard links, temp + rename; replaces an older one)."""
     with atomic_dir(pending) as tmp:
         shutil.copytree(work_dir, tmp, dirs_exist_ok=True, copy_function=_link_or_copy)
-        (tmp / RESOLVED_RECIPE_NAME).write_text(resolved_yaml)
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None:
-        return None
-    for attr in ("to_dict", "model_dump"):
-        fn = getattr(value, attr, None)
-        if callable(fn):
-            return fn()
-    try:
-        json.dumps(value)
-        return value
-    except TypeError:
-        return str(value)
+        EngineDir(tmp).write_recipe(recipe)

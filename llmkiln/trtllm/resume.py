@@ -17,13 +17,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from llmkiln.atomic import replace_dir, write_json_atomic
-from llmkiln.build import trtllm_plan as plan_mod
-from llmkiln.build.trtllm_checkpoint import validate_checkpoint
-from llmkiln.build.trtllm_engine import gpu_status, run_trtllm_build, validate_engine
-from llmkiln.build.trtllm_stage import render_repository
+from llmkiln.atomic import replace_dir
+from llmkiln.build.manifest import hash_engine_files
+from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput, NeedsGpuHost
 from llmkiln.recipe import Recipe, validate
+from llmkiln.trtllm import plan as plan_mod
+from llmkiln.trtllm.checkpoint import validate_checkpoint
+from llmkiln.trtllm.engine_build import GpuStatus, gpu_status, run_trtllm_build, validate_engine
+from llmkiln.trtllm.stages import render_repository
+from llmkiln.versions import tool_versions
 
 
 @dataclass
@@ -87,11 +90,9 @@ def write_manifest(
     repo: dict[str, Any],
     argv: list[str],
     build_seconds: float,
-    status: Any,
+    status: GpuStatus | None,
     seconds: float,
 ) -> dict[str, Any]:
-    from llmkiln.build.manifest import MANIFEST_NAME, hash_engine_files, tool_versions
-
     manifest = dict(plan.get("manifest_draft") or {})
     manifest.update(
         {
@@ -99,8 +100,8 @@ def write_manifest(
                 "argv": argv,
                 "build_seconds": round(build_seconds, 3),
                 "engine": engine,
-                "tensorrt_llm": getattr(status, "tensorrt_llm_version", None),
-                "device": getattr(status, "device", None),
+                "tensorrt_llm": status.tensorrt_llm_version if status else None,
+                "device": status.device if status else None,
                 "resumed_on_tool_versions": tool_versions(),
             },
             "triton-repo": repo,
@@ -110,5 +111,4 @@ def write_manifest(
             "resumed_from_plan": plan_mod.PLAN_NAME,
         }
     )
-    write_json_atomic(folder / MANIFEST_NAME, manifest)
-    return manifest
+    return EngineDir(folder).write_manifest(manifest).to_json()

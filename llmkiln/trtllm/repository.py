@@ -30,7 +30,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from llmkiln.atomic import atomic_dir
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe
-from llmkiln.serve import trtllm_model_io as io
+from llmkiln.trtllm import model_io as io
 
 MODELS = ("ensemble", "preprocessing", "tensorrt_llm", "postprocessing", "tensorrt_llm_bls")
 PYTHON_MODELS = {

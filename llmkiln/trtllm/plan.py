@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from llmkiln.atomic import write_text_atomic
-from llmkiln.build.trtllm_flags import check_build_rules, parse_argv
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe
+from llmkiln.trtllm.flags import check_build_rules, parse_argv
 
 PLAN_FORMAT = "llmkiln.trtllm-plan"
 PLAN_VERSION = 1

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmkiln.build.trtllm_plan import ENGINE_DIR, validate_argv
 from llmkiln.errors import BuildFailed
 from llmkiln.recipe import Recipe
+from llmkiln.trtllm.plan import ENGINE_DIR, validate_argv
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from llmkiln.errors import BadInput
-from llmkiln.serve import trtllm_model_io as io
-from llmkiln.serve.trtllm_repository import MODELS, PYTHON_MODELS, WARMUP_DIR
+from llmkiln.trtllm import model_io as io
+from llmkiln.trtllm.repository import MODELS, PYTHON_MODELS, WARMUP_DIR
 
 ALWAYS_FILLED = {
     "tensorrt_llm": ("gpt_model_path", "gpt_model_type", "batch_scheduler_policy", "kv_cache_free_gpu_mem_fraction",

@@ -1,0 +1,248 @@
+"""The engine folder: the contract between the build and everything that reads an engine, with one owner.
+
+An engine folder (`engines/<recipe>/`, built in a temp folder and renamed into place when complete) holds:
+
+| file                          | written by                               | read here with                  |
+|-------------------------------|------------------------------------------|---------------------------------|
+| `recipe.resolved.yaml`        | the build (`write_recipe`)               | `EngineDir.recipe()`            |
+| `manifest.json`               | the build (`write_manifest`)             | `EngineDir.manifest()`          |
+| `genai_config.json`, `model.onnx`, `model.onnx.data` | the onnxruntime-genai builder (ONNX backends) | `EngineDir.genai_config()` |
+| `tokenizer.json`, …           | copied from the source model             | `EngineDir.tokenizer_file()`    |
+| `calibration/kv_scales.json`  | the calibration stage (int8/fp8 KV)      | `EngineDir.kv_scales()`         |
+
+Every reader raises BadInput naming the file and what is wrong. `resolve_engine(name_or_path)` is the one way
+from what a user types (a folder, or a recipe name under the engines root) to an EngineDir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from llmkiln import kv_scales
+from llmkiln.atomic import write_json_atomic, write_text_atomic
+from llmkiln.errors import BadInput
+from llmkiln.kv_scales import KvScales
+from llmkiln.recipe import Recipe, merge, validate
+
+RESOLVED_RECIPE = "recipe.resolved.yaml"
+MANIFEST = "manifest.json"
+GENAI_CONFIG = "genai_config.json"
+MODEL_ONNX = "model.onnx"
+TOKENIZER = "tokenizer.json"
+CALIBRATION_DIR = "calibration"
+KV_SCALES = f"{CALIBRATION_DIR}/{kv_scales.FILE_NAME}"
+MANIFEST_FORMAT = 1
+
+ENGINES_ENV = "LLMKILN_ENGINES"
+DEFAULT_ENGINES_ROOT = Path("engines")
+
+
+def default_engines_root() -> Path:
+    """Where engine folders live: $LLMKILN_ENGINES, else ./engines (relative to the working directory)."""
+    return Path(os.environ.get(ENGINES_ENV) or DEFAULT_ENGINES_ROOT)
+
+
+def resolve_engine(name_or_path: str | os.PathLike[str], engines_root: Path | None = None) -> EngineDir:
+    """A path to an engine folder, or a recipe name whose engine is `<engines root>/<name>`."""
+    p = Path(name_or_path)
+    if p.is_dir():
+        return EngineDir(p.resolve())
+    root = engines_root if engines_root is not None else default_engines_root()
+    candidate = root / str(name_or_path)
+    if p.name == str(name_or_path) and candidate.is_dir():
+        return EngineDir(candidate.resolve())
+    raise BadInput(
+        f"engine {str(name_or_path)!r}: no such folder (nor {candidate}); build it with `kiln build {p.name}`"
+    )
+
+
+@dataclass(frozen=True)
+class GenaiConfig:
+    """What the runtime needs from genai_config.json: the builder's decoder graph, its shapes and names."""
+
+    model_file: str
+    num_layers: int
+    kv_heads: int
+    head_size: int
+    vocab_size: int
+    context_length: int
+    eos_token_ids: tuple[int, ...]
+    bos_token_id: int | None
+    input_ids_name: str = "input_ids"
+    attention_mask_name: str = "attention_mask"
+    past_key_fmt: str = "past_key_values.%d.key"
+    past_value_fmt: str = "past_key_values.%d.value"
+    logits_name: str = "logits"
+    present_key_fmt: str = "present.%d.key"
+    present_value_fmt: str = "present.%d.value"
+
+    @classmethod
+    def read(cls, path: Path) -> GenaiConfig:
+        try:
+            cfg = json.loads(path.read_text(encoding="utf-8"))
+            model = cfg["model"]
+            dec = model["decoder"]
+            eos = model.get("eos_token_id", [])
+            eos_ids = tuple(int(x) for x in (eos if isinstance(eos, list) else [eos]))
+            ins, outs = dec.get("inputs", {}), dec.get("outputs", {})
+            bos = model.get("bos_token_id")
+            return cls(
+                model_file=str(dec.get("filename", MODEL_ONNX)),
+                num_layers=int(dec["num_hidden_layers"]),
+                kv_heads=int(dec["num_key_value_heads"]),
+                head_size=int(dec["head_size"]),
+                vocab_size=int(model["vocab_size"]),
+                context_length=int(model["context_length"]),
+                eos_token_ids=eos_ids,
+                bos_token_id=None if bos is None else int(bos),
+                input_ids_name=ins.get("input_ids", "input_ids"),
+                attention_mask_name=ins.get("attention_mask", "attention_mask"),
+                past_key_fmt=ins.get("past_key_names", "past_key_values.%d.key"),
+                past_value_fmt=ins.get("past_value_names", "past_key_values.%d.value"),
+                logits_name=outs.get("logits", "logits"),
+                present_key_fmt=outs.get("present_key_names", "present.%d.key"),
+                present_value_fmt=outs.get("present_value_names", "present.%d.value"),
+            )
+        except FileNotFoundError:
+            raise BadInput(
+                f"{path}: missing; is {path.parent} an engine folder built by `kiln build`?"
+            ) from None
+        except (KeyError, TypeError, ValueError, UnicodeDecodeError) as exc:
+            raise BadInput(f"{path}: not a usable genai_config.json ({type(exc).__name__}: {exc})") from None
+
+
+class ManifestSource(BaseModel):
+    """Where the weights came from, and the sha256 of every source file (weights apart)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    path: str
+    generated: str | None = None
+    seed: int | None = None
+    weights: dict[str, str] = {}
+    files: dict[str, str] = {}
+
+
+class Manifest(BaseModel):
+    """manifest.json: what was built, from what, with which tools. Each stage's own result is an extra key
+    named after the stage (e.g. `export`, `calibration`): `part(name)`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format: int = MANIFEST_FORMAT
+    recipe: str
+    recipe_file: str | None = None
+    recipe_sha256: str
+    build_key: str
+    backend: str
+    precision: str
+    source: ManifestSource
+    tool_versions: dict[str, str] = {}
+    engine_files: dict[str, str] = {}
+    stages: list[dict[str, Any]] = []
+    build_seconds: float | None = None
+    built_at: str | None = None
+
+    def part(self, name: str) -> dict[str, Any]:
+        """The result a stage recorded under its name ({} when absent)."""
+        value = (self.model_extra or {}).get(name)
+        return value if isinstance(value, dict) else {}
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+@dataclass(frozen=True)
+class EngineDir:
+    """One engine folder; every read and write of its files goes through here."""
+
+    path: Path
+
+    def file(self, rel: str) -> Path:
+        return self.path / rel
+
+    def exists(self) -> bool:
+        """True when the folder holds a resolved recipe (every complete engine does)."""
+        return self.file(RESOLVED_RECIPE).is_file()
+
+    def require(self) -> EngineDir:
+        """self, or BadInput when this is not an engine folder."""
+        if not self.path.is_dir():
+            raise BadInput(f"engine folder {self.path} does not exist; build it with `kiln build RECIPE`")
+        if not self.exists():
+            raise BadInput(
+                f"{self.path}: not an engine folder (no {RESOLVED_RECIPE}); build one with `kiln build RECIPE`"
+            )
+        return self
+
+    # -- the resolved recipe ---------------------------------------------------------------------------------
+    def recipe(self, overrides: dict[str, Any] | None = None) -> Recipe:
+        """The recipe the engine was built from (+ nested overrides, e.g. {'scheduler': {...}}), validated."""
+        path = self.file(RESOLVED_RECIPE)
+        if not path.is_file():
+            self.require()
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise BadInput(f"{path}: not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise BadInput(f"{path}: expected a mapping")
+        if overrides:
+            if not isinstance(overrides, dict):
+                raise BadInput(
+                    f"overrides must be a nested mapping like {{'scheduler': {{...}}}}, got {overrides!r}"
+                )
+            data = merge(data, overrides)
+        return validate(data, f"{path} (with overrides)" if overrides else str(path))
+
+    def write_recipe(self, recipe: Recipe) -> None:
+        write_text_atomic(self.file(RESOLVED_RECIPE), recipe.to_yaml(), mode=0o644)
+
+    # -- the manifest ----------------------------------------------------------------------------------------
+    def manifest(self) -> Manifest | None:
+        """The manifest, or None when it is absent or unreadable (an older or interrupted folder)."""
+        try:
+            return Manifest.model_validate_json(self.file(MANIFEST).read_bytes())
+        except (OSError, ValidationError, ValueError):
+            return None
+
+    def require_manifest(self) -> Manifest:
+        """The manifest; BadInput naming the file when it is absent or unreadable."""
+        manifest = self.manifest()
+        if manifest is None:
+            raise BadInput(
+                f"{self.file(MANIFEST)}: missing or unreadable; rebuild the engine with `kiln build`"
+            )
+        return manifest
+
+    def write_manifest(self, manifest: Manifest | dict[str, Any]) -> Manifest:
+        m = manifest if isinstance(manifest, Manifest) else Manifest.model_validate(manifest)
+        write_json_atomic(self.file(MANIFEST), m.to_json())
+        return m
+
+    def files_present(self, manifest: Manifest) -> bool:
+        """True when every file the manifest lists still exists (a cheap check: no re-hashing)."""
+        return bool(manifest.engine_files) and all(self.file(rel).is_file() for rel in manifest.engine_files)
+
+    # -- model files -----------------------------------------------------------------------------------------
+    def genai_config(self) -> GenaiConfig:
+        return GenaiConfig.read(self.file(GENAI_CONFIG))
+
+    def has_onnx_model(self) -> bool:
+        return self.file(MODEL_ONNX).is_file() and self.file(GENAI_CONFIG).is_file()
+
+    def tokenizer_file(self) -> Path | None:
+        f = self.file(TOKENIZER)
+        return f if f.is_file() else None
+
+    def kv_scales(self, num_layers: int | None = None, kv_heads: int | None = None) -> KvScales | None:
+        """calibration/kv_scales.json, checked against the model's shape when given; None when absent."""
+        path = self.file(KV_SCALES)
+        return KvScales.read(path, num_layers, kv_heads) if path.is_file() else None

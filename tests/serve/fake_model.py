@@ -1,0 +1,35 @@
+"""Test model for the real-server tests: the real ServeCore over the stand-in engine.
+
+conftest.fake_repository copies this file over a repository's `1/model.py` and fake_engine.py next to it.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import triton_python_backend_utils as pb_utils
+
+from llmkiln.serve.handler import ServeCore, ServeSettings
+
+
+def _fake_engine_module():
+    spec = importlib.util.spec_from_file_location(
+        "llmkiln_fake_engine", Path(__file__).with_name("fake_engine.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
+    spec.loader.exec_module(module)
+    return module
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        engine = _fake_engine_module().FakeEngine().start()
+        self.core = ServeCore(pb_utils, engine, ServeSettings.from_args(args))
+
+    async def execute(self, requests):
+        await self.core.execute(requests)
+        return None
+
+    def finalize(self):
+        self.core.shutdown()
