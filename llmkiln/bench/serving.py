@@ -11,7 +11,7 @@ from pathlib import Path
 
 from llmkiln.engine_dir import EngineDir
 from llmkiln.serve.repository import spec_from_engine, write_repository
-from llmkiln.serve.server import ServerConfig, TritonServer, free_port
+from llmkiln.serve.server import ServerConfig, TritonServer, free_ports
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def serve_engine(
         spec = spec_from_engine(EngineDir(engine_dir).require(), model_name)
         repo = Path(tmp) / "repo"
         write_repository(spec, repo)
-        ports = _three_ports()
+        ports = free_ports(3)
         cfg = ServerConfig(
             repository=repo,
             http_port=ports[0],
@@ -57,12 +57,3 @@ def serve_engine(
             yield Served(url=server.url_grpc, model=model_name, server=server, ready_s=ready_s)
         finally:
             server.stop()
-
-
-def _three_ports() -> tuple[int, int, int]:
-    ports: list[int] = []
-    while len(ports) < 3:
-        p = free_port()
-        if p not in ports:
-            ports.append(p)
-    return ports[0], ports[1], ports[2]

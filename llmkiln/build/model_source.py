@@ -35,7 +35,8 @@ def check_hf_folder(path: Path, field: str, recipe_file: Path | None) -> None:
     where = f"{recipe_file}: field '{field}'" if recipe_file else f"--model {path}"
     if not path.exists():
         hint = (
-            f" or pass one: `make engine RECIPE={recipe_file.stem} MODEL=/path` (kiln build --model PATH)"
+            f" (model.path is relative to the recipe file), or pass one: "
+            f"`kiln build {recipe_file.stem} --model /path/to/hf-folder`"
             if recipe_file
             else ""
         )

@@ -21,6 +21,7 @@ from typing import Any
 
 from llmkiln.build.logs import output_to
 from llmkiln.build.rope_fix import derive_position_ids, needs_separate_rope
+from llmkiln.build.stages import BuildContext
 from llmkiln.errors import BadInput, BuildFailed
 from llmkiln.tokenizer_files import GENERATION_CONFIG, TOKENIZER_FILES, copy_tokenizer_files
 from llmkiln.versions import package_versions
@@ -121,7 +122,7 @@ class OnnxExportStage:
     version = "2"
     cacheable = True
 
-    def check(self, ctx: Any) -> None:
+    def check(self, ctx: BuildContext) -> None:
         if ctx.recipe.precision not in PRECISION_OPTIONS:
             raise BadInput(
                 f"{ctx.recipe_file}: field 'precision': {ctx.recipe.precision!r} is not available on backend "
@@ -138,7 +139,7 @@ class OnnxExportStage:
                 f"model's max_position_embeddings ({max_pos}); use at most {max_pos}"
             )
 
-    def cache_key(self, ctx: Any) -> dict[str, Any]:
+    def cache_key(self, ctx: BuildContext) -> dict[str, Any]:
         return {
             "source": ctx.source_hashes,
             "precision": ctx.recipe.precision,
@@ -147,7 +148,7 @@ class OnnxExportStage:
             "tools": package_versions(_BUILDER_TOOLS),
         }
 
-    def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
+    def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:
         t0 = time.perf_counter()
         ep = EXECUTION_PROVIDERS[ctx.recipe.backend]
         extra = PRECISION_OPTIONS[ctx.recipe.precision]
@@ -175,10 +176,10 @@ class TokenizerStage:
     version = "1"
     cacheable = False
 
-    def cache_key(self, ctx: Any) -> dict[str, Any]:
+    def cache_key(self, ctx: BuildContext) -> dict[str, Any]:
         return {f: h for f, h in ctx.source_hashes.items() if f in COPIED_SOURCE_FILES}
 
-    def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
+    def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:
         copied = copy_tokenizer_files(ctx.source.path, out_dir, COPIED_SOURCE_FILES)
         if "tokenizer.json" not in copied:
             raise BuildFailed(

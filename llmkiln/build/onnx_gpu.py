@@ -23,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
+from llmkiln.build.stages import BuildContext
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe
 
@@ -173,10 +174,10 @@ class OnnxTrtEngineStage:
     version = "1"
     cacheable = False
 
-    def cache_key(self, ctx: Any) -> dict[str, Any]:
+    def cache_key(self, ctx: BuildContext) -> dict[str, Any]:
         return {"recipe": ctx.recipe.compute_hash()}
 
-    def run(self, ctx: Any, out_dir: Path) -> dict[str, Any]:
+    def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:
         status = onnx_gpu_status()
         if not status.ok("tensorrt"):
             ctx.progress.info("onnx-trt-engine: skipped, " + "; ".join(status.missing))

@@ -20,6 +20,7 @@ import numpy as np
 from llmkiln.calibration.candidates import Scorer
 from llmkiln.calibration.datasets import TextRecord
 from llmkiln.errors import BadInput
+from llmkiln.recipe import QualityBudget
 
 
 @dataclass
@@ -34,7 +35,7 @@ class Budget:
         return all(v is None for v in asdict(self).values())
 
     @classmethod
-    def from_recipe(cls, qb: Any) -> Budget:
+    def from_recipe(cls, qb: QualityBudget) -> Budget:
         return cls(qb.max_ppl_delta_pct, qb.min_top1_agreement, qb.max_mean_kl)
 
     def merged(self, **overrides: float | None) -> Budget:

@@ -67,11 +67,16 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS considers free now (tests)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """`n` distinct ports the OS considers free now (benchmarks and tests start servers on them)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 class TritonServer:

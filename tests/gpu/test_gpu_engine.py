@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llmkiln.serve.server import free_ports
 from llmkiln.trtllm.repo_check import check_trtllm_repository
 
 pytestmark = [pytest.mark.slow, pytest.mark.gpu]
@@ -43,12 +43,6 @@ def test_engine_folder(gpu_engine: Path) -> None:
     assert check_trtllm_repository(gpu_engine / "triton_repo", check_paths=True) == []
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_triton_serves_the_model_set_with_streaming(gpu_engine: Path) -> None:
     if not shutil.which("tritonserver") or not os.environ.get("LLMKILN_TRTLLM_MODELS"):
         pytest.skip("needs tritonserver and LLMKILN_TRTLLM_MODELS (the upstream inflight_batcher_llm folder)")
@@ -56,7 +50,7 @@ def test_triton_serves_the_model_set_with_streaming(gpu_engine: Path) -> None:
 
     repo = gpu_engine / "triton_repo"
     assert check_trtllm_repository(repo, check_paths=True, require_model_files=True) == []
-    http, grpc, metrics = _free_port(), _free_port(), _free_port()
+    http, grpc, metrics = free_ports(3)
     proc = subprocess.Popen(
         ["tritonserver", f"--model-repository={repo}", f"--http-port={http}", f"--grpc-port={grpc}",
          f"--metrics-port={metrics}", "--http-address=127.0.0.1", "--grpc-address=127.0.0.1"],

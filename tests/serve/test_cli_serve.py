@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llmkiln.serve.server import free_port
+from llmkiln.serve.server import free_ports
 
 from .client import http_generate
 
@@ -38,7 +38,7 @@ def _descendants(pid: int) -> set[int]:
 
 def test_kiln_serve_until_sigint(engine_factory, tmp_path: Path):
     engine = engine_factory("stories-fp32")
-    ports = sorted({free_port() for _ in range(6)})[:3]
+    ports = free_ports(3)
     err = (tmp_path / "stderr").open("w+")
     proc = subprocess.Popen(
         [sys.executable, "-m", "llmkiln.cli.main", "serve", str(engine), "--http-port", str(ports[0]),

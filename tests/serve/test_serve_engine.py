@@ -12,7 +12,7 @@ import pytest
 
 from llmkiln.recipe import Warmup
 from llmkiln.serve.repository import spec_from_engine, write_repository
-from llmkiln.serve.server import ServerConfig, TritonServer, free_port
+from llmkiln.serve.server import ServerConfig, TritonServer, free_ports
 
 from .client import http_generate, metric, scrape, stream_many
 
@@ -26,10 +26,7 @@ WARMUP = Warmup(prompts=[SYSTEM, "Once upon a time"], count=2, max_tokens=4)
 
 
 def _ports() -> dict[str, int]:
-    ports: set[int] = set()
-    while len(ports) < 3:
-        ports.add(free_port())
-    http, grpc, metrics = sorted(ports)
+    http, grpc, metrics = free_ports(3)
     return {"http_port": http, "grpc_port": grpc, "metrics_port": metrics}
 
 

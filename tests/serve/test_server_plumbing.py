@@ -13,7 +13,7 @@ import tritonclient.grpc as grpcclient
 
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Warmup
-from llmkiln.serve.server import ServerConfig, ServerFailed, TritonServer, free_port
+from llmkiln.serve.server import ServerConfig, ServerFailed, TritonServer, free_ports
 
 from .conftest import fake_repository
 
@@ -21,10 +21,7 @@ pytestmark = pytest.mark.slow
 
 
 def _config(repo: Path, tmp: Path) -> ServerConfig:
-    ports = set()
-    while len(ports) < 3:
-        ports.add(free_port())
-    http, grpc, metrics = sorted(ports)
+    http, grpc, metrics = free_ports(3)
     return ServerConfig(
         repo, http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=10, workdir=tmp
     )
