@@ -36,6 +36,7 @@ MANIFEST = "manifest.json"
 GENAI_CONFIG = "genai_config.json"
 MODEL_ONNX = "model.onnx"
 TOKENIZER = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
 CALIBRATION_DIR = "calibration"
 KV_SCALES = f"{CALIBRATION_DIR}/{kv_scales.FILE_NAME}"
 MANIFEST_FORMAT = 1
@@ -241,6 +242,25 @@ class EngineDir:
     def tokenizer_file(self) -> Path | None:
         f = self.file(TOKENIZER)
         return f if f.is_file() else None
+
+    def tokenizer_config(self) -> dict[str, Any]:
+        """tokenizer_config.json ({} when absent)."""
+        path = self.file(TOKENIZER_CONFIG)
+        if not path.is_file():
+            return {}
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise BadInput(f"{path}: not valid JSON: {exc}") from None
+        return data if isinstance(data, dict) else {}
+
+    def chat_template(self) -> str | None:
+        """The chat template: the recipe's `chat_template`, else the model's tokenizer_config.json one, else None."""
+        from_recipe = self.recipe().chat_template
+        if from_recipe:
+            return from_recipe
+        template = self.tokenizer_config().get("chat_template")
+        return template if isinstance(template, str) and template else None
 
     def kv_scales(self, num_layers: int | None = None, kv_heads: int | None = None) -> KvScales | None:
         """calibration/kv_scales.json, checked against the model's shape when given; None when absent."""

@@ -265,6 +265,13 @@ class Recipe(Strict):
     warmup: Warmup = Field(default_factory=Warmup)
     serve: Serve = Field(default_factory=Serve)
     trtllm: TrtLlm = Field(default_factory=TrtLlm)
+    chat_template: str | None = Field(
+        None,
+        description="Jinja chat template (Hugging Face style: messages, add_generation_prompt, bos_token, "
+        "eos_token) that turns chat messages into the prompt; overrides the model's tokenizer_config.json "
+        "chat_template. Keep it deterministic (no dates, no random ids) so equal system prompts give equal "
+        "token prefixes.",
+    )
 
     @model_validator(mode="after")
     def _cross(self) -> Recipe:
