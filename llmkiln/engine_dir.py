@@ -10,7 +10,10 @@ An engine folder (`engines/<recipe>/`, built in a temp folder and renamed into p
 | `tokenizer.json`, …           | copied from the source model             | `EngineDir.tokenizer_file()`    |
 | `calibration/kv_scales.json`  | the calibration stage (int8/fp8 KV)      | `EngineDir.kv_scales()`         |
 
-Every reader raises BadInput naming the file and what is wrong. `resolve_engine(name_or_path)` is the one way
+Every reader raises BadInput naming the file and what is wrong. `EngineDir.verify()` checks every file against
+the sha256 the manifest records (IntegrityError naming the file otherwise): a file whose size, mtime, ctime and
+inode are unchanged since it last matched is trusted (the record lives in the user's cache folder, never in the
+engine folder, which may be read-only); `full=True` re-hashes everything. `resolve_engine(name_or_path)` is the one way
 from what a user types (a folder, or a recipe name under the engines root) to an EngineDir.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from llmkiln import kv_scales
 from llmkiln.atomic import write_json_atomic, write_text_atomic
-from llmkiln.errors import BadInput
+from llmkiln.errors import BadInput, IntegrityError
+from llmkiln.hashing import HashCache, check_files
 from llmkiln.kv_scales import KvScales
 from llmkiln.recipe import Recipe, merge, validate
 
@@ -42,12 +47,27 @@ KV_SCALES = f"{CALIBRATION_DIR}/{kv_scales.FILE_NAME}"
 MANIFEST_FORMAT = 1
 
 ENGINES_ENV = "LLMKILN_ENGINES"
+CACHE_ENV = "LLMKILN_CACHE_DIR"
+VERIFIED_FILES = "verified-files.json"
 DEFAULT_ENGINES_ROOT = Path("engines")
 
 
 def default_engines_root() -> Path:
     """Where engine folders live: $LLMKILN_ENGINES, else ./engines (relative to the working directory)."""
     return Path(os.environ.get(ENGINES_ENV) or DEFAULT_ENGINES_ROOT)
+
+
+def user_cache_dir() -> Path:
+    """llmkiln's per-user cache folder: $LLMKILN_CACHE_DIR, else $XDG_CACHE_HOME/llmkiln, else ~/.cache/llmkiln."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "llmkiln"
+
+
+def verified_files_cache(full: bool = False) -> HashCache:
+    """The record of engine files that matched their manifest (size, mtime, ctime, inode -> sha256)."""
+    return HashCache(user_cache_dir() / VERIFIED_FILES, refresh=full)
 
 
 def resolve_engine(name_or_path: str | os.PathLike[str], engines_root: Path | None = None) -> EngineDir:
@@ -161,6 +181,15 @@ class Manifest(BaseModel):
 
 
 @dataclass(frozen=True)
+class VerifyReport:
+    """What EngineDir.verify checked: files listed, files re-hashed (the rest matched their recorded stamp)."""
+
+    files: int
+    hashed: int
+    seconds: float
+
+
+@dataclass(frozen=True)
 class EngineDir:
     """One engine folder; every read and write of its files goes through here."""
 
@@ -227,6 +256,32 @@ class EngineDir:
         m = manifest if isinstance(manifest, Manifest) else Manifest.model_validate(manifest)
         write_json_atomic(self.file(MANIFEST), m.to_json())
         return m
+
+    def verify(self, full: bool = False, cache: HashCache | None = None) -> VerifyReport:
+        """Check every file the manifest lists against its sha256; IntegrityError naming each bad file.
+
+        Files whose stamp (size, mtime, ctime, inode) matches the last successful check are not re-read unless
+        `full`; the first check of a folder always hashes everything.
+        """
+        t0 = time.perf_counter()
+        manifest = self.require_manifest()
+        if not manifest.engine_files:
+            raise IntegrityError(
+                f"{self.file(MANIFEST)}: lists no engine files, so nothing can be verified; rebuild the engine "
+                "with `kiln build RECIPE --force`"
+            )
+        cache = cache if cache is not None else verified_files_cache(full)
+        problems = check_files(self.path, manifest.engine_files, cache)
+        cache.save()
+        if problems:
+            shown = "\n  ".join(problems[:10]) + (
+                f"\n  ... ({len(problems)} in all)" if len(problems) > 10 else ""
+            )
+            raise IntegrityError(
+                f"engine {self.path} does not match its manifest (corrupted or edited after the build):\n  "
+                f"{shown}\nnothing was loaded; rebuild it with `kiln build {manifest.recipe} --force`"
+            )
+        return VerifyReport(len(manifest.engine_files), cache.hashed, time.perf_counter() - t0)
 
     def files_present(self, manifest: Manifest) -> bool:
         """True when every file the manifest lists still exists (a cheap check: no re-hashing)."""

@@ -39,3 +39,10 @@ class BuildFailed(KilnError):
     """A build stage failed for a reason other than bad input."""
 
     exit_code = 1
+
+
+class IntegrityError(KilnError):
+    """An engine or cached build file does not match the sha256 its manifest records. Exit code 1: the bytes on
+    disk changed after the build (corruption, an edit); rebuild with `kiln build RECIPE --force`."""
+
+    exit_code = 1

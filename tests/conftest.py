@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +18,10 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_MODELS = REPO_ROOT.parent / "shared" / "models"
 STORIES_DIR = SHARED_MODELS / "stories260K"
+
+# The record of verified engine files (llmkiln.engine_dir.user_cache_dir) goes to a folder of this test run, not
+# the user's ~/.cache; subprocesses (kiln CLI, tritonserver's stub) inherit it.
+os.environ.setdefault("LLMKILN_CACHE_DIR", tempfile.mkdtemp(prefix="llmkiln-test-cache-"))
 
 
 @pytest.fixture(scope="session")

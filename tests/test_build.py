@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmkiln import backends
+from llmkiln import backends, hashing
 from llmkiln.backends import STAGES
 from llmkiln.backends import build as build_engine
 from llmkiln.build import weights
@@ -229,8 +229,8 @@ def test_hash_cache_skips_unchanged_files(tmp_path: Path, monkeypatch) -> None:
     first = weights.hash_model_dir(src, cache := weights.HashCache(cache_file))
     cache.save()
     calls = []
-    real = weights.sha256_file
-    monkeypatch.setattr(weights, "sha256_file", lambda p: calls.append(p) or real(p))
+    real = hashing.sha256_file
+    monkeypatch.setattr(hashing, "sha256_file", lambda p: calls.append(p) or real(p))
     again = weights.hash_model_dir(src, weights.HashCache(cache_file))
     assert again == first and calls == []
     (src / "config.json").write_text('{"changed": true}')

@@ -37,7 +37,9 @@ def serve_engine(
     """
     engine_dir = Path(engine_dir).resolve()
     with tempfile.TemporaryDirectory(prefix="llmkiln-bench-") as tmp:
-        spec = spec_from_engine(EngineDir(engine_dir).require(), model_name)
+        folder = EngineDir(engine_dir).require()
+        folder.verify()  # never benchmark a corrupted engine (IntegrityError names the file)
+        spec = spec_from_engine(folder, model_name)
         repo = Path(tmp) / "repo"
         write_repository(spec, repo)
         ports = free_ports(3)

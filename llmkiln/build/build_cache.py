@@ -3,14 +3,17 @@
 - build_key: recipe hash + source file hashes + tool versions + stage names/versions (+ each stage's optional
   `build_key_extra(ctx)`); engines/<recipe>/manifest.json records it, and an equal key means "up to date".
 - A cacheable stage runs into engines/.stages/<name>/<key digest>/ (temp folder + rename, with stage.json
-  recording its result and file hashes); the next build with the same stage key reuses the folder. Its files are
-  copied (cloned where the filesystem can) into the engine folder being assembled.
+  recording its result and file hashes); the next build with the same stage key reuses the folder once its files
+  match those hashes (a corrupted entry is removed and the stage runs again). Its files are copied (cloned where
+  the filesystem can) into the engine folder being assembled.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,7 @@ from llmkiln.atomic import atomic_dir, remove_dir, write_json_atomic
 from llmkiln.build.manifest import hash_engine_files
 from llmkiln.build.stages import BuildContext, Stage
 from llmkiln.engine_dir import MANIFEST_FORMAT
-from llmkiln.hashing import digest
+from llmkiln.hashing import HashCache, check_files, digest
 from llmkiln.recipe import Recipe
 
 STAGE_META_NAME = "stage.json"
@@ -97,6 +100,45 @@ def _copy_tree(src: Path, dst: Path, skip: set[str]) -> None:
         _clone_file(f, target)
 
 
+_OWNER = re.compile(r"^\.(?:tmp|old)-.*@(\d+)-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_dead_temp(folder: Path) -> list[Path]:
+    """Remove `.tmp-*@PID-*` / `.old-*@PID-*` folders under `folder` whose writer process is gone (a killed
+    build); folders of live builds (other recipes may share a stage cache) are left alone."""
+    removed = []
+    if not folder.is_dir():
+        return removed
+    for entry in folder.iterdir():
+        m = _OWNER.match(entry.name)
+        if m and entry.is_dir() and not _alive(int(m.group(1))):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _check_cached(cache_dir: Path, meta: dict[str, Any], engines_root: Path) -> list[str]:
+    """Problems of a cached stage folder against the file hashes its stage.json lists (none: reuse it). Files
+    unchanged since their last check (size, mtime, ctime, inode; engines/.cache/stage-files.json) are not re-read."""
+    files = meta.get("files")
+    if not isinstance(files, dict) or not files:
+        return [f"{cache_dir / STAGE_META_NAME}: lists no file hashes"]
+    cache = HashCache(engines_root / ".cache" / "stage-files.json")
+    problems = check_files(cache_dir, {str(k): str(v) for k, v in files.items()}, cache)
+    cache.save()
+    return problems
+
+
 def run_cached_stage(
     stage: Stage, ctx: BuildContext, key_digest: str, key: dict[str, Any]
 ) -> tuple[dict[str, Any], bool]:
@@ -105,6 +147,17 @@ def run_cached_stage(
     cache_dir = stage_cache_dir(ctx.engines_root, stage, key_digest)
     meta_path = cache_dir / STAGE_META_NAME
     meta = None if ctx.options.force else read_json(meta_path)
+    if meta is not None:
+        problems = _check_cached(cache_dir, meta, ctx.engines_root)
+        if (
+            problems
+        ):  # a corrupted cache entry is never copied into an engine: drop it and run the stage again
+            ctx.progress.info(
+                f"stage {stage.name}: cached output {cache_dir} does not match its stage.json, rebuilding it:\n  "
+                + "\n  ".join(problems[:5])
+            )
+            remove_dir(cache_dir)
+            meta = None
     cached = meta is not None
     if meta is None:
 
@@ -117,7 +170,9 @@ def run_cached_stage(
             except OSError:  # a concurrent build published the same key meanwhile: use theirs (same inputs)
                 meta = read_json(meta_path) or meta
 
-        with atomic_dir(cache_dir, prefix=f".tmp-{key_digest[:12]}-", mode=0o755, publish=publish) as tmp:
+        remove_dead_temp(cache_dir.parent)
+        prefix = f".tmp-{key_digest[:12]}@{os.getpid()}-"
+        with atomic_dir(cache_dir, prefix=prefix, mode=0o755, publish=publish) as tmp:
             part = stage.run(ctx, tmp)
             files = hash_engine_files(tmp)
             files = {k: v for k, v in files.items() if k not in (STAGE_META_NAME, STAGE_LOG_NAME)}

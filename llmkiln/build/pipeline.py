@@ -40,8 +40,10 @@ from llmkiln.build.manifest import hash_engine_files, manifest_head
 from llmkiln.build.model_source import generated_model_dir, resolve_source
 from llmkiln.build.progress import BuildProgress, QuietProgress
 from llmkiln.build.stages import BuildContext, BuildOptions, Stage, StageSource
-from llmkiln.build.weights import HashCache, hash_model_dir
+from llmkiln.build.weights import hash_model_dir
 from llmkiln.engine_dir import EngineDir, Manifest
+from llmkiln.errors import IntegrityError
+from llmkiln.hashing import HashCache
 from llmkiln.recipe import load_recipe
 from llmkiln.versions import tool_versions
 
@@ -76,13 +78,20 @@ def _remove_stale(engines_root: Path, name: str) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def _current_manifest(engine_dir: Path, key: str) -> Manifest | None:
-    """The engine's manifest when it carries this build key and all its files exist (up to date), else None."""
+def _current_manifest(engine_dir: Path, key: str, progress: BuildProgress | None = None) -> Manifest | None:
+    """The engine's manifest when it carries this build key and its files match their recorded sha256 (up to
+    date), else None. Files unchanged since their last check (size, mtime, ctime, inode) are not re-read."""
     folder = EngineDir(engine_dir)
     existing = folder.manifest()
-    if existing is not None and existing.build_key == key and folder.files_present(existing):
-        return existing
-    return None
+    if existing is None or existing.build_key != key or not folder.files_present(existing):
+        return None
+    try:
+        folder.verify()
+    except IntegrityError as exc:
+        if progress is not None:
+            progress.info(f"rebuilding: {exc}")
+        return None
+    return existing
 
 
 def build_engine(
@@ -121,11 +130,12 @@ def build_engine(
         return _dry_run(ctx, stages, t0)
 
     with _lock(engines_root, recipe.name):
-        hash_cache = HashCache(engines_root / ".cache" / "hashes.json")
+        # --force re-hashes the sources too (the size/mtime/ctime/inode cache is bypassed, then refreshed)
+        hash_cache = HashCache(engines_root / ".cache" / "hashes.json", refresh=force)
         ctx.source_hashes = hash_model_dir(source.path, hash_cache)
         hash_cache.save()
         key = build_key(recipe, ctx.source_hashes, ctx.tool_versions, stages, ctx)
-        existing = _current_manifest(engine_dir, key)
+        existing = None if force else _current_manifest(engine_dir, key, progress)
         if not force and existing is not None:
             seconds = time.perf_counter() - t0
             progress.finish({"engine_dir": str(engine_dir), "cached": True, "seconds": seconds})

@@ -26,6 +26,12 @@ from llmkiln.runtime.request import SamplingParams
 @click.option("--seed", type=int, default=None, help="Seed for sampling (reproducible output).")
 @click.option("--ignore-eos", is_flag=True, help="Keep generating after the end-of-sequence token.")
 @click.option(
+    "--verify",
+    "verify_full",
+    is_flag=True,
+    help="Re-hash every engine file (default: files changed since their last check).",
+)
+@click.option(
     "--engines-dir",
     type=click.Path(path_type=Path),
     default=None,
@@ -40,6 +46,7 @@ def generate(
     top_k: int,
     seed: int | None,
     ignore_eos: bool,
+    verify_full: bool,
     engines_dir: Path | None,
 ) -> None:
     """Stream the continuation of PROMPT from ENGINE (an engine folder, or a recipe name under the engines root)."""
@@ -52,6 +59,7 @@ def generate(
         ignore_eos=ignore_eos,
     )
     folder = resolve_engine(engine, engines_dir).require()
+    folder.verify(full=verify_full)  # a corrupted engine is never loaded (IntegrityError, exit 1)
     manifest = folder.manifest()
     if manifest is not None and manifest.source.generated:
         click.secho(

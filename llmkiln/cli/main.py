@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "bench": "llmkiln.cli.bench_cmd:bench",
     "quality-diff": "llmkiln.cli.quality_cmd:quality_diff",
     "calibrate": "llmkiln.cli.quality_cmd:calibrate",
+    "verify": "llmkiln.cli.verify_cmd:verify",
 }
 
 

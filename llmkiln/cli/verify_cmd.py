@@ -1,0 +1,27 @@
+"""`kiln verify ENGINE`: re-hash every file of an engine folder against its manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from llmkiln.engine_dir import resolve_engine
+
+
+@click.command()
+@click.argument("engine")
+@click.option(
+    "--engines-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where a recipe-name ENGINE is looked up [default: $LLMKILN_ENGINES or ./engines].",
+)
+def verify(engine: str, engines_dir: Path | None) -> None:
+    """Check every file of ENGINE against the sha256 its manifest records (all files re-read).
+
+    Exit 0 when all match; 1 naming each missing or changed file; 2 when ENGINE is not an engine folder.
+    """
+    folder = resolve_engine(engine, engines_dir).require()
+    report = folder.verify(full=True)
+    click.echo(f"ok: {folder.path}: {report.files} files match the manifest ({report.seconds:.2f} s)")

@@ -1,0 +1,129 @@
+"""Integrity: engine files are checked against the manifest before anything is loaded; the build cache and the
+source-hash cache never trust changed bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_build import write_variant
+
+from llmkiln.backends import build as build_engine
+from llmkiln.engine_dir import EngineDir
+from llmkiln.errors import IntegrityError
+
+pytestmark = pytest.mark.slow
+
+
+def kiln(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "llmkiln.cli.main", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def flip_byte(path: Path, keep_mtime: bool = False) -> None:
+    """Flip one byte in the middle of `path` in place (same size, same inode); optionally restore the mtime."""
+    st = path.stat()
+    with open(path, "r+b") as fh:
+        fh.seek(st.st_size // 2)
+        b = fh.read(1)
+        fh.seek(st.st_size // 2)
+        fh.write(bytes([b[0] ^ 0x01]))
+    if keep_mtime:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.fixture
+def engine_copy(engine_factory, tmp_path: Path) -> Path:
+    dst = tmp_path / "stories-fp32"
+    shutil.copytree(engine_factory("stories-fp32"), dst)
+    return dst
+
+
+def test_flipped_byte_is_refused_by_generate_and_verify(engine_copy: Path) -> None:
+    ok = kiln("verify", str(engine_copy))
+    assert ok.returncode == 0 and "files match the manifest" in ok.stdout, ok.stderr
+    flip_byte(engine_copy / "model.onnx.data", keep_mtime=True)  # same size and mtime: ctime still changes
+    gen = kiln("generate", str(engine_copy), "Once upon a time", "--max-tokens", "4")
+    assert gen.returncode == 1 and gen.stdout == "", gen.stdout
+    assert "model.onnx.data" in gen.stderr and "does not match its manifest" in gen.stderr
+    bad = kiln("verify", str(engine_copy))
+    assert bad.returncode == 1 and "model.onnx.data" in bad.stderr
+    missing = kiln("verify", str(engine_copy / "nope"))
+    assert missing.returncode == 2
+
+
+def test_fast_path_skips_unchanged_files_and_full_rehashes(engine_copy: Path) -> None:
+    folder = EngineDir(engine_copy)
+    first = folder.verify()
+    again = folder.verify()
+    assert first.hashed == first.files and again.hashed == 0
+    assert folder.verify(full=True).hashed == first.files
+    (engine_copy / "tokenizer.json").unlink()
+    with pytest.raises(IntegrityError, match="tokenizer.json: missing"):
+        folder.verify()
+
+
+def test_build_is_not_up_to_date_with_a_corrupted_engine(tmp_path: Path, stories_dir: Path) -> None:
+    recipe = write_variant(tmp_path, "integ", stories_dir)
+    engines = tmp_path / "engines"
+    first = build_engine(recipe, engines)
+    assert build_engine(recipe, engines).cached
+    flip_byte(first.engine_dir / "model.onnx.data")
+    rebuilt = build_engine(recipe, engines)
+    assert not rebuilt.cached
+    EngineDir(rebuilt.engine_dir).verify(full=True)
+
+
+def test_corrupted_stage_cache_is_rebuilt_not_copied(tmp_path: Path, stories_dir: Path) -> None:
+    engines = tmp_path / "engines"
+    a = build_engine(write_variant(tmp_path, "cache-a", stories_dir), engines)
+    good = json.loads((a.engine_dir / "manifest.json").read_text())["engine_files"]["model.onnx.data"]
+    [cached] = list((engines / ".stages" / "export").glob("*/model.onnx.data"))
+    flip_byte(cached)
+    # a killed build's temp folder (its pid is gone) is removed by the next build
+    dead = engines / ".stages" / "export" / ".tmp-0123456789ab@999999999-x"
+    dead.mkdir()
+    # same export key, different runtime settings: the export stage's cache is looked up
+    b = build_engine(
+        write_variant(tmp_path, "cache-b", stories_dir, scheduler={"max_batch_size": 4}), engines
+    )
+    manifest = json.loads((b.engine_dir / "manifest.json").read_text())
+    assert manifest["engine_files"]["model.onnx.data"] == good
+    assert next(s for s in manifest["stages"] if s["name"] == "export")["cached"] is False
+    EngineDir(b.engine_dir).verify(full=True)
+    assert not dead.exists()
+
+
+def test_force_rehashes_the_sources(tmp_path: Path, stories_dir: Path) -> None:
+    src = tmp_path / "model"
+    shutil.copytree(stories_dir, src)
+    recipe = write_variant(tmp_path, "force", src)
+    engines = tmp_path / "engines"
+    first = build_engine(recipe, engines)
+    true_sha = json.loads((first.engine_dir / "manifest.json").read_text())["source"]["weights"]
+    # a stale cache entry whose stamp still matches (what a size+mtime cache believes after an in-place rewrite)
+    cache_file = engines / ".cache" / "hashes.json"
+    entries = json.loads(cache_file.read_text())
+    key = str((src / "model.safetensors").resolve())
+    entries[key][4] = "0" * 64
+    cache_file.write_text(json.dumps(entries))
+    forced = build_engine(recipe, engines, force=True)
+    assert json.loads((forced.engine_dir / "manifest.json").read_text())["source"]["weights"] == true_sha
+    assert json.loads(cache_file.read_text())[key][4] == true_sha["model.safetensors"]
+
+
+def test_changed_source_with_restored_mtime_is_rehashed(tmp_path: Path, stories_dir: Path) -> None:
+    src = tmp_path / "model"
+    shutil.copytree(stories_dir, src)
+    recipe = write_variant(tmp_path, "mtime", src)
+    engines = tmp_path / "engines"
+    build_engine(recipe, engines)
+    flip_byte(src / "model.safetensors", keep_mtime=True)
+    again = build_engine(recipe, engines)
+    assert not again.cached  # different weights are never "up to date"
