@@ -34,7 +34,7 @@ from llmkiln.atomic import write_json_atomic, write_text_atomic
 from llmkiln.errors import BadInput, IntegrityError
 from llmkiln.hashing import HashCache, check_files
 from llmkiln.kv_scales import KvScales
-from llmkiln.recipe import Recipe, merge, validate
+from llmkiln.recipe import Recipe, merge, safe_load_yaml, validate
 
 RESOLVED_RECIPE = "recipe.resolved.yaml"
 MANIFEST = "manifest.json"
@@ -219,7 +219,7 @@ class EngineDir:
         if not path.is_file():
             self.require()
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            data = safe_load_yaml(path.read_text(encoding="utf-8")) or {}
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
             raise BadInput(f"{path}: not valid YAML: {exc}") from None
         if not isinstance(data, dict):

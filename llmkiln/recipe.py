@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import reprlib
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -19,6 +20,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from llmkiln.errors import RecipeError
 from llmkiln.recipe_trtllm import TRTLLM_BACKENDS, LlmApi, NonNegInt, PositiveInt, TrtLlm
 from llmkiln.resources import bundled
+
+Port = Annotated[int, Field(ge=1, le=65535, description="TCP port, 1-65535.")]
+# Upper bounds far beyond any real deployment: a typo (10**9 slots, 10**15 bytes) is an error at validation,
+# not an allocation failure at load. Memory against this machine is checked at build (llmkiln.build.capacity).
+MAX_BATCH_SIZE = 4096
+MAX_TOKENS_CAP = 2**20
+MAX_QUEUE_SIZE = 2**20
+MAX_KV_BYTES = 2**40
 
 # trtllm: TensorRT engine (trtllm-build) + the tensorrtllm Triton model set; trtllm-llmapi: TensorRT-LLM's
 # PyTorch backend (LLM API) on the ModelOpt HF checkpoint, served by Triton's llmapi model or trtllm-serve.
@@ -66,8 +75,12 @@ class ModelSource(Strict):
 class Limits(Strict):
     """Sequence limits the engine is built and served for."""
 
-    max_input_len: PositiveInt = Field(256, description="Longest accepted prompt, in tokens.")
-    max_seq_len: PositiveInt = Field(512, description="Prompt + generated tokens, per sequence.")
+    max_input_len: Annotated[int, Field(gt=0, le=MAX_TOKENS_CAP)] = Field(
+        256, description="Longest accepted prompt, in tokens."
+    )
+    max_seq_len: Annotated[int, Field(gt=0, le=MAX_TOKENS_CAP)] = Field(
+        512, description="Prompt + generated tokens, per sequence."
+    )
 
     @model_validator(mode="after")
     def _order(self) -> Limits:
@@ -88,7 +101,10 @@ class KvCache(Strict):
     tokens_per_block: PositiveInt = Field(
         16, description="Tokens per KV block; prefixes are shared in whole blocks."
     )
-    max_bytes: PositiveInt = Field(64 * 2**20, description="Byte budget of the prefix block store (CPU).")
+    max_bytes: Annotated[int, Field(gt=0, le=MAX_KV_BYTES)] = Field(
+        64 * 2**20,
+        description="Byte budget of the prefix block store (CPU); checked against this machine's memory at build.",
+    )
     prefix_reuse: bool = Field(True, description="Reuse KV of byte-identical token prefixes across requests.")
     free_gpu_memory_fraction: Annotated[float, Field(gt=0, le=1)] = Field(
         0.9, description="TRT-LLM: fraction of free GPU memory given to the KV cache."
@@ -111,13 +127,17 @@ class Scheduler(Strict):
         "inflight",
         description="inflight: admit/retire every step; static: run a collected batch to completion.",
     )
-    max_batch_size: PositiveInt = Field(8, description="Sequences running at once (KV slots).")
-    max_num_tokens: PositiveInt = Field(
+    max_batch_size: Annotated[int, Field(gt=0, le=MAX_BATCH_SIZE)] = Field(
+        8, description="Sequences running at once (KV slots)."
+    )
+    max_num_tokens: Annotated[int, Field(gt=0, le=MAX_TOKENS_CAP)] = Field(
         2048, description="Token budget of one step (prefill chunks + decodes)."
     )
     chunked_prefill: bool = Field(True, description="Split long prompts into chunks of max_prefill_tokens.")
     max_prefill_tokens: PositiveInt = Field(512, description="Largest prefill chunk, in tokens.")
-    max_queue_size: PositiveInt = Field(64, description="Waiting requests beyond this are rejected at once.")
+    max_queue_size: Annotated[int, Field(gt=0, le=MAX_QUEUE_SIZE)] = Field(
+        64, description="Waiting requests beyond this are rejected at once."
+    )
     static_batch_timeout_ms: NonNegInt = Field(
         50, description="static batching: wait this long to fill a batch."
     )
@@ -188,10 +208,23 @@ class Serve(Strict):
     """Triton serving settings."""
 
     model_name: str = Field("llmkiln", pattern=r"^[A-Za-z0-9_.-]+$", description="Triton model name.")
-    http_port: Annotated[int, Field(ge=0, le=65535)] = 8000
-    grpc_port: Annotated[int, Field(ge=0, le=65535)] = 8001
-    metrics_port: Annotated[int, Field(ge=0, le=65535)] = 8002
-    exit_timeout_s: PositiveInt = Field(30, description="Seconds in-flight requests get at shutdown.")
+    http_port: Port = 8000
+    grpc_port: Port = 8001
+    metrics_port: Port = 8002
+    exit_timeout_s: Annotated[int, Field(gt=0, le=3600)] = Field(
+        30, description="Seconds in-flight requests get at shutdown."
+    )
+    # Request size limits, checked on the raw request before any decoding or tokenization (no head-of-line
+    # stalls: one huge request must not hold up the others).
+    max_prompt_bytes: Annotated[int, Field(gt=0, le=2**30)] = Field(
+        256 * 1024, description="Largest prompt (text_input) accepted, in UTF-8 bytes."
+    )
+    max_stop_words: Annotated[int, Field(ge=0, le=4096)] = Field(
+        32, description="Most stop strings (stop_words) one request may send."
+    )
+    max_stop_word_bytes: Annotated[int, Field(gt=0, le=65536)] = Field(
+        256, description="Longest stop string, in UTF-8 bytes."
+    )
 
 
 class Recipe(Strict):
@@ -297,9 +330,66 @@ def recipe_path(name_or_path: str | os.PathLike[str]) -> Path:
     return found.resolve()
 
 
+MAX_YAML_ALIASES = 64
+
+
+class _LimitedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses more than MAX_YAML_ALIASES alias uses: a few hundred bytes of nested aliases
+    (a "billion laughs" file) would otherwise expand into a huge value, error message or merge."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_YAML_ALIASES:
+                mark = self.peek_event().start_mark
+                raise yaml.YAMLError(
+                    f"more than {MAX_YAML_ALIASES} YAML aliases (*name) at line {mark.line + 1}: "
+                    "recipes may reuse a value only a few times"
+                )
+        return super().compose_node(parent, index)
+
+
+MAX_YAML_VALUES = 100_000
+
+
+def _expanded_size(value: Any, memo: dict[int, int]) -> int:
+    """Values in `value` counting every alias use in full (memoized per object, so a DAG is cheap to size)."""
+    key = id(value)
+    if key in memo:
+        return memo[key]
+    memo[key] = 1  # a cycle (not possible with safe_load) would count once
+    if isinstance(value, dict):
+        n = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in value.items())
+    elif isinstance(value, list):
+        n = 1 + sum(_expanded_size(v, memo) for v in value)
+    else:
+        n = 1
+    memo[key] = min(n, MAX_YAML_VALUES + 1)
+    return memo[key]
+
+
+def safe_load_yaml(text: str) -> Any:
+    """yaml.safe_load with the alias limit (MAX_YAML_ALIASES) and a bound on the expanded size
+    (MAX_YAML_VALUES), so nested aliases cannot make a small file into a huge value."""
+    loader = _LimitedLoader(text)
+    try:
+        data = loader.get_single_data()
+    finally:
+        loader.dispose()
+    if _expanded_size(data, {}) > MAX_YAML_VALUES:
+        raise yaml.YAMLError(
+            f"the document expands to more than {MAX_YAML_VALUES} values (nested aliases?); write it out plainly"
+        )
+    return data
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_load_yaml(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
         raise RecipeError(
             f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
@@ -350,9 +440,15 @@ def _describe(err: dict[str, Any]) -> str:
     return f"field '{loc}': {msg}{shown}"
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxdict, _REPR.maxlist, _REPR.maxtuple, _REPR.maxset = 3, 6, 6, 6, 6
+_REPR.maxstring = _REPR.maxother = 120
+
+
 def _short(value: Any, limit: int = 200) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+    """A bounded repr: never builds the full text of a huge value (nested containers are elided)."""
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def validate(data: dict[str, Any], source: str) -> Recipe:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
+from llmkiln.build.capacity import check_cpu_memory
 from llmkiln.cli.main import main
+from llmkiln.errors import BadInput
+from llmkiln.jsonl import read_jsonl
+from llmkiln.recipe import load_recipe
 
 
 def _recipe(stories_dir: Path, **changes: object) -> dict:
@@ -47,6 +52,9 @@ CASES = [
         id="beyond-model-context",
     ),
     pytest.param({"kv_cache__tokens_per_block": 12}, "kv_cache.tokens_per_block", id="bad-value"),
+    pytest.param({"serve__http_port": 70000}, "serve.http_port", id="port-out-of-range"),
+    pytest.param({"scheduler__max_batch_size": 10**9}, "scheduler.max_batch_size", id="slots-beyond-cap"),
+    pytest.param({"kv_cache__max_bytes": 10**15}, "kv_cache.max_bytes", id="store-beyond-cap"),
 ]
 
 
@@ -86,3 +94,56 @@ def test_recipes_list_and_show(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     shown = yaml.safe_load(output)
     assert shown["precision"] == "int8" and shown["backend"] == "onnx-cpu"
+
+
+def test_sizes_beyond_this_machine_are_refused_naming_the_field(tmp_path: Path, stories_dir: Path) -> None:
+    config = json.loads((stories_dir / "config.json").read_text())
+    recipe, _ = load_recipe("stories-fp32")
+    small = 2**30  # a 1 GiB machine
+    check_cpu_memory(recipe, tmp_path / "r.yaml", config, total=small)  # the real recipe fits
+    big_store = recipe.model_copy(
+        update={"kv_cache": recipe.kv_cache.model_copy(update={"max_bytes": 2**31})}
+    )
+    with pytest.raises(BadInput, match="kv_cache.max_bytes"):
+        check_cpu_memory(big_store, tmp_path / "r.yaml", config, total=small)
+    many = recipe.model_copy(
+        update={"scheduler": recipe.scheduler.model_copy(update={"max_batch_size": 4096})}
+    )
+    with pytest.raises(BadInput, match="scheduler.max_batch_size"):
+        check_cpu_memory(many, tmp_path / "r.yaml", config, total=small)
+
+
+def test_yaml_alias_bomb_is_refused_quickly_with_a_short_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = ["name: bomb", "model: {generated: tiny-llama}", 'a: &a ["lol","lol","lol","lol","lol","lol"]']
+    prev = "a"
+    for name in "bcdefghijk":  # 6**10 values from ~360 bytes
+        lines.append(f"{name}: &{name} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]")
+        prev = name
+    recipe = tmp_path / "bomb.yaml"
+    recipe.write_text("\n".join(lines) + "\n")
+    assert recipe.stat().st_size < 400
+    code, output = _run(["build", str(recipe), "--dry-run"], capsys)
+    assert code == 2 and "expands to more than" in output and len(output) < 2000
+    many = ["name: bomb", "a: &a 1", "b: [" + ",".join(["*a"] * 100) + "]"]
+    recipe.write_text("\n".join(many) + "\n")
+    code, output = _run(["build", str(recipe), "--dry-run"], capsys)
+    assert code == 2 and "YAML aliases" in output
+
+
+def test_non_utf8_files_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recipe = tmp_path / "latin1.yaml"
+    recipe.write_bytes(b'name: latin1\ndescription: "caf\xe9"\nmodel: {generated: tiny-llama}\n')
+    code, output = _run(["build", str(recipe), "--dry-run"], capsys)
+    assert code == 2 and "not UTF-8" in output and "Traceback" not in output
+    data = tmp_path / "set.jsonl"
+    data.write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n')
+    with pytest.raises(BadInput, match=r"set.jsonl:2: not UTF-8"):
+        list(read_jsonl(data))
+
+
+@pytest.mark.parametrize("port", ["70000", "0", "-1"])
+def test_out_of_range_ports_exit_2(port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, output = _run(["serve", "stories-fp32", "--http-port", port], capsys)
+    assert code == 2 and "--http-port" in output and "Traceback" not in output

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from llmkiln.build.capacity import check_cpu_memory
 from llmkiln.build.logs import output_to
 from llmkiln.build.rope_fix import derive_position_ids, needs_separate_rope
 from llmkiln.build.stages import BuildContext
@@ -132,6 +133,7 @@ class OnnxExportStage:
         if not config_path.is_file():  # a generated model not made yet (dry run)
             return
         config = json.loads(config_path.read_text())
+        check_cpu_memory(ctx.recipe, ctx.recipe_file, config)
         max_pos = config.get("max_position_embeddings")
         if isinstance(max_pos, int) and ctx.recipe.limits.max_seq_len > max_pos:
             raise BadInput(

@@ -12,6 +12,8 @@ from llmkiln.serve.launch import ServeOptions, serve_engine
 from llmkiln.serve.repository import check_repository, spec_from_engine, write_repository
 from llmkiln.serve.server import TritonServer
 
+PORT = click.IntRange(1, 65535)
+
 
 @click.command()
 @click.argument("engine", required=False, type=click.Path(path_type=Path))
@@ -43,11 +45,18 @@ def repo(
 @click.command()
 @click.argument("engine", type=click.Path(path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the endpoints listen on.")
-@click.option("--http-port", type=int, default=None, help="Default: the recipe's serve.http_port.")
-@click.option("--grpc-port", type=int, default=None, help="Default: the recipe's serve.grpc_port.")
-@click.option("--metrics-port", type=int, default=None, help="Default: the recipe's serve.metrics_port.")
-@click.option("--exit-timeout", type=int, default=None, help="Seconds in-flight requests get at shutdown.")
-@click.option("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level.")
+@click.option("--http-port", type=PORT, default=None, help="Default: the recipe's serve.http_port.")
+@click.option("--grpc-port", type=PORT, default=None, help="Default: the recipe's serve.grpc_port.")
+@click.option("--metrics-port", type=PORT, default=None, help="Default: the recipe's serve.metrics_port.")
+@click.option(
+    "--exit-timeout",
+    type=click.IntRange(1, 3600),
+    default=None,
+    help="Seconds in-flight requests get at shutdown.",
+)
+@click.option(
+    "--log-verbose", type=click.IntRange(0, 10), default=0, help="tritonserver --log-verbose level."
+)
 def serve(
     engine: Path,
     host: str,
