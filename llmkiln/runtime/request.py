@@ -53,32 +53,31 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         """The one validator of sampling settings: BadRequestParams (exit 2 on the CLI, a 400 when served)
-        naming the first bad field."""
+        naming the first bad field and what is allowed. Messages never echo the value: served, they reach clients
+        who should not see raw (possibly foreign) input echoed back."""
         if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
-            raise BadRequestParams(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+            raise BadRequestParams("max_tokens must be an integer >= 1")
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, int | float) or not 0.0 <= float(t) <= MAX_TEMPERATURE:
-            raise BadRequestParams(
-                f"temperature must be a number in [0, {MAX_TEMPERATURE:g}] (0 = greedy), got {t!r}"
-            )
+            raise BadRequestParams(f"temperature must be a number in [0, {MAX_TEMPERATURE:g}] (0 = greedy)")
         p = self.top_p
         if isinstance(p, bool) or not isinstance(p, int | float) or not 0.0 < float(p) <= 1.0:
-            raise BadRequestParams(f"top_p must be in (0, 1], got {p!r}")
+            raise BadRequestParams("top_p must be in (0, 1]")
         if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
-            raise BadRequestParams(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+            raise BadRequestParams("top_k must be an integer >= 0 (0 = off)")
         if self.seed is not None and (
             not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0
         ):
-            raise BadRequestParams(f"seed must be a non-negative integer or None, got {self.seed!r}")
+            raise BadRequestParams("seed must be a non-negative integer or None")
         for t_id in self.stop_token_ids:
             if not isinstance(t_id, int) or isinstance(t_id, bool) or t_id < 0:
-                raise BadRequestParams(f"stop_token_ids: {t_id!r} is not a token id (an integer >= 0)")
+                raise BadRequestParams("stop_token_ids: each must be a token id (an integer >= 0)")
 
     def check(self, vocab_size: int) -> None:
         """The checks that need the model: stop token ids inside the vocabulary."""
         for t_id in self.stop_token_ids:
             if t_id >= vocab_size:
-                raise BadRequestParams(f"stop_token_ids: {t_id!r} is not a token id in [0, {vocab_size})")
+                raise BadRequestParams(f"stop_token_ids: each must be a token id in [0, {vocab_size})")
 
 
 @dataclass

@@ -5,6 +5,15 @@ parse -> engine.submit -> stream TokenEvents -> incremental detokenization -> st
 (one per non-empty text delta when streaming; one final response with the whole text otherwise). Every error
 reaches the client as a Triton error on a FINAL response, so no request ever hangs.
 
+Size limits (recipe `serve.max_prompt_bytes`, `max_stop_words`, `max_stop_word_bytes`) are checked on the raw
+tensors before any decoding, and the prompt is tokenized in a worker thread (tokenizers' encode_batch releases the
+GIL), so one huge request never stalls the event loop the other requests stream on.
+
+Draining (graceful shutdown): `kiln serve` writes the `drain_file` named in config.pbtxt before it stops
+tritonserver. From then on new requests get UNAVAILABLE at once; requests in flight finish, and those still running
+at the deadline written in the file end with a final error. `llmkiln_requests_active` reaches 0 and the launcher
+stops tritonserver with nothing in flight.
+
 Warmup: Triton runs the config's model_warmup samples through execute() before the model is READY (user
 requests are refused until then), so the first `warmup_requests` requests are the warmup; the core logs how
 long they took and publishes it as a metric. A failed warmup request fails the model load.
@@ -14,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +40,7 @@ from llmkiln.serve.triton_io import (
     InvalidRequest,
     ParsedRequest,
     PerfFields,
+    RequestLimits,
     StopMatcher,
     parse_request,
     response_arrays,
@@ -37,6 +48,8 @@ from llmkiln.serve.triton_io import (
 
 CANCEL_CHECK_EVERY = 4  # tokens between request.is_cancelled() checks (each one is an IPC round trip)
 ENGINE_METRICS_PERIOD_S = 1.0
+DRAIN_POLL_S = 0.05
+SHUTTING_DOWN = "llmkiln: the server is shutting down; retry on another replica or after it restarts"
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,8 @@ class ServeSettings:
     engine_overrides: dict[str, Any] | None = None
     warmup_requests: int = 0
     exclude_input_in_output: bool = False
+    drain_file: Path | None = None
+    limits: RequestLimits = RequestLimits()
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> ServeSettings:
@@ -55,12 +70,14 @@ class ServeSettings:
         cfg = json.loads(args["model_config"])
         params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
         overrides = params.get("engine_overrides")
+        drain = params.get("drain_file")
         return cls(
             model_name=cfg.get("name", "llmkiln"),
             engine_dir=Path(params["engine_dir"]),
             engine_overrides=json.loads(overrides) if overrides else None,
             warmup_requests=int(params.get("warmup_requests", "0") or 0),
             exclude_input_in_output=params.get("exclude_input_in_output", "false").lower() == "true",
+            drain_file=Path(drain) if drain else None,
         )
 
 
@@ -103,7 +120,14 @@ class ServeCore:
         self.warmup_total = settings.warmup_requests
         self.warmup_finished = 0
         self.warmup_started: float | None = None
+        self.limits = settings.limits
+        self.drain_file = settings.drain_file
+        self.draining = False  # set once the drain file appears: new requests get UNAVAILABLE
+        self.ending = False  # set at the drain deadline: requests still running end with a final error
+        self.active: set[RequestHandle] = set()
+        self._n_active = 0
         self._refresher: asyncio.Task[None] | None = None
+        self._drain_watch: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
@@ -112,6 +136,10 @@ class ServeCore:
         settings = ServeSettings.from_args(args)
         t0 = time.perf_counter()
         engine = load_engine(settings.engine_dir, settings.engine_overrides).start()
+        if engine.recipe is not None:
+            serve = engine.recipe.serve
+            limits = RequestLimits(serve.max_prompt_bytes, serve.max_stop_words, serve.max_stop_word_bytes)
+            settings = ServeSettings(**{**settings.__dict__, "limits": limits})
         pb.Logger.log_info(
             f"llmkiln: engine {settings.engine_dir} loaded in {time.perf_counter() - t0:.2f} s"
         )
@@ -123,7 +151,28 @@ class ServeCore:
         if self._refresher is None:
             self._loop = asyncio.get_running_loop()
             self._refresher = self._loop.create_task(self._refresh_engine_metrics())
+            if self.drain_file is not None:
+                self._drain_watch = self._loop.create_task(self._watch_drain(self.drain_file))
         await asyncio.gather(*(self.handle(r) for r in requests))
+
+    async def _watch_drain(self, drain_file: Path) -> None:
+        """Poll the drain file: once it exists refuse new requests; past its deadline end the running ones."""
+        deadline: float | None = None
+        while True:
+            if deadline is None and os.path.exists(drain_file):
+                self.draining = True
+                try:
+                    deadline = float(drain_file.read_text().strip() or "0")
+                except (OSError, ValueError):
+                    deadline = 0.0
+                self.pb.Logger.log_info(
+                    f"llmkiln: draining: {self._n_active} request(s) in flight, new requests get UNAVAILABLE"
+                )
+            if deadline is not None and time.time() >= deadline and not self.ending:
+                self.ending = True
+                for handle in list(self.active):
+                    handle.cancel()  # its stream sees CANCELLED and sends the final error
+            await asyncio.sleep(DRAIN_POLL_S)
 
     async def _refresh_engine_metrics(self) -> None:
         while True:
@@ -133,6 +182,19 @@ class ServeCore:
                 self.pb.Logger.log_warn(f"llmkiln: engine metrics failed: {exc}")
                 return
             await asyncio.sleep(ENGINE_METRICS_PERIOD_S)
+
+    def _track(self, delta: int) -> None:
+        self._n_active += delta
+        self.metrics.active.set(self._n_active)
+
+    async def _encode(self, prompt: str) -> list[int] | str:
+        """Token ids of the prompt, computed in a worker thread (encode_batch releases the GIL; plain encode
+        does not); the text itself when the engine has no tokenizer (submit then refuses it)."""
+        tokenizer = self.engine.tokenizer
+        if tokenizer is None:
+            return prompt
+        encoded = await asyncio.to_thread(tokenizer.encode_batch, [prompt], add_special_tokens=True)
+        return list(encoded[0].ids)
 
     def _error(self, sender: Any, message: str, unavailable: bool = False) -> None:
         err_cls = self.pb.TritonError
@@ -156,11 +218,20 @@ class ServeCore:
                 self.warmup_started = time.perf_counter()
             # Account for a warmup request before its FINAL response: Triton may report READY right after it.
             sender = _FinalHook(sender, self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL, self._warmup_done_one)
+        if self.draining or (self.drain_file is not None and os.path.exists(self.drain_file)):
+            self.draining = True
+            self.metrics.rejected.increment(1)
+            self._error(sender, SHUTTING_DOWN, unavailable=True)
+            return
+        self._track(+1)
         try:
             await self._run(request, sender)
         except Exception as exc:  # anything unexpected still ends the stream
+            self.metrics.failed.increment(1)
             self.pb.Logger.log_error(f"llmkiln: request failed: {type(exc).__name__}: {exc}")
-            self._error(sender, f"llmkiln: internal error: {type(exc).__name__}: {exc}")
+            self._error(sender, f"llmkiln: internal error: {type(exc).__name__}")
+        finally:
+            self._track(-1)
 
     def _warmup_done_one(self, failure: str | None) -> None:
         self.warmup_finished += 1
@@ -186,21 +257,26 @@ class ServeCore:
 
     async def _run(self, request: Any, sender: Any) -> None:
         try:
-            req = parse_request(self._get_array(request), self.exclude_input_default)
+            req = parse_request(self._get_array(request), self.exclude_input_default, self.limits)
             params = SamplingParams(**req.sampling_kwargs())
         except (InvalidRequest, RequestRejected) as exc:
             self.metrics.rejected.increment(1)
             self._error(sender, f"llmkiln: bad request: {exc}")
             return
         try:
+            prompt = await self._encode(req.prompt)
             handle = self.engine.submit(
-                req.prompt, params, priority=req.priority, request_id=request.request_id() or None
+                prompt, params, priority=req.priority, request_id=request.request_id() or None
             )
         except RequestRejected as exc:
             self.metrics.rejected.increment(1)
             self._error(sender, f"llmkiln: request rejected: {exc}", unavailable=isinstance(exc, QueueFull))
             return
-        await self._stream(request, sender, req, handle)
+        self.active.add(handle)
+        try:
+            await self._stream(request, sender, req, handle)
+        finally:
+            self.active.discard(handle)
 
     async def _stream(self, request: Any, sender: Any, req: ParsedRequest, handle: RequestHandle) -> None:
         # The prompt is context only: the first generated word keeps its leading space.
@@ -211,7 +287,14 @@ class ServeCore:
         stopped = False
         async for ev in handle.aiter():
             if ev.finish_reason == FinishReason.ERROR:
+                self.metrics.failed.increment(1)
                 self._error(sender, f"llmkiln: generation failed: {handle.error or 'runtime error'}")
+                return
+            if ev.finish_reason == FinishReason.CANCELLED and self.ending:
+                self.metrics.failed.increment(1)
+                self._error(
+                    sender, f"{SHUTTING_DOWN} (the request did not finish within the exit timeout)", True
+                )
                 return
             delta = ""
             if ev.token_id is not None:
@@ -233,6 +316,7 @@ class ServeCore:
                     f"llmkiln: request {request.request_id()!r} cancelled by the client"
                 )
                 handle.cancel()
+                self.metrics.cancelled.increment(1)
                 sender.send(flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 return
         if stopped:
@@ -268,8 +352,10 @@ class ServeCore:
         self.metrics.observe_request(handle.num_prompt_tokens, handle.num_cached_tokens, ttft_ms)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        if self._refresher is not None and self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._refresher.cancel)
+        if self._loop is not None and not self._loop.is_closed():
+            for task in (self._refresher, self._drain_watch):
+                if task is not None:
+                    self._loop.call_soon_threadsafe(task.cancel)
         try:
             self.engine.shutdown(timeout_s)
         finally:

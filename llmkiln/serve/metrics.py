@@ -4,12 +4,22 @@ They appear on the metrics endpoint (default :8002/metrics) next to Triton's own
   llmkiln_prompt_tokens_total             counter    prompt tokens submitted
   llmkiln_prefix_cache_hit_tokens_total   counter    prompt tokens served from the prefix KV cache
   llmkiln_prefix_cache_hit_rate           gauge      hit tokens / prompt tokens since start
-  llmkiln_kv_blocks_used                  gauge      KV blocks in use (runtime block store)
+  llmkiln_kv_blocks_used                  gauge      KV blocks holding a cached prefix (runtime block store)
+  llmkiln_kv_blocks_pinned                gauge      KV blocks running sequences use
+  llmkiln_kv_blocks_free                  gauge      KV blocks a new prefix may take
+  llmkiln_active_slots                    gauge      sequences holding a KV slot in the runtime
   llmkiln_queue_length                    gauge      requests waiting in the runtime's queue
-  llmkiln_ttft_ms                         histogram  arrival -> first token, per request
-  llmkiln_requests_rejected_total         counter    requests refused (queue full, prompt too long, bad input)
+  llmkiln_requests_active                 gauge      requests the model is serving now (set per request)
+  llmkiln_ttft_ms                         histogram  arrival -> first token, per successful request
+  llmkiln_requests_succeeded_total        counter    requests that ended normally (stop, length, stop string)
+  llmkiln_requests_rejected_total         counter    requests refused (bad input, too large, queue full, draining)
+  llmkiln_requests_failed_total           counter    requests that started and ended in an error
+  llmkiln_requests_cancelled_total        counter    requests the client cancelled
   llmkiln_warmup_requests_total           counter    warmup requests run before READY
   llmkiln_warmup_seconds                  gauge      wall time of the warmup phase
+Rejected, failed and cancelled requests are never counted as successes (nor in the TTFT histogram). The engine
+gauges are refreshed every second from LLMEngine.metrics(); with no traffic, active slots and pinned blocks at 0
+show that nothing leaked (`make soak` checks that).
 """
 
 from __future__ import annotations
@@ -21,6 +31,59 @@ from llmkiln.runtime.metrics import EngineMetric
 
 TTFT_BUCKETS_MS = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0]
 
+# attribute -> (metric name, description, kind: counter | gauge | histogram)
+FAMILIES: dict[str, tuple[str, str, str]] = {
+    "prompt_tokens": ("llmkiln_prompt_tokens_total", "Prompt tokens submitted", "counter"),
+    "hit_tokens": (
+        "llmkiln_prefix_cache_hit_tokens_total",
+        "Prompt tokens served from the prefix KV cache",
+        "counter",
+    ),
+    "hit_rate": (
+        "llmkiln_prefix_cache_hit_rate",
+        "Prefix-cache hit tokens / prompt tokens since start",
+        "gauge",
+    ),
+    "blocks_used": (
+        "llmkiln_kv_blocks_used",
+        "KV blocks holding a cached prefix (runtime block store)",
+        "gauge",
+    ),
+    "blocks_pinned": ("llmkiln_kv_blocks_pinned", "KV blocks running sequences use", "gauge"),
+    "blocks_free": ("llmkiln_kv_blocks_free", "KV blocks a new prefix may take", "gauge"),
+    "active_slots": ("llmkiln_active_slots", "Sequences holding a KV slot in the runtime", "gauge"),
+    "queue_length": ("llmkiln_queue_length", "Requests waiting in the runtime queue", "gauge"),
+    "active": ("llmkiln_requests_active", "Requests the model is serving now", "gauge"),
+    "ttft_ms": (
+        "llmkiln_ttft_ms",
+        "Time to first token (arrival to first token), milliseconds",
+        "histogram",
+    ),
+    "succeeded": ("llmkiln_requests_succeeded_total", "Requests that ended normally", "counter"),
+    "rejected": (
+        "llmkiln_requests_rejected_total",
+        "Requests refused (bad input, too large, queue full, shutting down)",
+        "counter",
+    ),
+    "failed": ("llmkiln_requests_failed_total", "Requests that started and ended in an error", "counter"),
+    "cancelled": ("llmkiln_requests_cancelled_total", "Requests the client cancelled", "counter"),
+    "warmup_requests": (
+        "llmkiln_warmup_requests_total",
+        "Warmup requests run before the model reported READY",
+        "counter",
+    ),
+    "warmup_seconds": ("llmkiln_warmup_seconds", "Wall time of the warmup phase, seconds", "gauge"),
+}
+
+# engine gauge attribute -> the LLMEngine.metrics() key it mirrors
+ENGINE_GAUGES: dict[str, EngineMetric] = {
+    "blocks_used": EngineMetric.KV_BLOCKS_USED,
+    "blocks_pinned": EngineMetric.KV_BLOCKS_PINNED,
+    "blocks_free": EngineMetric.KV_BLOCKS_FREE,
+    "active_slots": EngineMetric.NUM_RUNNING,
+    "queue_length": EngineMetric.QUEUE_LENGTH,
+}
+
 
 class ServeMetrics:
     """The llmkiln metric families; `pb` is triton_python_backend_utils (or a stand-in in unit tests)."""
@@ -28,56 +91,27 @@ class ServeMetrics:
     def __init__(self, pb: Any, model_name: str, model_version: str = "1") -> None:
         labels = {"model": model_name, "version": model_version}
         mf = pb.MetricFamily
-
-        def family(name: str, desc: str, kind: Any) -> Any:
-            return mf(name=name, description=desc, kind=kind)
-
-        self._families = [
-            family("llmkiln_prompt_tokens_total", "Prompt tokens submitted", mf.COUNTER),
-            family(
-                "llmkiln_prefix_cache_hit_tokens_total",
-                "Prompt tokens served from the prefix KV cache",
-                mf.COUNTER,
-            ),
-            family(
-                "llmkiln_prefix_cache_hit_rate",
-                "Prefix-cache hit tokens / prompt tokens since start",
-                mf.GAUGE,
-            ),
-            family("llmkiln_kv_blocks_used", "KV blocks in use in the runtime block store", mf.GAUGE),
-            family("llmkiln_queue_length", "Requests waiting in the runtime queue", mf.GAUGE),
-            family(
-                "llmkiln_ttft_ms", "Time to first token (arrival to first token), milliseconds", mf.HISTOGRAM
-            ),
-            family(
-                "llmkiln_requests_rejected_total",
-                "Requests refused (queue full, prompt too long, bad input)",
-                mf.COUNTER,
-            ),
-            family(
-                "llmkiln_warmup_requests_total",
-                "Warmup requests run before the model reported READY",
-                mf.COUNTER,
-            ),
-            family("llmkiln_warmup_seconds", "Wall time of the warmup phase, seconds", mf.GAUGE),
-        ]
-        (f_prompt, f_hit, f_rate, f_blocks, f_queue, f_ttft, f_rej, f_wreq, f_wsec) = self._families
-        self.prompt_tokens = f_prompt.Metric(labels=labels)
-        self.hit_tokens = f_hit.Metric(labels=labels)
-        self.hit_rate = f_rate.Metric(labels=labels)
-        self.blocks_used = f_blocks.Metric(labels=labels)
-        self.queue_length = f_queue.Metric(labels=labels)
-        self.ttft_ms = f_ttft.Metric(labels=labels, buckets=TTFT_BUCKETS_MS)
-        self.rejected = f_rej.Metric(labels=labels)
-        self.warmup_requests = f_wreq.Metric(labels=labels)
-        self.warmup_seconds = f_wsec.Metric(labels=labels)
+        kinds = {"counter": mf.COUNTER, "gauge": mf.GAUGE, "histogram": mf.HISTOGRAM}
+        self._families: list[Any] = []
+        self._attrs: list[str] = []
+        for attr, (name, desc, kind) in FAMILIES.items():
+            family = mf(name=name, description=desc, kind=kinds[kind])
+            self._families.append(family)
+            metric = (
+                family.Metric(labels=labels, buckets=TTFT_BUCKETS_MS)
+                if kind == "histogram"
+                else family.Metric(labels=labels)
+            )
+            setattr(self, attr, metric)
+            self._attrs.append(attr)
         self._prompt = 0
         self._hit = 0
 
     def observe_request(self, prompt_tokens: int, cached_tokens: int, ttft_ms: float | None) -> None:
-        """Record one finished request."""
+        """Record one request that ended normally."""
         self._prompt += max(prompt_tokens, 0)
         self._hit += max(cached_tokens, 0)
+        self.succeeded.increment(1)
         self.prompt_tokens.increment(max(prompt_tokens, 0))
         self.hit_tokens.increment(max(cached_tokens, 0))
         self.hit_rate.set(self._hit / self._prompt if self._prompt else 0.0)
@@ -85,23 +119,31 @@ class ServeMetrics:
             self.ttft_ms.observe(ttft_ms)
 
     def observe_engine(self, values: Mapping[str, float]) -> None:
-        """Refresh the gauges from LLMEngine.metrics() (keys: llmkiln.runtime.metrics.EngineMetric)."""
-        self.blocks_used.set(values[EngineMetric.KV_BLOCKS_USED])
-        self.queue_length.set(values[EngineMetric.QUEUE_LENGTH])
+        """Refresh the engine gauges from LLMEngine.metrics() (keys: llmkiln.runtime.metrics.EngineMetric)."""
+        for attr, key in ENGINE_GAUGES.items():
+            getattr(self, attr).set(values[key])
 
     def close(self) -> None:
         """Drop metrics before their families (the stub requires that order)."""
-        for attr in (
-            "prompt_tokens",
-            "hit_tokens",
-            "hit_rate",
-            "blocks_used",
-            "queue_length",
-            "ttft_ms",
-            "rejected",
-            "warmup_requests",
-            "warmup_seconds",
-        ):
+        for attr in self._attrs:
             if hasattr(self, attr):
                 delattr(self, attr)
         self._families.clear()
+
+    # typed views of the dynamically created metrics (mypy and readers see what exists)
+    prompt_tokens: Any
+    hit_tokens: Any
+    hit_rate: Any
+    blocks_used: Any
+    blocks_pinned: Any
+    blocks_free: Any
+    active_slots: Any
+    queue_length: Any
+    active: Any
+    ttft_ms: Any
+    succeeded: Any
+    rejected: Any
+    failed: Any
+    cancelled: Any
+    warmup_requests: Any
+    warmup_seconds: Any

@@ -15,7 +15,21 @@ import numpy as np
 
 
 class InvalidRequest(ValueError):
-    """A request the model refuses; the message is sent to the client as a Triton error."""
+    """A request the model refuses; the message is sent to the client as a Triton error. Messages name the
+    input and what is allowed, never the raw value (it may be bytes a client should not see echoed)."""
+
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+UINT64_MAX = 2**64 - 1
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """Size limits checked on the raw tensors before any decoding or tokenization (recipe `serve:` fields)."""
+
+    max_prompt_bytes: int = 256 * 1024
+    max_stop_words: int = 32
+    max_stop_word_bytes: int = 256
 
 
 @dataclass(frozen=True)
@@ -70,66 +84,85 @@ def _scalar(name: str, arr: np.ndarray) -> Any:
     return a[0]
 
 
-def _text(name: str, value: Any) -> str:
-    if isinstance(value, bytes | np.bytes_):
-        try:
-            return bytes(value).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InvalidRequest(f"input {name!r}: not valid UTF-8 ({exc})") from None
+def _raw_bytes(name: str, value: Any, limit: int, what: str) -> bytes:
     if isinstance(value, str):
-        return value
-    raise InvalidRequest(f"input {name!r}: expected BYTES (a UTF-8 string), got {type(value).__name__}")
+        value = value.encode("utf-8")
+    if not isinstance(value, bytes | np.bytes_):
+        raise InvalidRequest(f"input {name!r}: expected BYTES (a UTF-8 string), got {type(value).__name__}")
+    raw = bytes(value)
+    if len(raw) > limit:
+        raise InvalidRequest(f"input {name!r}: {len(raw)} bytes is more than {what} ({limit} bytes)")
+    return raw
 
 
-def _int(name: str, value: Any, lo: int | None = None, hi: int | None = None, what: str = "") -> int:
+def _text(name: str, value: Any, limit: int, what: str) -> str:
+    """A BYTES element as text, its size checked before it is decoded."""
+    raw = _raw_bytes(name, value, limit, what)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"input {name!r}: not valid UTF-8 (at byte {exc.start})") from None
+
+
+def _int(name: str, value: Any, lo: int, hi: int) -> int:
+    """An integer in [lo, hi]; the value itself is never echoed."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
-        raise InvalidRequest(f"input {name!r}: expected an integer, got {value!r}")
+        raise InvalidRequest(f"input {name!r}: expected an integer, got {type(value).__name__}")
     v = int(value)
-    if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise InvalidRequest(f"input {name!r}: {v} is out of range; {what}")
+    if not lo <= v <= hi:
+        raise InvalidRequest(f"input {name!r} is out of range: must be >= {lo} and <= {hi}")
     return v
 
 
 def _float(name: str, value: Any) -> float:
+    """A finite number; the value itself is never echoed."""
     if not isinstance(value, float | np.floating | int | np.integer) or isinstance(value, bool | np.bool_):
-        raise InvalidRequest(f"input {name!r}: expected a number, got {value!r}")
+        raise InvalidRequest(f"input {name!r}: expected a number, got {type(value).__name__}")
     v = float(value)
     if not np.isfinite(v):
-        raise InvalidRequest(f"input {name!r}: expected a finite number, got {v}")
+        raise InvalidRequest(f"input {name!r}: expected a finite number")
     return v
 
 
 def _bool(name: str, value: Any) -> bool:
     if isinstance(value, bool | np.bool_):
         return bool(value)
-    raise InvalidRequest(f"input {name!r}: expected BOOL, got {value!r}")
+    raise InvalidRequest(f"input {name!r}: expected BOOL, got {type(value).__name__}")
 
 
-def parse_request(get: ArrayGetter, exclude_input_default: bool = False) -> ParsedRequest:
-    """Decode one request; `get(name)` returns the input's numpy array or None when absent."""
+def parse_request(
+    get: ArrayGetter, exclude_input_default: bool = False, limits: RequestLimits | None = None
+) -> ParsedRequest:
+    """Decode one request; `get(name)` returns the input's numpy array or None when absent.
+
+    Sizes are checked against `limits` before anything is decoded. Integers are checked against the width of
+    their wire type (INT32, UINT64) and floats for finiteness, with messages that never echo the value; the
+    sampling ranges are checked once, by the runtime's SamplingParams (whose messages do not echo it either)."""
+    limits = limits or RequestLimits()
     raw = get("text_input")
     if raw is None:
         raise InvalidRequest("input 'text_input' is missing (BYTES, shape [1, 1]: the prompt)")
-    prompt = _text("text_input", _scalar("text_input", raw))
+    prompt = _text(
+        "text_input", _scalar("text_input", raw), limits.max_prompt_bytes, "serve.max_prompt_bytes"
+    )
     if not prompt:
         raise InvalidRequest("input 'text_input' is empty; send a non-empty prompt")
     raw = get("max_tokens")
     if raw is None:
         raise InvalidRequest("input 'max_tokens' is missing (INT32, shape [1, 1]: tokens to generate)")
-    # Types and wire widths are checked here; value ranges once, by the runtime's SamplingParams.
     kw: dict[str, Any] = {
         "prompt": prompt,
-        "max_tokens": _int("max_tokens", _scalar("max_tokens", raw)),
+        "max_tokens": _int("max_tokens", _scalar("max_tokens", raw), INT32_MIN, INT32_MAX),
         "exclude_input_in_output": exclude_input_default,
     }
     scalars: dict[str, Callable[[Any], Any]] = {
         "temperature": lambda v: _float("temperature", v),
         "top_p": lambda v: _float("top_p", v),
-        "top_k": lambda v: _int("top_k", v),
-        "random_seed": lambda v: _int("random_seed", v, lo=0, hi=2**64 - 1, what="must fit UINT64"),
-        "seed": lambda v: _int("seed", v, lo=0, hi=2**64 - 1, what="must fit UINT64"),
-        "end_id": lambda v: _int("end_id", v),
-        "priority": lambda v: _int("priority", v, lo=-(2**31), hi=2**31 - 1, what="must fit INT32"),
+        "top_k": lambda v: _int("top_k", v, INT32_MIN, INT32_MAX),
+        "random_seed": lambda v: _int("random_seed", v, 0, UINT64_MAX),
+        "seed": lambda v: _int("seed", v, 0, UINT64_MAX),
+        "end_id": lambda v: _int("end_id", v, INT32_MIN, INT32_MAX),
+        "priority": lambda v: _int("priority", v, INT32_MIN, INT32_MAX),
         "stream": lambda v: _bool("stream", v),
         "exclude_input_in_output": lambda v: _bool("exclude_input_in_output", v),
         "return_perf_metrics": lambda v: _bool("return_perf_metrics", v),
@@ -142,7 +175,15 @@ def parse_request(get: ArrayGetter, exclude_input_default: bool = False) -> Pars
         kw["seed" if name == "random_seed" else name] = value
     arr = get("stop_words")
     if arr is not None:
-        words = tuple(_text("stop_words", v) for v in _flat("stop_words", arr))
+        flat = _flat("stop_words", arr)
+        if flat.size > limits.max_stop_words:
+            raise InvalidRequest(
+                f"input 'stop_words': {flat.size} stop strings is more than serve.max_stop_words "
+                f"({limits.max_stop_words})"
+            )
+        words = tuple(
+            _text("stop_words", v, limits.max_stop_word_bytes, "serve.max_stop_word_bytes") for v in flat
+        )
         kw["stop_words"] = tuple(w for w in words if w)
     return ParsedRequest(**kw)
 

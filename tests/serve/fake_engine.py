@@ -20,14 +20,22 @@ MAX_ACTIVE = 64
 EOS = 0
 
 
+@dataclass(frozen=True)
+class Encoding:
+    ids: list[int]
+
+
 class ByteTokenizer:
     """Token id = byte value; decoding an incomplete UTF-8 character gives U+FFFD (as byte-fallback tokenizers do)."""
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[Encoding]:
+        return [Encoding(list(t.encode("utf-8"))) for t in texts]
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return bytes(ids).decode("utf-8", errors="replace")
 
 
-@dataclass
+@dataclass(eq=False)
 class Handle:
     engine: FakeEngine
     prompt_ids: list[int]
@@ -51,7 +59,8 @@ class Handle:
             n = self.params.max_tokens
             for i in range(n):
                 await asyncio.sleep(0.002)
-                if self.cancelled:
+                if self.cancelled:  # like the runtime: a final event with no token
+                    yield TokenEvent(None, i, True, "cancelled")
                     return
                 tok = self.prompt_ids[i % len(self.prompt_ids)]
                 if i == 0:
@@ -87,7 +96,10 @@ class FakeEngine:
         return h
 
     def metrics(self) -> dict[str, float]:
-        return {EngineMetric.KV_BLOCKS_USED: float(len(self.seen)), EngineMetric.QUEUE_LENGTH: 0.0}
+        values = {str(m): 0.0 for m in EngineMetric}
+        values[EngineMetric.KV_BLOCKS_USED] = float(len(self.seen))
+        values[EngineMetric.NUM_RUNNING] = float(self.active)
+        return values
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         pass

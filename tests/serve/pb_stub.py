@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,10 +89,13 @@ def get_input_tensor_by_name(request: Any, name: str) -> Tensor | None:
 class Sender:
     def __init__(self) -> None:
         self.sent: list[tuple[InferenceResponse | None, int]] = []
+        self.done_at = 0.0  # time.perf_counter() of the FINAL response
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
         assert not any(f & TRITONSERVER_RESPONSE_COMPLETE_FINAL for _, f in self.sent), "sent after FINAL"
         self.sent.append((response, flags))
+        if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            self.done_at = time.perf_counter()
 
     @property
     def final(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from llmkiln.serve.handler import ServeCore, ServeSettings
 
 from . import pb_stub as pb
-from .fake_engine import FakeEngine
+from .fake_engine import ByteTokenizer, FakeEngine
 
 
 def core(warmup: int = 0, exclude_input_default: bool = False) -> ServeCore:
@@ -111,3 +112,59 @@ def test_warmup_is_accounted_before_the_final_response():
     run(c, req("user", 2))
     assert c.metrics.warmup_requests.value == 2
     assert c.metrics.prompt_tokens.value == 4 + 4 + 4 and len(c.metrics.ttft_ms.observed) == 3
+
+
+def test_draining_answers_new_requests_unavailable_at_once(tmp_path: Path):
+    drain = tmp_path / "drain"
+    settings = ServeSettings("fake", Path("/nonexistent"), drain_file=drain)
+    c = ServeCore(pb, FakeEngine().start(), settings)
+    run(c, r := req("before", 3))
+    assert r.sender.texts() == ["beforebef"]
+    drain.write_text(str(time.time() + 60))
+    run(c, late := req("after", 3))
+    assert late.sender.final and "shutting down" in late.sender.errors()[0]
+    assert late.sender.sent[0][0].error.code == pb.TritonError.UNAVAILABLE
+    assert c.metrics.rejected.value == 1 and c.metrics.succeeded.value == 1
+
+
+def test_requests_running_at_the_drain_deadline_end_with_a_final_error(tmp_path: Path):
+    drain = tmp_path / "drain"
+    c = ServeCore(pb, FakeEngine().start(), ServeSettings("fake", Path("/x"), drain_file=drain))
+
+    async def scenario() -> list[pb.Request]:
+        long = [req(f"long {i}", 100_000, stream=True) for i in range(3)]
+        task = asyncio.ensure_future(c.execute(long))
+        while not all(r.sender.sent for r in long):
+            await asyncio.sleep(0.005)
+        drain.write_text(str(time.time() + 0.2))  # the deadline: 0.2 s from now
+        await asyncio.wait_for(task, 10)
+        return long
+
+    long = asyncio.run(scenario())
+    for r in long:
+        assert r.sender.final and "did not finish within the exit timeout" in r.sender.errors()[-1]
+    assert c.metrics.failed.value == 3 and c.metrics.succeeded.value == 0 and c.metrics.active.value == 0
+
+
+class SlowTokenizer(ByteTokenizer):
+    """encode_batch blocks its thread for a while (as a huge prompt would); it must not stall the loop."""
+
+    def encode_batch(self, texts, add_special_tokens=True):
+        if texts[0].startswith("huge"):
+            time.sleep(0.5)
+        return super().encode_batch(texts, add_special_tokens)
+
+
+def test_tokenization_runs_off_the_event_loop():
+    engine = FakeEngine().start()
+    engine.tokenizer = SlowTokenizer()
+    c = ServeCore(pb, engine, ServeSettings("fake", Path("/x")))
+    order: list[str] = []
+
+    async def scenario() -> None:
+        huge, small = req("huge prompt", 2), req("small", 2)
+        await asyncio.gather(c.handle(huge), c.handle(small))
+        order.extend(["huge", "small"] if huge.sender.done_at < small.sender.done_at else ["small", "huge"])
+
+    asyncio.run(scenario())
+    assert order == ["small", "huge"]  # the small request finished while the huge one was being tokenized

@@ -8,7 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llmkiln.runtime.request import BadRequestParams, SamplingParams
-from llmkiln.serve.triton_io import InvalidRequest, StopMatcher, parse_request, response_arrays
+from llmkiln.serve.triton_io import (
+    InvalidRequest,
+    RequestLimits,
+    StopMatcher,
+    parse_request,
+    response_arrays,
+)
 
 
 def getter(**inputs):
@@ -146,3 +152,51 @@ def test_response_tensors():
     out = response_arrays("é")
     assert list(out) == ["text_output"]
     assert out["text_output"].shape == (1, 1) and out["text_output"][0, 0] == "é".encode()
+
+
+def test_size_limits_are_checked_before_decoding():
+    limits = RequestLimits(max_prompt_bytes=8, max_stop_words=2, max_stop_word_bytes=3)
+    ok = {"text_input": text("12345678"), "max_tokens": np.array([[3]])}
+    assert parse_request(getter(**ok), limits=limits).prompt == "12345678"
+    # not UTF-8 and too long: the size is what is reported (nothing was decoded)
+    big = {"text_input": np.array([[b"\xff" * 9]], dtype=np.object_), "max_tokens": np.array([[3]])}
+    with pytest.raises(InvalidRequest, match=r"9 bytes is more than serve.max_prompt_bytes \(8 bytes\)"):
+        parse_request(getter(**big), limits=limits)
+    many = {**ok, "stop_words": np.array([[b"a", b"b", b"c"]], dtype=np.object_)}
+    with pytest.raises(InvalidRequest, match=r"3 stop strings is more than serve.max_stop_words \(2\)"):
+        parse_request(getter(**many), limits=limits)
+    long = {**ok, "stop_words": np.array([[b"abcd"]], dtype=np.object_)}
+    with pytest.raises(InvalidRequest, match="serve.max_stop_word_bytes"):
+        parse_request(getter(**long), limits=limits)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"max_tokens": np.array([[2**40 + 5]], dtype=np.int64)},  # would wrap to 5 as INT32
+        {"random_seed": np.array([[-7]], dtype=np.int64)},
+        {"text_input": np.array([[b"secret\xff"]], dtype=np.object_)},
+        {"temperature": np.array([[np.inf]])},
+    ],
+)
+def test_errors_never_echo_the_raw_value(extra):
+    inputs = {"text_input": text("x"), "max_tokens": np.array([[3]]), **extra}
+    with pytest.raises(InvalidRequest) as exc:
+        parse_request(getter(**inputs))
+    msg = str(exc.value)
+    for leaked in ("1099511627781", "-7", "secret", "\\xff", "inf"):
+        assert leaked not in msg, msg
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "top_p", "temperature", "top_k", "seed"])
+def test_sampling_errors_never_echo_the_value(field):
+    bad = {
+        "max_tokens": -123456,
+        "top_p": 123456.0,
+        "temperature": -123456.0,
+        "top_k": -123456,
+        "seed": -123456,
+    }
+    with pytest.raises(BadRequestParams) as exc:
+        SamplingParams(**{field: bad[field]})
+    assert "123456" not in str(exc.value) and field in str(exc.value)
