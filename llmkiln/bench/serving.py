@@ -40,6 +40,7 @@ def serve_engine(
         folder = EngineDir(engine_dir).require()
         folder.verify()  # never benchmark a corrupted engine (IntegrityError names the file)
         spec = spec_from_engine(folder, model_name)
+        spec.drain_file = Path(tmp) / "drain"
         repo = Path(tmp) / "repo"
         write_repository(spec, repo)
         ports = free_ports(3)
@@ -51,6 +52,7 @@ def serve_engine(
             ready_timeout_s=ready_timeout_s,
             workdir=Path(tmp) / "work",
             exit_timeout_s=10,
+            drain_file=Path(tmp) / "drain",
         )
         server = TritonServer(cfg, echo=sys.stderr if echo else None)
         server.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -10,7 +11,7 @@ from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
 from llmkiln.serve.launch import ServeOptions, serve_engine
 from llmkiln.serve.repository import check_repository, spec_from_engine, write_repository
-from llmkiln.serve.server import TritonServer
+from llmkiln.serve.server import ADMIN_KEY_ENV, TritonServer
 
 PORT = click.IntRange(1, 65535)
 
@@ -57,6 +58,12 @@ def repo(
 @click.option(
     "--log-verbose", type=click.IntRange(0, 10), default=0, help="tritonserver --log-verbose level."
 )
+@click.option(
+    "--verify",
+    "verify_full",
+    is_flag=True,
+    help="Re-hash every engine file before serving (default: files changed since their last check).",
+)
 def serve(
     engine: Path,
     host: str,
@@ -65,8 +72,14 @@ def serve(
     metrics_port: int | None,
     exit_timeout: int | None,
     log_verbose: int,
+    verify_full: bool,
 ) -> int:
-    """Serve ENGINE with tritonserver; ready only after warmup. Ctrl-C or SIGTERM shuts it down cleanly."""
+    """Serve ENGINE with tritonserver; ready only after warmup. Ctrl-C or SIGTERM shuts it down cleanly.
+
+    Exit codes: 0 clean stop; 1 the server failed or crashed (cause and log tail printed, log kept); 2 bad input.
+    Admin APIs (shared memory, logging, trace, model repository, statistics) need the header
+    `llmkiln-admin-key: $LLMKILN_ADMIN_KEY`; with the variable unset they are closed.
+    """
 
     def ready(server: TritonServer, model_name: str) -> None:
         ep = server.endpoints()
@@ -75,7 +88,16 @@ def serve(
         click.echo(f"  gRPC    {ep['grpc']}", err=True)
         click.echo(f"  metrics {ep['metrics']}", err=True)
 
-    opts = ServeOptions(host, http_port, grpc_port, metrics_port, exit_timeout, log_verbose)
+    opts = ServeOptions(
+        host,
+        http_port,
+        grpc_port,
+        metrics_port,
+        exit_timeout,
+        log_verbose,
+        verify_full=verify_full,
+        admin_key=os.environ.get(ADMIN_KEY_ENV) or None,
+    )
     code = serve_engine(engine, opts, on_ready=ready)
-    click.echo(f"stopped (tritonserver exit code {code})", err=True)
+    click.echo("stopped (clean shutdown)", err=True)
     return code

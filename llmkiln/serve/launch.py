@@ -1,18 +1,21 @@
-"""`kiln serve`: write a repository for an engine into a temp folder and run tritonserver on it until a signal."""
+"""`kiln serve`: verify the engine, write its repository into a temp folder and run tritonserver on it until a
+signal; the temp folder is removed on every path (a crashed server's log is kept in the user cache folder)."""
 
 from __future__ import annotations
 
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from llmkiln.engine_dir import EngineDir, resolve_engine
+from llmkiln.serve.processes import new_workdir, remove_dead_workdirs
 from llmkiln.serve.repository import spec_from_engine, write_repository
 from llmkiln.serve.server import ServerConfig, TritonServer, serve_forever
+
+DRAIN_FILE = "drain"
 
 
 @dataclass
@@ -28,6 +31,8 @@ class ServeOptions:
     engines_root: Path | None = (
         None  # where a recipe name is looked up (default: $LLMKILN_ENGINES or ./engines)
     )
+    verify_full: bool = False  # re-hash every engine file (default: files changed since their last check)
+    admin_key: str | None = None  # the key admin API calls must send (None: admin APIs closed)
 
 
 def server_config(engine: EngineDir, repo: Path, opts: ServeOptions) -> ServerConfig:
@@ -41,6 +46,8 @@ def server_config(engine: EngineDir, repo: Path, opts: ServeOptions) -> ServerCo
         exit_timeout_s=serve.exit_timeout_s if opts.exit_timeout_s is None else opts.exit_timeout_s,
         log_verbose=opts.log_verbose,
         workdir=repo.parent,
+        admin_key=opts.admin_key,
+        drain_file=repo.parent / DRAIN_FILE,
     )
 
 
@@ -50,17 +57,21 @@ def serve_engine(
     echo: IO[str] | None = None,
     on_ready: Callable[[TritonServer, str], None] | None = None,
 ) -> int:
-    """Serve `engine` until SIGINT/SIGTERM; returns tritonserver's exit code. The temp folder is removed after."""
+    """Serve `engine` until SIGINT/SIGTERM; 0 after a clean stop, ServerFailed (exit 1) otherwise."""
     folder = resolve_engine(engine, opts.engines_root).require()
+    folder.verify(full=opts.verify_full)  # a corrupted engine is never served (IntegrityError, exit 1)
     spec = spec_from_engine(folder)
-    work = Path(tempfile.mkdtemp(prefix="llmkiln-serve-"))
-    write_repository(spec, work / "repository")
-    server = TritonServer(server_config(folder, work / "repository", opts), echo=echo or sys.stderr)
+    remove_dead_workdirs()  # temp folders of killed `kiln serve` processes
+    work = new_workdir()
+    try:
+        spec.drain_file = work / DRAIN_FILE
+        write_repository(spec, work / "repository")
+        server = TritonServer(server_config(folder, work / "repository", opts), echo=echo or sys.stderr)
 
-    def ready(s: TritonServer) -> None:
-        if on_ready is not None:
-            on_ready(s, spec.model_name)
+        def ready(s: TritonServer) -> None:
+            if on_ready is not None:
+                on_ready(s, spec.model_name)
 
-    code = serve_forever(server, on_ready=ready)  # on failure the folder (with tritonserver.log) is kept
-    shutil.rmtree(work, ignore_errors=True)
-    return code
+        return serve_forever(server, on_ready=ready)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -72,6 +72,8 @@ class RepoSpec:
     max_batch_size: int = 1
     # nested recipe overrides for the runtime, e.g. {"scheduler": {"max_batch_size": 4}}
     engine_overrides: dict[str, Any] | None = None
+    # the file the launcher writes to make the model drain (ServeCore; TritonServer.drain)
+    drain_file: Path | None = None
 
 
 def spec_from_engine(engine: EngineDir | Path, model_name: str | None = None) -> RepoSpec:
@@ -106,6 +108,8 @@ def build_model_config(spec: RepoSpec) -> mc.ModelConfig:
     }
     if spec.engine_overrides:
         params["engine_overrides"] = json.dumps(spec.engine_overrides, sort_keys=True)
+    if spec.drain_file is not None:
+        params["drain_file"] = str(spec.drain_file)
     for key, value in params.items():
         cfg.parameters[key].string_value = value
     for i, _prompt in enumerate(spec.warmup.prompts if spec.warmup.count else []):

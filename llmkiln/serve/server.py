@@ -1,9 +1,22 @@
 """Run the tritonserver bundled in nvidia-pytriton on a model repository.
 
-`TritonServer` starts the process (own session, so a terminal's Ctrl-C reaches only kiln, which forwards it as
-SIGTERM for a graceful shutdown), keeps the last log lines, waits for readiness, and fails with those lines
-when a port is taken or the server dies. Each server gets its own python-backend shared-memory prefix so a
-clean shutdown can be verified (no /dev/shm/<prefix>* left).
+`TritonServer` starts the process and keeps its log, waits for readiness, watches the python-backend stubs, and
+stops it gracefully:
+
+- tritonserver runs in its own session (a terminal's Ctrl-C reaches only kiln) and dies with the thread that
+  started it (`setpriv --pdeathsig KILL`): a SIGKILLed `kiln serve` leaves no server holding its ports. A stale
+  server from an older, killed launcher is named (pid, how to stop it) when its port is wanted again, and the
+  /dev/shm files of dead servers are removed at start.
+- Triton 2.51 does not notice a dead python stub: health stays 200 and in-flight streams hang (measured: 70 s
+  with no answer). A watchdog polls the stub pids every 0.25 s; when one dies, tritonserver is killed (it cannot
+  recover), so readiness fails within a second, clients' streams end with an error, and the launcher reports
+  the cause and the log tail (the log is kept in the user cache folder).
+- stop(): drain first (the model's drain file: new requests get UNAVAILABLE at once, requests in flight finish or
+  end with a final error at the deadline, `llmkiln_requests_active` reaches 0), then SIGTERM with nothing in
+  flight, then SIGKILL past the exit timeout.
+- The admin APIs (shared memory, logging, trace, model repository, statistics) are restricted to clients that
+  send the operator's key (`ServerConfig.admin_key`, header `llmkiln-admin-key`; gRPC:
+  `triton-grpc-protocol-llmkiln-admin-key`); without a key a random one is used, so they are closed.
 """
 
 from __future__ import annotations
@@ -12,11 +25,11 @@ import collections
 import contextlib
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.error
@@ -27,17 +40,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from llmkiln.engine_dir import user_cache_dir
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.serve.backend_env import assemble_backend_dir, find_triton, server_env
+from llmkiln.serve.processes import (
+    LLMKILN_SHM_PREFIX,
+    SHM_DIR,
+    alive,
+    new_workdir,
+    processes_with,
+    remove_orphan_shm,
+    stale_servers,
+)
 
-SHM_DIR = Path("/dev/shm")
-SHM_BASE_PREFIX = "triton_python_backend_shm_region"
 EXIT_MARGIN_S = 5.0
+DRAIN_MARGIN_S = 1.0  # requests still running this long before the exit timeout end with a final error
+STUB_POLL_S = 0.25
 ERROR_LINE = re.compile(r"^E\d{4} ")
+ADMIN_APIS = "shared-memory,logging,trace,model-repository,statistics"
+ADMIN_HEADER = "llmkiln-admin-key"
+ADMIN_KEY_ENV = "LLMKILN_ADMIN_KEY"
+ACTIVE_METRIC = "llmkiln_requests_active"
 
 
 class ServerFailed(KilnError):
-    """tritonserver exited or never became ready; the message carries its last log lines."""
+    """tritonserver exited, crashed or never became ready; the message carries the cause and its log lines."""
 
 
 @dataclass
@@ -52,8 +79,10 @@ class ServerConfig:
     exit_timeout_s: int = 30
     log_verbose: int = 0
     ready_timeout_s: float = 300.0
-    workdir: Path | None = None  # backend folder + log; a fresh temp folder when None
+    workdir: Path | None = None  # backend folder + log; a fresh temp folder (removed at the end) when None
     extra_args: list[str] = field(default_factory=list)
+    admin_key: str | None = None  # the key admin API calls must send; None: a random one (APIs closed)
+    drain_file: Path | None = None  # the model's drain file (RepoSpec.drain_file); None: no drain phase
 
 
 def port_free(host: str, port: int) -> bool:
@@ -79,19 +108,32 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     return ports
 
 
+def _die_with_parent(argv: list[str]) -> list[str]:
+    """argv run under `setpriv --pdeathsig KILL` (util-linux): the kernel kills it when our thread dies."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
+
+
 class TritonServer:
     """One tritonserver process."""
 
     def __init__(self, cfg: ServerConfig, echo: IO[str] | None = None) -> None:
         self.cfg = cfg
         self.echo = echo
-        self.shm_prefix = f"{SHM_BASE_PREFIX}_llmkiln_{uuid.uuid4().hex[:8]}"
+        self.shm_prefix = f"{LLMKILN_SHM_PREFIX}{uuid.uuid4().hex[:8]}"
+        self.admin_key = cfg.admin_key or secrets.token_urlsafe(24)
         self.proc: subprocess.Popen[bytes] | None = None
         self.lines: collections.deque[str] = collections.deque(maxlen=400)
         self._reader: threading.Thread | None = None
+        self._watchdog: threading.Thread | None = None
         self._log: IO[str] | None = None
         self.log_path: Path | None = None
+        self.kept_log: Path | None = None
         self.forced_exit = False
+        self.drained = False
+        self.crash: str | None = None  # why the watchdog killed the server
+        self.stub_pids: list[int] = []
+        self.stop_requested = threading.Event()
         self._own_workdir: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -99,6 +141,7 @@ class TritonServer:
     def command(self, backend_dir: Path) -> list[str]:
         c = self.cfg
         inst = find_triton()
+        restricted = f"{ADMIN_APIS}:{ADMIN_HEADER}={self.admin_key}"
         return [
             str(inst.server_bin),
             f"--model-repository={c.repository}",
@@ -111,6 +154,8 @@ class TritonServer:
             f"--metrics-address={c.host}",
             f"--metrics-port={c.metrics_port}",
             f"--exit-timeout-secs={c.exit_timeout_s}",
+            f"--http-restricted-api={restricted}",
+            f"--grpc-restricted-protocol={restricted}",
             "--disable-auto-complete-config",
             "--strict-readiness=true",
             "--exit-on-error=true",
@@ -119,29 +164,34 @@ class TritonServer:
             *c.extra_args,
         ]
 
-    def start(self) -> None:
+    def _check_ports(self) -> None:
         c = self.cfg
-        for what, port in (
-            ("--http-port", c.http_port),
-            ("--grpc-port", c.grpc_port),
-            ("--metrics-port", c.metrics_port),
-        ):
-            if not port_free(c.host, port):
-                raise BadInput(f"{what} {port}: the port is already in use on {c.host}; pick another port")
-        if len({c.http_port, c.grpc_port, c.metrics_port}) != 3:
+        ports = {"--http-port": c.http_port, "--grpc-port": c.grpc_port, "--metrics-port": c.metrics_port}
+        if len(set(ports.values())) != 3:
             raise BadInput(
                 f"http/grpc/metrics ports must differ, got {c.http_port}/{c.grpc_port}/{c.metrics_port}"
             )
-        if c.workdir is None:  # ours: removed after a clean exit (kept, with the log, after a failure)
-            self._own_workdir = Path(tempfile.mkdtemp(prefix="llmkiln-serve-"))
-        workdir = c.workdir or self._own_workdir
+        for flag, port in ports.items():
+            if not port_free(c.host, port):
+                stale = [s for s in stale_servers({flag: port}) if s.port_flag == flag]
+                why = stale[0].describe() if stale else "pick another port"
+                raise BadInput(f"{flag} {port}: the port is already in use on {c.host}; {why}")
+
+    def start(self) -> None:
+        remove_orphan_shm()  # a killed server's shared memory (no process carries its prefix any more)
+        self._check_ports()
+        if self.cfg.workdir is None:  # ours: removed at the end (the log is kept elsewhere after a failure)
+            self._own_workdir = new_workdir()
+        workdir = self.cfg.workdir or self._own_workdir
         assert workdir is not None
         workdir.mkdir(parents=True, exist_ok=True)
+        if self.cfg.drain_file is not None:
+            self.cfg.drain_file.unlink(missing_ok=True)
         backend_dir = assemble_backend_dir(workdir / "backends")
         self.log_path = workdir / "tritonserver.log"
         self._log = self.log_path.open("w", encoding="utf-8")
         self.proc = subprocess.Popen(
-            self.command(backend_dir),
+            _die_with_parent(self.command(backend_dir)),
             env=server_env(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -169,12 +219,24 @@ class TritonServer:
     def last_lines(self, n: int = 30) -> str:
         return "\n".join(list(self.lines)[-n:])
 
+    def keep_log(self) -> Path | None:
+        """Copy the server log to <user cache>/serve-logs/ (once) so it outlives the temp folder."""
+        if self.kept_log is None and self.log_path is not None and self.log_path.is_file():
+            dest_dir = user_cache_dir() / "serve-logs"
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            dest = dest_dir / f"tritonserver-{stamp}-{os.getpid()}-{self.shm_prefix[-8:]}.log"
+            with contextlib.suppress(OSError):
+                dest_dir.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(self.log_path, dest)
+                self.kept_log = dest
+        return self.kept_log or self.log_path
+
     def failure_report(self, n: int = 15) -> str:
         """Error lines (E...) of the log, then its last lines: what a user needs when the server fails."""
         lines = list(self.lines)
         errors = [ln for ln in lines if ERROR_LINE.match(ln)][-8:]
         head = ("Errors:\n" + "\n".join(e[:2000] for e in errors) + "\n") if errors else ""
-        return f"{head}Last lines (full log: {self.log_path}):\n" + "\n".join(lines[-n:])
+        return f"{head}Last lines (full log: {self.keep_log()}):\n" + "\n".join(lines[-n:])
 
     @property
     def url_http(self) -> str:
@@ -199,7 +261,8 @@ class TritonServer:
             return False
 
     def wait_ready(self, timeout_s: float | None = None) -> float:
-        """Block until /v2/health/ready answers 200; returns seconds waited. ServerFailed with the log otherwise."""
+        """Block until /v2/health/ready answers 200; returns seconds waited. ServerFailed with the log otherwise.
+        Then the stub watchdog starts."""
         assert self.proc is not None, "start() first"
         timeout_s = self.cfg.ready_timeout_s if timeout_s is None else timeout_s
         t0 = time.monotonic()
@@ -212,16 +275,69 @@ class TritonServer:
                     f"tritonserver exited with code {code} before it was ready.\n{self.failure_report()}"
                 )
             if self.is_ready():
-                return time.monotonic() - t0
+                break
+            if self.stop_requested.is_set():
+                raise ServerFailed("stopped before the server was ready")
             if time.monotonic() - t0 > timeout_s:
                 self.stop()
                 raise ServerFailed(
                     f"tritonserver not ready after {timeout_s:.0f} s.\n{self.failure_report()}"
                 )
             time.sleep(0.2)
+        self.stub_pids = [p for p in processes_with(self.shm_prefix) if p != self.proc.pid]
+        self._watchdog = threading.Thread(target=self._watch_stubs, name="stub-watchdog", daemon=True)
+        self._watchdog.start()
+        return time.monotonic() - t0
+
+    def _watch_stubs(self) -> None:
+        """Kill tritonserver when a python stub dies while serving (Triton would keep reporting healthy)."""
+        while self.proc is not None and self.proc.poll() is None and not self.stop_requested.is_set():
+            dead = [p for p in self.stub_pids if not alive(p)]
+            if dead and not self.stop_requested.is_set():
+                self.crash = (
+                    f"the python backend stub (pid {dead[0]}) of the model died while serving; Triton cannot "
+                    "recover from that, so tritonserver was stopped (requests in flight ended with an error)"
+                )
+                self.lines.append(f"llmkiln: {self.crash}")
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                return
+            time.sleep(STUB_POLL_S)
+
+    def active_requests(self) -> float | None:
+        """`llmkiln_requests_active` summed over the metrics endpoint (None when it cannot be read)."""
+        try:
+            with urllib.request.urlopen(self.url_metrics, timeout=2) as r:
+                text = r.read().decode()
+        except (urllib.error.URLError, OSError):
+            return None
+        values = [
+            float(line.rpartition(" ")[2])
+            for line in text.splitlines()
+            if line.startswith(ACTIVE_METRIC + "{") or line.startswith(ACTIVE_METRIC + " ")
+        ]
+        return sum(values) if values else None
+
+    def drain(self) -> bool:
+        """Write the drain file (deadline = now + exit timeout - margin) and wait until no request is active or
+        the deadline (+ margin) passed. True when the model reported 0 requests in flight."""
+        drain_file = self.cfg.drain_file
+        if drain_file is None or self.proc is None or self.proc.poll() is not None:
+            return False
+        deadline = time.time() + max(self.cfg.exit_timeout_s - DRAIN_MARGIN_S, 0.5)
+        drain_file.write_text(f"{deadline:.3f}\n")
+        while self.proc.poll() is None:
+            if self.active_requests() == 0:
+                self.drained = True
+                return True
+            if time.time() > deadline + EXIT_MARGIN_S:
+                return False
+            time.sleep(0.05)
+        return False
 
     def terminate(self) -> None:
-        """Ask for a graceful shutdown (SIGTERM): Triton waits up to the exit timeout for in-flight requests."""
+        """Ask for Triton's graceful shutdown (SIGTERM): it waits up to the exit timeout for in-flight requests."""
+        self.stop_requested.set()  # stubs exit during a shutdown: the watchdog stands down
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
 
@@ -244,12 +360,17 @@ class TritonServer:
             self.proc.wait()
         self._join_reader()
         self._clean_leftovers()
-        if self._own_workdir is not None and self.proc.returncode == 0 and not self.forced_exit:
+        if self.proc.returncode != 0 or self.crash is not None:
+            self.keep_log()
+        if self._own_workdir is not None:
             shutil.rmtree(self._own_workdir, ignore_errors=True)
         return self.proc.returncode
 
     def stop(self, grace_s: float | None = None) -> int | None:
-        """terminate() then wait_exit(); returns tritonserver's exit code (-9 when it had to be killed)."""
+        """drain(), then terminate() and wait_exit(); returns tritonserver's exit code (-9 when killed)."""
+        self.stop_requested.set()
+        if self.proc is not None and self.proc.poll() is None and self.stub_pids:
+            self.drain()
         self.terminate()
         return self.wait_exit(grace_s)
 
@@ -280,17 +401,7 @@ class TritonServer:
 
     def leftover_processes(self) -> list[int]:
         """Pids of this server's processes still alive (tritonserver and its python stubs carry the shm prefix)."""
-        pids = []
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                cmdline = (proc / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if self.shm_prefix.encode() in cmdline:
-                pids.append(int(proc.name))
-        return pids
+        return processes_with(self.shm_prefix)
 
     def leftover_shm(self) -> list[Path]:
         """This server's python-backend shared-memory files still in /dev/shm."""
@@ -305,13 +416,12 @@ class TritonServer:
 
 
 def serve_forever(server: TritonServer, on_ready: Callable[[TritonServer], None] | None = None) -> int:
-    """Start, wait ready, forward SIGINT/SIGTERM as SIGTERM, return the server's exit code."""
-    stopping = threading.Event()
+    """Start, wait ready, run until SIGINT/SIGTERM, then drain and stop. Returns 0 after a clean stop; raises
+    ServerFailed (exit code 1) with the cause and the log tail when the server fails, crashes or does not stop
+    cleanly. Never returns tritonserver's own exit code (kiln serve's exit codes are 0, 1 and 2)."""
 
     def forward(signum: int, _frame: object) -> None:
-        stopping.set()
-        if server.proc is not None and server.proc.poll() is None:
-            server.proc.send_signal(signal.SIGTERM)
+        server.stop_requested.set()  # the loop below drains and stops (not in the signal handler)
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -319,20 +429,26 @@ def serve_forever(server: TritonServer, on_ready: Callable[[TritonServer], None]
         try:
             server.wait_ready()
         except ServerFailed:
-            if stopping.is_set():  # interrupted while loading: a requested stop, not a failure
-                return int(server.wait_exit() or 0)
+            if server.stop_requested.is_set():  # interrupted while loading: a requested stop, not a failure
+                server.stop()
+                return 0
             raise
         if on_ready is not None:
             on_ready(server)
         assert server.proc is not None
-        while server.proc.poll() is None and not stopping.is_set():
+        while server.proc.poll() is None and not server.stop_requested.is_set():
             time.sleep(0.2)
-        code = server.wait_exit()
-        if not stopping.is_set():
-            raise ServerFailed(
-                f"tritonserver exited unexpectedly with code {code}.\n{server.failure_report()}"
-            )
-        return 0 if code in (0, None) else int(code)
+        if not server.stop_requested.is_set():
+            code = server.wait_exit()
+            cause = server.crash or f"tritonserver exited unexpectedly with code {code}"
+            raise ServerFailed(f"{cause}.\n{server.failure_report()}")
+        code = server.stop()
+        if code == 0 or (server.forced_exit and server.drained):
+            return 0
+        raise ServerFailed(
+            f"tritonserver exited with code {code} while stopping"
+            f"{'' if server.drained else ' (requests were still in flight)'}.\n{server.failure_report()}"
+        )
     finally:
         for s, h in old.items():
             signal.signal(s, h)

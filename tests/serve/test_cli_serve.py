@@ -67,6 +67,6 @@ def test_kiln_serve_until_sigint(engine_factory, tmp_path: Path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert "stopped (tritonserver exit code 0)" in (tmp_path / "stderr").read_text()
+    assert "stopped (clean shutdown)" in (tmp_path / "stderr").read_text()
     assert [p for p in started if Path(f"/proc/{p}").exists()] == []
     assert list(Path("/dev/shm").glob(prefix + "*")) == []
