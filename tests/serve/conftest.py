@@ -29,10 +29,16 @@ def recipe_engine_dir(tmp_path: Path) -> Path:
 
 
 def fake_repository(
-    tmp: Path, name: str = "fake", warmup: Warmup | None = None, model_py: str | None = None
+    tmp: Path,
+    name: str = "fake",
+    warmup: Warmup | None = None,
+    model_py: str | None = None,
+    drain_file: Path | None = None,
 ) -> Path:
     """tmp/repo with one model `name` whose model.py runs the stand-in engine (or the given model.py text)."""
-    spec = RepoSpec(name, make_recipe_engine_dir(tmp / "engine"), warmup=warmup or Warmup())
+    spec = RepoSpec(
+        name, make_recipe_engine_dir(tmp / "engine"), warmup=warmup or Warmup(), drain_file=drain_file
+    )
     write_repository(spec, tmp / "repo")
     version = tmp / "repo" / name / VERSION
     if model_py is not None:

@@ -7,12 +7,16 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from llmkiln.serve.server import free_ports
+from llmkiln.errors import BadInput
+from llmkiln.serve.backend_env import assemble_backend_dir, server_env
+from llmkiln.serve.processes import remove_dead_workdirs, remove_orphan_shm
+from llmkiln.serve.server import ServerConfig, TritonServer, free_ports, port_free
 
 from .client import http_generate
 
@@ -70,3 +74,102 @@ def test_kiln_serve_until_sigint(engine_factory, tmp_path: Path):
     assert "stopped (clean shutdown)" in (tmp_path / "stderr").read_text()
     assert [p for p in started if Path(f"/proc/{p}").exists()] == []
     assert list(Path("/dev/shm").glob(prefix + "*")) == []
+
+
+def _start_kiln_serve(engine: Path, tmp_path: Path, ports: list[int], *extra: str) -> subprocess.Popen:
+    err = (tmp_path / "stderr").open("w+")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmkiln.cli.main", "serve", str(engine), "--http-port", str(ports[0]),
+         "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2]), "--exit-timeout", "5", *extra],
+        stdout=subprocess.PIPE, stderr=err, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while "ready: model 'llmkiln'" not in (tmp_path / "stderr").read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr").read_text()[-3000:]
+        time.sleep(0.2)
+    return proc
+
+
+def _workdirs(pid: int) -> list[Path]:
+    return list(Path(tempfile.gettempdir()).glob(f"llmkiln-serve-{pid}-*"))
+
+
+def test_kiln_serve_exits_1_with_the_cause_when_the_stub_dies(engine_factory, tmp_path: Path):
+    engine = engine_factory("stories-fp32")
+    ports = free_ports(3)
+    proc = _start_kiln_serve(engine, tmp_path, ports)
+    try:
+        assert _workdirs(proc.pid)
+        stubs = [p for p in _descendants(proc.pid) if b"triton_python_backend_stub" in _cmd(p)]
+        assert stubs
+        t0 = time.monotonic()
+        os.kill(stubs[0], signal.SIGKILL)
+        assert proc.wait(timeout=30) == 1
+        assert time.monotonic() - t0 < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = (tmp_path / "stderr").read_text()
+    assert "python backend stub" in err and "died while serving" in err and "Last lines" in err
+    kept = Path(re.search(r"full log: (\S+\.log)", err).group(1))
+    assert kept.is_file() and "Started GRPCInferenceService" in kept.read_text()
+    assert _workdirs(proc.pid) == []  # the temp folder is gone, the log kept elsewhere
+    assert port_free("127.0.0.1", ports[0]) and port_free("127.0.0.1", ports[1])
+
+
+def test_sigkilled_kiln_serve_takes_tritonserver_with_it(engine_factory, tmp_path: Path):
+    engine = engine_factory("stories-fp32")
+    ports = free_ports(3)
+    proc = _start_kiln_serve(engine, tmp_path, ports)
+    started = _descendants(proc.pid)
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while [p for p in started if Path(f"/proc/{p}").exists() and b"tritonserver" in _cmd(p)]:
+        assert time.monotonic() < deadline, "tritonserver outlived its killed parent"
+        time.sleep(0.1)
+    assert port_free("127.0.0.1", ports[0]) and port_free("127.0.0.1", ports[1])
+    # the next start removes the killed launcher's temp folder
+    assert _workdirs(proc.pid)
+    remove_dead_workdirs()
+    assert _workdirs(proc.pid) == []
+
+
+def test_a_stale_server_on_the_port_is_named(tmp_path: Path):
+    # a server started the way an older launcher did (no parent-death signal), whose parent is gone
+    from .conftest import fake_repository
+
+    fake_repository(tmp_path)
+    ports = free_ports(3)
+    cfg = ServerConfig(tmp_path / "repo", http_port=ports[0], grpc_port=ports[1], metrics_port=ports[2],
+                       workdir=tmp_path / "work")  # fmt: skip
+    orphan = TritonServer(cfg)
+    backend = assemble_backend_dir(tmp_path / "work" / "backends")
+    subprocess.run(["setsid", "-f", *orphan.command(backend)], env=server_env(), check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not orphan.is_ready():
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        [pid] = [p for p in orphan.leftover_processes() if b"tritonserver" in _cmd(p).split(b"\0")[0]]
+        with pytest.raises(BadInput) as exc:
+            TritonServer(ServerConfig(tmp_path / "repo", http_port=ports[0], grpc_port=free_ports(1)[0],
+                                      metrics_port=free_ports(1)[0], workdir=tmp_path / "w2")).start()  # fmt: skip
+        msg = str(exc.value)
+        assert f"tritonserver pid {pid}" in msg and "stale server left by a killed `kiln serve`" in msg
+        assert f"kill {pid}" in msg
+    finally:
+        for p in orphan.leftover_processes():
+            os.kill(p, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while orphan.leftover_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert remove_orphan_shm() is not None and orphan.leftover_shm() == []
+
+
+def _cmd(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -1,0 +1,196 @@
+"""Real tritonserver, stand-in engine: a dead stub, shutdown under load, restricted admin APIs."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import tritonclient.grpc as grpcclient
+
+from llmkiln.serve.server import (
+    ADMIN_HEADER,
+    ServerConfig,
+    ServerFailed,
+    TritonServer,
+    free_ports,
+    serve_forever,
+)
+
+from .client import grpc_inputs
+from .conftest import fake_repository
+
+pytestmark = pytest.mark.slow
+
+
+def _server(tmp: Path, exit_timeout_s: int = 10, admin_key: str | None = None) -> TritonServer:
+    fake_repository(tmp, drain_file=tmp / "drain")
+    http, grpc, metrics = free_ports(3)
+    cfg = ServerConfig(
+        tmp / "repo",
+        http_port=http,
+        grpc_port=grpc,
+        metrics_port=metrics,
+        exit_timeout_s=exit_timeout_s,
+        workdir=tmp / "work",
+        drain_file=tmp / "drain",
+        admin_key=admin_key,
+    )
+    return TritonServer(cfg)
+
+
+class Stream:
+    """One gRPC stream; every response or error goes into a queue with its arrival time."""
+
+    def __init__(self, url: str) -> None:
+        self.q: queue.Queue = queue.Queue()
+        self.client = grpcclient.InferenceServerClient(url)
+        self.client.start_stream(callback=lambda result, error: self.q.put((time.monotonic(), result, error)))
+
+    def send(self, prompt: str, max_tokens: int, rid: str) -> None:
+        inputs = grpc_inputs(prompt, max_tokens, stream=True)
+        self.client.async_stream_infer("fake", inputs, request_id=rid, enable_empty_final_response=True)
+
+    def final(self, timeout: float = 30) -> tuple[float, object, object]:
+        """The next final response or error (skipping partial responses)."""
+        while True:
+            t, result, error = self.q.get(timeout=timeout)
+            if error is not None:
+                return t, None, error
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                return t, result, None
+
+    def close(self) -> None:
+        self.client.stop_stream()
+        self.client.close()
+
+
+def _get(url: str, headers: dict[str, str] | None = None) -> int:
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=3) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except (urllib.error.URLError, OSError):
+        return -1
+
+
+def test_a_dead_stub_stops_the_server_and_serve_forever_reports_it(tmp_path: Path):
+    server = _server(tmp_path)
+    seen: dict[str, object] = {}
+
+    def scenario(s: TritonServer) -> None:
+        def run() -> None:
+            stream = Stream(s.url_grpc)
+            stream.send("long", 100_000, "inflight")
+            stream.q.get(timeout=30)  # generating
+            [stub] = s.stub_pids
+            t0 = time.monotonic()
+            os.kill(stub, signal.SIGKILL)
+            t_err, _, error = stream.final(timeout=30)  # the in-flight stream ends with an error
+            seen["stream_error_s"] = t_err - t0
+            seen["error"] = str(error)
+            while _get(f"http://{s.url_http}/v2/health/ready") == 200:
+                time.sleep(0.05)
+            seen["not_ready_s"] = time.monotonic() - t0
+            stream.close()
+
+        threading.Thread(target=run, daemon=True).start()
+
+    with pytest.raises(ServerFailed) as exc:
+        serve_forever(server, on_ready=scenario)
+    msg = str(exc.value)
+    assert "python backend stub" in msg and "died" in msg and "Last lines" in msg
+    assert seen["not_ready_s"] < 5 and seen["stream_error_s"] < 5, seen
+    assert server.kept_log is not None and server.kept_log.is_file()
+    assert str(server.kept_log) in msg
+    assert server.leftover_processes() == [] and server.leftover_shm() == []
+
+
+def test_sigterm_under_load_drains_busy_streams_and_exits_cleanly(tmp_path: Path):
+    # eight busy streams: each sends its next request as soon as the previous one ends, through SIGTERM
+    server = _server(tmp_path, exit_timeout_s=4)
+    outcomes: list[tuple[str, float, float]] = []  # (kind, sent, done) per request
+    lock = threading.Lock()
+    sigterm_at: list[float] = []
+
+    def scenario(s: TritonServer) -> None:
+        def client(i: int) -> None:
+            stream = Stream(s.url_grpc)
+            try:
+                n = 0
+                while True:
+                    sent = time.monotonic()
+                    # every 4th request would outlive the exit timeout: it must end with a final error
+                    stream.send(f"c{i} ", 100_000 if n % 4 == 3 else 40, f"{i}-{n}")
+                    done, result, error = stream.final(timeout=30)
+                    kind = "ok" if error is None else str(error)
+                    with lock:
+                        outcomes.append((kind, sent, done))
+                    n += 1
+                    if sigterm_at and sent > sigterm_at[0] + 0.5:
+                        return
+            finally:
+                stream.close()
+
+        def run() -> None:
+            threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(8)]
+            for t in threads:
+                t.start()
+            time.sleep(1.0)
+            sigterm_at.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGTERM)  # what `kill` or a supervisor sends to kiln serve
+            for t in threads:
+                t.join(60)
+
+        threading.Thread(target=run, daemon=True).start()
+
+    assert serve_forever(server, on_ready=scenario) == 0, server.last_lines()
+    assert not server.forced_exit and server.drained
+    assert server.leftover_processes() == [] and server.leftover_shm() == []
+    t_sig = sigterm_at[0]
+    before = [o for o in outcomes if o[1] < t_sig]
+    after = [o for o in outcomes if o[1] > t_sig + 0.2]  # sent once the drain file is certainly there
+    assert any(k == "ok" for k, _, _ in before)
+    assert after and all("shutting down" in k for k, _, _ in after), after[:3]
+    assert all(done - sent < 1.0 for _, sent, done in after)  # refused at once
+    ended = [o for o in outcomes if "did not finish within the exit timeout" in o[0]]
+    assert ended and all(done - t_sig < 4 for _, _, done in ended)  # final errors within the exit timeout
+    assert all(k == "ok" or "shutting down" in k for k, _, _ in outcomes), outcomes
+
+
+def test_admin_apis_need_the_operators_key(tmp_path: Path):
+    server = _server(tmp_path, admin_key="s3cret-key")
+    server.start()
+    try:
+        server.wait_ready(120)
+        base = f"http://{server.url_http}"
+        for path in ("/v2/logging", "/v2/systemsharedmemory/status", "/v2/models/stats", "/v2/trace/setting"):
+            assert _get(base + path) == 403, path
+            assert _get(base + path, {ADMIN_HEADER: "wrong"}) == 403, path
+            assert _get(base + path, {ADMIN_HEADER: "s3cret-key"}) == 200, path
+        assert _get(base + "/v2/health/ready") == 200  # health and inference stay open
+        client = grpcclient.InferenceServerClient(server.url_grpc)
+        with pytest.raises(Exception, match="restricted"):
+            client.get_log_settings()
+        assert client.get_log_settings(headers={f"triton-grpc-protocol-{ADMIN_HEADER}": "s3cret-key"})
+        with pytest.raises(Exception, match="restricted"):
+            client.register_system_shared_memory("x", "/llmkiln-test", 8)
+        client.close()
+        # the key never appears in an error message
+        req = urllib.request.Request(
+            base + "/v2/logging", data=json.dumps({"log_verbose_level": 1}).encode(), method="POST"
+        )
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            urllib.request.urlopen(req, timeout=3)
+        assert exc.value.code == 403 and b"s3cret" not in exc.value.read()
+    finally:
+        server.stop()
