@@ -48,6 +48,8 @@ def server_config(engine: EngineDir, repo: Path, opts: ServeOptions) -> ServerCo
         workdir=repo.parent,
         admin_key=opts.admin_key,
         drain_file=repo.parent / DRAIN_FILE,
+        http_front=True,
+        max_request_bytes=serve.max_prompt_bytes,
     )
 
 

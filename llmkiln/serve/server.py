@@ -43,6 +43,7 @@ from typing import IO
 from llmkiln.engine_dir import user_cache_dir
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.serve.backend_env import assemble_backend_dir, find_triton, server_env
+from llmkiln.serve.http_front import HttpFront
 from llmkiln.serve.processes import (
     LLMKILN_SHM_PREFIX,
     SHM_DIR,
@@ -83,6 +84,9 @@ class ServerConfig:
     extra_args: list[str] = field(default_factory=list)
     admin_key: str | None = None  # the key admin API calls must send; None: a random one (APIs closed)
     drain_file: Path | None = None  # the model's drain file (RepoSpec.drain_file); None: no drain phase
+    # llmkiln's HTTP front on host:http_port (generate bodies checked, Retry-After), Triton's HTTP on loopback
+    http_front: bool = False
+    max_request_bytes: int = 256 * 1024  # the front's body limit (the recipe's serve.max_prompt_bytes)
 
 
 def port_free(host: str, port: int) -> bool:
@@ -135,6 +139,9 @@ class TritonServer:
         self.stub_pids: list[int] = []
         self.stop_requested = threading.Event()
         self._own_workdir: Path | None = None
+        self.front: HttpFront | None = None
+        # where tritonserver's own HTTP endpoint listens (behind the front: loopback, a free port)
+        self.triton_http = (cfg.host, cfg.http_port)
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -147,8 +154,8 @@ class TritonServer:
             f"--model-repository={c.repository}",
             f"--backend-directory={backend_dir}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
-            f"--http-address={c.host}",
-            f"--http-port={c.http_port}",
+            f"--http-address={self.triton_http[0]}",
+            f"--http-port={self.triton_http[1]}",
             f"--grpc-address={c.host}",
             f"--grpc-port={c.grpc_port}",
             f"--metrics-address={c.host}",
@@ -188,6 +195,20 @@ class TritonServer:
         if self.cfg.drain_file is not None:
             self.cfg.drain_file.unlink(missing_ok=True)
         backend_dir = assemble_backend_dir(workdir / "backends")
+        if self.cfg.http_front:
+            self.triton_http = ("127.0.0.1", free_ports(1)[0])
+            self.front = HttpFront(
+                self.cfg.host,
+                self.cfg.http_port,
+                f"127.0.0.1:{self.triton_http[1]}",
+                self.cfg.max_request_bytes,
+            )
+            try:
+                self.front.start()
+            except OSError as exc:
+                raise BadInput(
+                    f"--http-port {self.cfg.http_port}: cannot listen on {self.cfg.host}: {exc}"
+                ) from None
         self.log_path = workdir / "tritonserver.log"
         self._log = self.log_path.open("w", encoding="utf-8")
         self.proc = subprocess.Popen(
@@ -360,6 +381,8 @@ class TritonServer:
             self.proc.wait()
         self._join_reader()
         self._clean_leftovers()
+        if self.front is not None:
+            self.front.stop()
         if self.proc.returncode != 0 or self.crash is not None:
             self.keep_log()
         if self._own_workdir is not None:
