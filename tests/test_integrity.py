@@ -127,3 +127,10 @@ def test_changed_source_with_restored_mtime_is_rehashed(tmp_path: Path, stories_
     flip_byte(src / "model.safetensors", keep_mtime=True)
     again = build_engine(recipe, engines)
     assert not again.cached  # different weights are never "up to date"
+
+
+def test_serve_refuses_a_corrupted_engine_before_starting_anything(engine_copy: Path) -> None:
+    flip_byte(engine_copy / "model.onnx")
+    r = kiln("serve", str(engine_copy), "--http-port", "1", "--grpc-port", "2", "--metrics-port", "3")
+    assert r.returncode == 1 and "model.onnx" in r.stderr and "does not match its manifest" in r.stderr
+    assert "ready" not in r.stderr

@@ -49,6 +49,10 @@ from llmkiln.serve.triton_io import (
 CANCEL_CHECK_EVERY = 4  # tokens between request.is_cancelled() checks (each one is an IPC round trip)
 ENGINE_METRICS_PERIOD_S = 1.0
 DRAIN_POLL_S = 0.05
+# A prompt with more UTF-8 bytes than max_input_len x (longest token in bytes) x this factor cannot fit in
+# max_input_len tokens (the factor leaves room for normalizers that drop characters): it is refused before it is
+# tokenized, so an oversized prompt costs no tokenizer time at all.
+PRESCREEN_FACTOR = 4
 SHUTTING_DOWN = "llmkiln: the server is shutting down; retry on another replica or after it restarts"
 
 
@@ -126,6 +130,7 @@ class ServeCore:
         self.ending = False  # set at the drain deadline: requests still running end with a final error
         self.active: set[RequestHandle] = set()
         self._n_active = 0
+        self.max_prompt_bytes_for_tokens = self._prompt_byte_bound()
         self._refresher: asyncio.Task[None] | None = None
         self._drain_watch: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -182,6 +187,14 @@ class ServeCore:
                 self.pb.Logger.log_warn(f"llmkiln: engine metrics failed: {exc}")
                 return
             await asyncio.sleep(ENGINE_METRICS_PERIOD_S)
+
+    def _prompt_byte_bound(self) -> int | None:
+        """UTF-8 bytes beyond which a prompt surely exceeds limits.max_input_len tokens (None: no tokenizer)."""
+        tokenizer = self.engine.tokenizer
+        if tokenizer is None:
+            return None
+        longest = max((len(t.encode("utf-8")) for t in tokenizer.get_vocab()), default=1)
+        return self.engine.config.limits.max_input_len * max(longest, 1) * PRESCREEN_FACTOR
 
     def _track(self, delta: int) -> None:
         self._n_active += delta
@@ -263,6 +276,17 @@ class ServeCore:
             self.metrics.rejected.increment(1)
             self._error(sender, f"llmkiln: bad request: {exc}")
             return
+        bound = self.max_prompt_bytes_for_tokens
+        if bound is not None and len(req.prompt) > bound:  # characters <= bytes: a cheap first look
+            n_bytes = len(req.prompt.encode("utf-8"))
+            if n_bytes > bound:
+                self.metrics.rejected.increment(1)
+                self._error(
+                    sender,
+                    f"llmkiln: request rejected: the prompt ({n_bytes} bytes) is far longer than "
+                    f"limits.max_input_len ({self.engine.config.limits.max_input_len} tokens): shorten the prompt",
+                )
+                return
         try:
             prompt = await self._encode(req.prompt)
             handle = self.engine.submit(

@@ -213,10 +213,13 @@ class StopMatcher:
             return buf[:cut], True
         keep = 0
         for s in self.stops:
-            for n in range(min(len(s) - 1, len(buf)), 0, -1):
-                if buf.endswith(s[:n]):
-                    keep = max(keep, n)
+            # the longest tail of buf that starts s: only positions holding s[0] can start one
+            i = buf.find(s[0], max(len(buf) - len(s) + 1, 0))
+            while i != -1:
+                if s.startswith(buf[i:]):
+                    keep = max(keep, len(buf) - i)
                     break
+                i = buf.find(s[0], i + 1)
         self._held = buf[len(buf) - keep :] if keep else ""
         return buf[: len(buf) - keep], False
 

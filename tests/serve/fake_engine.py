@@ -28,6 +28,9 @@ class Encoding:
 class ByteTokenizer:
     """Token id = byte value; decoding an incomplete UTF-8 character gives U+FFFD (as byte-fallback tokenizers do)."""
 
+    def get_vocab(self) -> dict[str, int]:
+        return {chr(i): i for i in range(256)}
+
     def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[Encoding]:
         return [Encoding(list(t.encode("utf-8"))) for t in texts]
 
