@@ -10,7 +10,7 @@ MODEL ?=
 ENGINES ?= engines
 PYTEST_ARGS ?=
 
-.PHONY: setup engine test lint serve bench-ttft genai-perf clean-engines
+.PHONY: setup engine test lint serve soak bench-ttft genai-perf clean-engines
 
 setup: $(STAMP)
 
@@ -37,6 +37,12 @@ lint: setup
 
 serve: setup
 	$(VENV)/bin/kiln serve $(ENGINES)/$(RECIPE)
+
+# Not in CI: steady load for MINUTES against the served engine; errors, p99/RSS drift, leaked slots/blocks.
+MINUTES ?= 5
+CONCURRENCY ?= 8
+soak: engine
+	$(VENV)/bin/kiln bench soak $(ENGINES)/$(RECIPE) --minutes $(MINUTES) --concurrency $(CONCURRENCY)
 
 bench-ttft: setup
 	$(VENV)/bin/kiln bench experiment --out bench/results

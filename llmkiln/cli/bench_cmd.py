@@ -22,7 +22,9 @@ from llmkiln.bench.report import (
     write_atomic,
 )
 from llmkiln.bench.runner import BenchConfig, parse_concurrency, requests_needed, run_bench
+from llmkiln.bench.soak import report_json, run_soak
 from llmkiln.bench.workloads import WorkloadSpec, build_workload, load_tokenizer, parse_range
+from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
 
 WORKLOAD_CHOICES = ("shared-prefix", "unique", "mixed-long-short", "jsonl")
@@ -212,6 +214,25 @@ def compare_cmd(
             bars({la: ra, lb: rb}, Path(plot), "ttft_ms", ("p50", "p95"), f"TTFT: {lb} vs {la}")
         if cdf:
             ttft_cdf({la: ra, lb: rb}, Path(cdf))
+
+
+@bench.command("soak")
+@click.argument("engine")
+@click.option("--minutes", type=click.FloatRange(0.05, 24 * 60), default=5, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(1, 4096), default=32, show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the report as JSON.")
+def soak_cmd(engine: str, minutes: float, concurrency: int, max_tokens: int, out: str | None) -> None:
+    """Serve ENGINE and keep CONCURRENCY streams busy for MINUTES; report errors, p99 and RSS drift, leaks.
+
+    Exit 1 when a request failed or slots/blocks are still held with no traffic (not run in CI)."""
+    folder = resolve_engine(engine).require()
+    report = run_soak(folder.path, minutes, concurrency, max_tokens)
+    click.echo(report.text())
+    if out:
+        write_atomic(Path(out), report_json(report))
+    if not report.ok:
+        raise click.ClickException("the soak found errors or leaks (see above)")
 
 
 @bench.command("experiment")
