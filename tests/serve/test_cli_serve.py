@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -173,3 +174,23 @@ def _cmd(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_a_failed_start_leaves_no_temp_folder(engine_factory, tmp_path: Path):
+    engine = engine_factory("stories-fp32")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        grpc, metrics = free_ports(2)
+        tmpdir = tmp_path / "tmp"  # the launcher's temp folders go here (TMPDIR)
+        tmpdir.mkdir()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llmkiln.cli.main", "serve", str(engine), "--http-port", str(busy),
+             "--grpc-port", str(grpc), "--metrics-port", str(metrics)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmpdir)},
+        )  # fmt: skip
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and f"--http-port {busy}" in err and "already in use" in err, err
+    assert "Traceback" not in err
+    assert list(tmpdir.iterdir()) == []

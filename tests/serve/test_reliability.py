@@ -108,7 +108,9 @@ def test_a_dead_stub_stops_the_server_and_serve_forever_reports_it(tmp_path: Pat
     with pytest.raises(ServerFailed) as exc:
         serve_forever(server, on_ready=scenario)
     msg = str(exc.value)
-    print(f"stub killed: stream error after {seen['stream_error_s']:.2f} s, not ready after {seen['not_ready_s']:.2f} s")
+    print(
+        f"stub killed: stream error after {seen['stream_error_s']:.2f} s, not ready after {seen['not_ready_s']:.2f} s"
+    )
     assert "python backend stub" in msg and "died" in msg and "Last lines" in msg
     assert seen["not_ready_s"] < 5 and seen["stream_error_s"] < 5, seen
     assert server.kept_log is not None and server.kept_log.is_file()
