@@ -1,0 +1,147 @@
+"""Measure what the bundled Triton 2.51 does, with a minimal python-backend model (not run in CI).
+
+  .venv/bin/python scripts/triton_probes.py error-codes   # HTTP status of /generate per TritonError code
+  .venv/bin/python scripts/triton_probes.py stub-death    # health and an in-flight stream after the stub is killed
+
+The findings are in docs/serve.md (Reliability). The server is started bare (`llmkiln.serve.server`'s command,
+no llmkiln watchdog), on free loopback ports, and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from llmkiln.serve.server import ServerConfig, TritonServer, free_ports
+
+MODEL = """
+import asyncio
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        pass
+
+    async def execute(self, requests):
+        for r in requests:
+            asyncio.get_running_loop().create_task(self.one(r))
+        return None
+
+    async def one(self, r):
+        what = pb_utils.get_input_tensor_by_name(r, "text_input").as_numpy().reshape(-1)[0].decode()
+        s = r.get_response_sender()
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        out = lambda t: pb_utils.InferenceResponse(
+            output_tensors=[pb_utils.Tensor("text_output", np.array([[t]], dtype=object))])
+        if what == "ok":
+            s.send(out(b"x"), flags=final)
+        elif what == "slow":  # one piece every 10 ms for 100 s
+            for _ in range(10_000):
+                s.send(out(b"."))
+                await asyncio.sleep(0.01)
+            s.send(flags=final)
+        else:
+            err = pb_utils.TritonError("model error " + what, getattr(pb_utils.TritonError, what))
+            s.send(pb_utils.InferenceResponse(error=err), flags=final)
+"""
+
+
+def _repository(root: Path) -> Path:
+    model = root / "repo" / "probe"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.py").write_text(MODEL)
+    cfg = mc.ModelConfig(name="probe", backend="python", max_batch_size=1)
+    cfg.model_transaction_policy.decoupled = True
+    cfg.input.append(mc.ModelInput(name="text_input", data_type=mc.TYPE_STRING, dims=[1]))
+    cfg.output.append(mc.ModelOutput(name="text_output", data_type=mc.TYPE_STRING, dims=[-1]))
+    cfg.instance_group.append(mc.ModelInstanceGroup(count=1, kind=mc.ModelInstanceGroup.KIND_CPU))
+    (model / "config.pbtxt").write_text(text_format.MessageToString(cfg))
+    return root / "repo"
+
+
+def _status(url: str, body: bytes | None = None) -> int | str:
+    req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
+    try:
+        with urllib.request.urlopen(req, timeout=3) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError as e:
+        return type(e).__name__
+
+
+def error_codes(server: TritonServer) -> None:
+    for code in ("ok", "UNAVAILABLE", "INTERNAL", "INVALID_ARG", "NOT_FOUND", "UNSUPPORTED", "CANCELLED"):
+        body = json.dumps({"text_input": code}).encode()
+        print(f"{code:12s} -> HTTP {_status(f'http://{server.url_http}/v2/models/probe/generate', body)}")
+
+
+def stub_death(server: TritonServer, seconds: float = 30.0) -> None:
+    q: queue.Queue = queue.Queue()
+    c = grpcclient.InferenceServerClient(server.url_grpc)
+    c.start_stream(callback=lambda result, error: q.put((time.monotonic(), error)))
+    t = grpcclient.InferInput("text_input", [1, 1], "BYTES")
+    t.set_data_from_numpy(np.array([[b"slow"]], dtype=object))
+    c.async_stream_infer("probe", [t], enable_empty_final_response=True)
+    q.get(timeout=30)
+    [stub] = [p for p in server.leftover_processes() if p != server.proc.pid]  # type: ignore[union-attr]
+    os.kill(stub, signal.SIGKILL)
+    t0 = time.monotonic()
+    last = None
+    pieces, errors = 0, 0
+    while time.monotonic() - t0 < seconds:
+        base = f"http://{server.url_http}/v2"
+        state = (
+            _status(f"{base}/health/ready"),
+            _status(f"{base}/health/live"),
+            _status(f"{base}/models/probe/ready"),
+        )
+        if state != last:
+            print(f"{time.monotonic() - t0:6.2f} s after the kill: ready/live/model-ready = {state}")
+            last = state
+        while not q.empty():
+            when, error = q.get()
+            if error is not None:
+                errors += 1
+                print(f"{when - t0:6.2f} s: the in-flight stream got an error: {error}")
+            elif when > t0:
+                pieces += 1
+        time.sleep(0.5)
+    print(f"after {seconds:.0f} s: {pieces} stream responses and {errors} errors since the kill")
+    c.stop_stream(cancel_requests=True)
+    c.close()
+
+
+def main() -> None:
+    what = sys.argv[1] if len(sys.argv) > 1 else "error-codes"
+    with tempfile.TemporaryDirectory(prefix="llmkiln-probe-") as tmp:
+        http, grpc, metrics = free_ports(3)
+        cfg = ServerConfig(_repository(Path(tmp)), http_port=http, grpc_port=grpc, metrics_port=metrics,
+                           exit_timeout_s=3, workdir=Path(tmp) / "work")  # fmt: skip
+        server = TritonServer(cfg)
+        server.start()
+        try:
+            server.wait_ready(120)
+            server.stop_requested.set()  # a bare server: no llmkiln watchdog reaction
+            {"error-codes": error_codes, "stub-death": stub_death}[what](server)
+        finally:
+            server.stop(10)
+
+
+if __name__ == "__main__":
+    main()
