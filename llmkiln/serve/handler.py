@@ -22,6 +22,7 @@ long they took and publishes it as a metric. A failed warmup request fails the m
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -144,7 +145,7 @@ class ServeCore:
         if engine.recipe is not None:
             serve = engine.recipe.serve
             limits = RequestLimits(serve.max_prompt_bytes, serve.max_stop_words, serve.max_stop_word_bytes)
-            settings = ServeSettings(**{**settings.__dict__, "limits": limits})
+            settings = dataclasses.replace(settings, limits=limits)
         pb.Logger.log_info(
             f"llmkiln: engine {settings.engine_dir} loaded in {time.perf_counter() - t0:.2f} s"
         )
