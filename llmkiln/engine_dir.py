@@ -34,7 +34,8 @@ from llmkiln.atomic import write_json_atomic, write_text_atomic
 from llmkiln.errors import BadInput, IntegrityError
 from llmkiln.hashing import HashCache, check_files
 from llmkiln.kv_scales import KvScales
-from llmkiln.recipe import Recipe, merge, safe_load_yaml, validate
+from llmkiln.recipe import Recipe, merge, validate
+from llmkiln.yaml_limits import safe_load_yaml
 
 RESOLVED_RECIPE = "recipe.resolved.yaml"
 MANIFEST = "manifest.json"

@@ -4,7 +4,9 @@ signal; the temp folder is removed on every path (a crashed server's log is kept
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +15,7 @@ from typing import IO
 from llmkiln.engine_dir import EngineDir, resolve_engine
 from llmkiln.serve.processes import new_workdir, remove_dead_workdirs
 from llmkiln.serve.repository import spec_from_engine, write_repository
-from llmkiln.serve.server import ServerConfig, TritonServer, serve_forever
+from llmkiln.serve.server import ServerConfig, ServerFailed, TritonServer
 
 DRAIN_FILE = "drain"
 
@@ -77,3 +79,44 @@ def serve_engine(
         return serve_forever(server, on_ready=ready)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def serve_forever(server: TritonServer, on_ready: Callable[[TritonServer], None] | None = None) -> int:
+    """Start, wait ready, run until SIGINT/SIGTERM, then drain and stop. Returns 0 after a clean stop; raises
+    ServerFailed (exit code 1) with the cause and the log tail when the server fails, crashes or does not stop
+    cleanly. Never returns tritonserver's own exit code (kiln serve's exit codes are 0, 1 and 2)."""
+
+    def forward(signum: int, _frame: object) -> None:
+        server.stop_requested.set()  # the loop below drains and stops (not in the signal handler)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.start()
+        try:
+            server.wait_ready()
+        except ServerFailed:
+            if server.stop_requested.is_set():  # interrupted while loading: a requested stop, not a failure
+                server.stop()
+                return 0
+            raise
+        if on_ready is not None:
+            on_ready(server)
+        assert server.proc is not None
+        while server.proc.poll() is None and not server.stop_requested.is_set():
+            time.sleep(0.2)
+        if not server.stop_requested.is_set():
+            code = server.wait_exit()
+            cause = server.crash or f"tritonserver exited unexpectedly with code {code}"
+            raise ServerFailed(f"{cause}.\n{server.failure_report()}")
+        code = server.stop()
+        if code == 0 or (server.forced_exit and server.drained):
+            return 0
+        raise ServerFailed(
+            f"tritonserver exited with code {code} while stopping"
+            f"{'' if server.drained else ' (requests were still in flight)'}.\n{server.failure_report()}"
+        )
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if server.proc is not None and server.proc.poll() is None:
+            server.stop()

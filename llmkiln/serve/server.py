@@ -28,14 +28,12 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -44,6 +42,7 @@ from llmkiln.engine_dir import user_cache_dir
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.serve.backend_env import assemble_backend_dir, find_triton, server_env
 from llmkiln.serve.http_front import HttpFront
+from llmkiln.serve.ports import free_ports, port_free
 from llmkiln.serve.processes import (
     LLMKILN_SHM_PREFIX,
     SHM_DIR,
@@ -87,29 +86,6 @@ class ServerConfig:
     # llmkiln's HTTP front on host:http_port (generate bodies checked, Retry-After), Triton's HTTP on loopback
     http_front: bool = False
     max_request_bytes: int = 256 * 1024  # the front's body limit (the recipe's serve.max_prompt_bytes)
-
-
-def port_free(host: str, port: int) -> bool:
-    """True when `port` can be bound on `host` right now."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """`n` distinct ports the OS considers free now (benchmarks and tests start servers on them)."""
-    ports: list[int] = []
-    while len(ports) < n:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port = int(s.getsockname()[1])
-        if port not in ports:
-            ports.append(port)
-    return ports
 
 
 def _die_with_parent(argv: list[str]) -> list[str]:
@@ -436,44 +412,3 @@ class TritonServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def serve_forever(server: TritonServer, on_ready: Callable[[TritonServer], None] | None = None) -> int:
-    """Start, wait ready, run until SIGINT/SIGTERM, then drain and stop. Returns 0 after a clean stop; raises
-    ServerFailed (exit code 1) with the cause and the log tail when the server fails, crashes or does not stop
-    cleanly. Never returns tritonserver's own exit code (kiln serve's exit codes are 0, 1 and 2)."""
-
-    def forward(signum: int, _frame: object) -> None:
-        server.stop_requested.set()  # the loop below drains and stops (not in the signal handler)
-
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        server.start()
-        try:
-            server.wait_ready()
-        except ServerFailed:
-            if server.stop_requested.is_set():  # interrupted while loading: a requested stop, not a failure
-                server.stop()
-                return 0
-            raise
-        if on_ready is not None:
-            on_ready(server)
-        assert server.proc is not None
-        while server.proc.poll() is None and not server.stop_requested.is_set():
-            time.sleep(0.2)
-        if not server.stop_requested.is_set():
-            code = server.wait_exit()
-            cause = server.crash or f"tritonserver exited unexpectedly with code {code}"
-            raise ServerFailed(f"{cause}.\n{server.failure_report()}")
-        code = server.stop()
-        if code == 0 or (server.forced_exit and server.drained):
-            return 0
-        raise ServerFailed(
-            f"tritonserver exited with code {code} while stopping"
-            f"{'' if server.drained else ' (requests were still in flight)'}.\n{server.failure_report()}"
-        )
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-        if server.proc is not None and server.proc.poll() is None:
-            server.stop()

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import tritonclient.grpc as grpcclient
 
+from llmkiln.serve.launch import serve_forever
 from llmkiln.serve.server import (
     ADMIN_HEADER,
     ServerConfig,
     ServerFailed,
     TritonServer,
     free_ports,
-    serve_forever,
 )
 
 from .client import grpc_inputs
