@@ -86,10 +86,12 @@ class HttpFront:
             await self._session.close()
 
     def stop(self) -> None:
+        """Stop listening and close the connections to Triton (idempotent)."""
         if self._loop is not None and self._loop.is_running():
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(10)
+            self._thread = None
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         try:

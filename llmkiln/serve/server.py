@@ -335,6 +335,9 @@ class TritonServer:
     def terminate(self) -> None:
         """Ask for Triton's graceful shutdown (SIGTERM): it waits up to the exit timeout for in-flight requests."""
         self.stop_requested.set()  # stubs exit during a shutdown: the watchdog stands down
+        if self.front is not None:
+            # first: its pooled keep-alive connections would make Triton wait the whole exit timeout, then exit 1
+            self.front.stop()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
 

@@ -68,7 +68,7 @@ def test_kiln_serve_until_sigint(engine_factory, tmp_path: Path):
         prefix = re.search(r"shm-region-prefix-name=(\S+?)\x00", cmdlines).group(1)
         assert list(Path("/dev/shm").glob(prefix + "*"))
         os.kill(proc.pid, signal.SIGINT)  # what Ctrl-C sends
-        assert proc.wait(timeout=60) == 0
+        assert proc.wait(timeout=60) == 0, (tmp_path / "stderr").read_text()[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
