@@ -2,6 +2,8 @@
 
   .venv/bin/python scripts/triton_probes.py error-codes   # HTTP status of /generate per TritonError code
   .venv/bin/python scripts/triton_probes.py stub-death    # health and an in-flight stream after the stub is killed
+  .venv/bin/python scripts/triton_probes.py generate-json # what Triton's own /generate makes of odd JSON
+  .venv/bin/python scripts/triton_probes.py tokenizer-gil # does Tokenizer.encode / encode_batch hold the GIL?
 
 The findings are in docs/serve.md (Reliability). The server is started bare (`llmkiln.serve.server`'s command,
 no llmkiln watchdog), on free loopback ports, and stopped at the end.
@@ -50,6 +52,12 @@ class TritonPythonModel:
             output_tensors=[pb_utils.Tensor("text_output", np.array([[t]], dtype=object))])
         if what == "ok":
             s.send(out(b"x"), flags=final)
+        elif what == "echo":  # the max_tokens value the model received
+            n = pb_utils.get_input_tensor_by_name(r, "max_tokens").as_numpy().reshape(-1)[0]
+            s.send(out(str(int(n)).encode()), flags=final)
+        elif what == "two":  # two responses, as a streaming request gets
+            s.send(out(b"a"))
+            s.send(out(b"b"), flags=final)
         elif what == "slow":  # one piece every 10 ms for 100 s
             for _ in range(10_000):
                 s.send(out(b"."))
@@ -68,6 +76,7 @@ def _repository(root: Path) -> Path:
     cfg = mc.ModelConfig(name="probe", backend="python", max_batch_size=1)
     cfg.model_transaction_policy.decoupled = True
     cfg.input.append(mc.ModelInput(name="text_input", data_type=mc.TYPE_STRING, dims=[1]))
+    cfg.input.append(mc.ModelInput(name="max_tokens", data_type=mc.TYPE_INT32, dims=[1], optional=True))
     cfg.output.append(mc.ModelOutput(name="text_output", data_type=mc.TYPE_STRING, dims=[-1]))
     cfg.instance_group.append(mc.ModelInstanceGroup(count=1, kind=mc.ModelInstanceGroup.KIND_CPU))
     (model / "config.pbtxt").write_text(text_format.MessageToString(cfg))
@@ -127,8 +136,66 @@ def stub_death(server: TritonServer, seconds: float = 30.0) -> None:
     c.close()
 
 
+def generate_json(server: TritonServer) -> None:
+    """The model echoes nothing useful here; what matters is Triton's answer before the model sees a request."""
+    url = f"http://{server.url_http}/v2/models/probe/generate"
+    for label, body in (
+        ("max_tokens 4294967301", b'{"text_input": "echo", "max_tokens": 4294967301}'),
+        ("max_tokens as a string", b'{"text_input": "echo", "max_tokens": "3"}'),
+        ("text_input as a number", b'{"text_input": 5}'),
+        ("two responses on /generate", b'{"text_input": "two"}'),
+    ):
+        req = urllib.request.Request(url, data=body, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                status, text = r.status, r.read()
+        except urllib.error.HTTPError as e:
+            status, text = e.code, e.read()
+        print(f"{label:28s} -> HTTP {status} {text[:150].decode(errors='replace')}")
+
+
+def tokenizer_gil() -> None:
+    """Longest pause of a 1 ms ticker thread while another thread tokenizes 1 MB of text."""
+    import threading
+
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(
+        str(Path(__file__).resolve().parents[2] / "shared/models/stories260K/tokenizer.json")
+    )
+    text = ("Once upon a time there was a little dog named Max. " * 20_000)[:1_000_000]
+    for name, call in (
+        ("encode", lambda: tok.encode(text)),
+        ("encode_batch", lambda: tok.encode_batch([text])),
+    ):
+        gaps: list[float] = []
+        done = threading.Event()
+
+        def tick(done: threading.Event = done, gaps: list[float] = gaps) -> None:
+            last = time.perf_counter()
+            while not done.is_set():
+                time.sleep(0.001)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        ticker = threading.Thread(target=tick)
+        ticker.start()
+        t0 = time.perf_counter()
+        worker = threading.Thread(target=call)
+        worker.start()
+        worker.join()
+        took = time.perf_counter() - t0
+        done.set()
+        ticker.join()
+        print(f"{name:12s}: {took:.2f} s for 1 MB; longest pause of the other thread {max(gaps):.3f} s")
+
+
 def main() -> None:
     what = sys.argv[1] if len(sys.argv) > 1 else "error-codes"
+    if what == "tokenizer-gil":
+        tokenizer_gil()
+        return
     with tempfile.TemporaryDirectory(prefix="llmkiln-probe-") as tmp:
         http, grpc, metrics = free_ports(3)
         cfg = ServerConfig(_repository(Path(tmp)), http_port=http, grpc_port=grpc, metrics_port=metrics,
@@ -138,7 +205,9 @@ def main() -> None:
         try:
             server.wait_ready(120)
             server.stop_requested.set()  # a bare server: no llmkiln watchdog reaction
-            {"error-codes": error_codes, "stub-death": stub_death}[what](server)
+            {"error-codes": error_codes, "stub-death": stub_death, "generate-json": generate_json}[what](
+                server
+            )
         finally:
             server.stop(10)
 
