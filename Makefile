@@ -9,17 +9,21 @@ RECIPE ?= tiny-fp32
 MODEL ?=
 ENGINES ?= engines
 PYTEST_ARGS ?=
+DYNAMO_VERSION := 1.6.1
 
 .PHONY: setup engine test lint serve bench-ttft genai-perf clean-engines
 
 setup: $(STAMP)
 
 # Idempotent: reruns only when pyproject.toml changes (or the venv is gone). torch first, so pip takes the
-# pinned CPU wheel instead of resolving a CUDA build through another package.
+# pinned CPU wheel instead of resolving a CUDA build through another package. ai-dynamo (frontend, Python
+# worker base, CRD examples) goes in with --no-deps: its planner-only dependency cannot be installed, and
+# the rest of what it needs (ai-dynamo-runtime, packaging, PyYAML, msgspec) is pinned in the cpu extra.
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet torch==2.13.0
 	$(VENV)/bin/pip install --quiet -e '.[cpu,dev]'
+	$(VENV)/bin/pip install --quiet --no-deps ai-dynamo==$(DYNAMO_VERSION)
 	@touch $(STAMP)
 
 engine: setup
