@@ -126,6 +126,6 @@ def test_listener_keys_match_lookup_chain():
     store.add_listener(rec)
     tokens = list(range(10, 22))
     _store_prefix(store, tokens)
-    (_, blocks), = rec.events
+    ((_, blocks),) = rec.events
     assert [b[0] for b in blocks] == store.block_keys(tokens, 3)
     assert [b[1] for b in blocks] == [None, *store.block_keys(tokens, 2)]
