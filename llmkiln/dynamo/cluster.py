@@ -60,6 +60,7 @@ class ClusterSpec:
     worker_command: tuple[str, ...] = (sys.executable, "-m", WORKER_MODULE)
     python: str = sys.executable
     log_level: str = "info"
+    extra_env: dict[str, str] = field(default_factory=dict)  # added to every process's environment
 
     def check(self) -> None:
         if self.workers < 1:
@@ -115,6 +116,7 @@ class ClusterSpec:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        env.update(self.extra_env)
         return env
 
     def frontend_command(self) -> list[str]:

@@ -190,7 +190,14 @@ class DynamoLauncher:
             with urllib.request.urlopen(f"{self.spec.status_url(index)}/health", timeout=5) as r:
                 return dict(json.loads(r.read()))
         except urllib.error.HTTPError as exc:
-            return dict(json.loads(exc.read() or b"{}"), http_status=exc.code)
+            body = exc.read()
+            try:
+                data = json.loads(body) if body else {}
+            except ValueError:
+                data = {"body": body.decode("utf-8", "replace")}
+            return {**(data if isinstance(data, dict) else {}), "http_status": exc.code}
+        except (urllib.error.URLError, OSError) as exc:
+            return {"status": "unreachable", "error": str(exc)}
 
     # -- stop ------------------------------------------------------------------------------------------------
     def stop(self, timeout_s: float | None = None) -> dict[str, int | None]:
