@@ -11,7 +11,7 @@ ENGINES ?= engines
 PYTEST_ARGS ?=
 DYNAMO_VERSION := 1.6.1
 
-.PHONY: setup engine test lint serve bench-ttft genai-perf clean-engines
+.PHONY: setup engine test lint serve serve-dynamo bench-ttft bench-scaleout genai-perf clean-engines
 
 setup: $(STAMP)
 
@@ -41,6 +41,16 @@ lint: setup
 
 serve: setup
 	$(VENV)/bin/kiln serve $(ENGINES)/$(RECIPE)
+
+# Scale-out: the Dynamo frontend (OpenAI API, KV-aware router) and WORKERS llmkiln workers on loopback.
+WORKERS ?= 2
+HTTP_PORT ?= 8000
+serve-dynamo: setup
+	$(VENV)/bin/kiln build $(RECIPE) --engines-dir $(ENGINES)
+	$(VENV)/bin/kiln serve $(ENGINES)/$(RECIPE) --dynamo --workers $(WORKERS) --http-port $(HTTP_PORT)
+
+bench-scaleout: setup
+	$(VENV)/bin/kiln bench scaleout --out bench/results/scaleout --engines-dir $(ENGINES)
 
 bench-ttft: setup
 	$(VENV)/bin/kiln bench experiment --out bench/results

@@ -39,7 +39,9 @@ GENAI_CONFIG = "genai_config.json"
 MODEL_ONNX = "model.onnx"
 TOKENIZER = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
-HF_CONFIG = "config.json"  # the source model's Hugging Face config (OpenAI frontends such as Dynamo's need it)
+HF_CONFIG = (
+    "config.json"  # the source model's Hugging Face config (OpenAI frontends such as Dynamo's need it)
+)
 CALIBRATION_DIR = "calibration"
 KV_SCALES = f"{CALIBRATION_DIR}/{kv_scales.FILE_NAME}"
 MANIFEST_FORMAT = 1

@@ -191,7 +191,10 @@ class TokenizerStage:
             )
         template = ctx.recipe.chat_template
         EngineDir(out_dir).write_chat_template(template)
-        return {"files": copied, "chat_template": "recipe" if template else "model" if _has_template(out_dir) else None}
+        return {
+            "files": copied,
+            "chat_template": "recipe" if template else "model" if _has_template(out_dir) else None,
+        }
 
 
 def _has_template(folder: Path) -> bool:

@@ -29,6 +29,7 @@ from llmkiln.bench.runner import (
     requests_needed,
     run_bench,
 )
+from llmkiln.bench.scaleout import ScaleoutConfig, run_scaleout
 from llmkiln.bench.stats import Slo
 from llmkiln.bench.workloads import WorkloadSpec, build_workload, load_tokenizer, parse_range
 from llmkiln.errors import BadInput
@@ -304,3 +305,25 @@ def experiment_cmd(
         value = t.get("change", t.get("ratio"))
         shown = "n/a" if value is None else (f"{value * 100:+.1f}%" if "change" in t else f"{value:.2f}x")
         click.echo(f"  {'met    ' if t['met'] else 'NOT met'}  {what}: {shown} (limit {t['limit']})")
+
+
+@bench.command("scaleout")
+@click.option("--quick", is_flag=True, help="Short prompts, few requests (minutes, for checking the setup).")
+@click.option("--requests", "requests_", type=int, default=None, help="Requests per setup (default 32).")
+@click.option(
+    "--out-dir",
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Default bench/results/scaleout (--quick: bench/results/raw/scaleout-quick).",
+)
+@click.option("--engines-dir", type=click.Path(file_okay=False), default="engines", show_default=True)
+def scaleout_cmd(quick: bool, requests_: int | None, out_dir: str | None, engines_dir: str) -> None:
+    """`make bench-scaleout`: Dynamo, KV routing vs round-robin (two workers), one worker vs two."""
+    cfg = ScaleoutConfig.make(quick=quick, requests=requests_, out_dir=Path(out_dir) if out_dir else None)
+    cfg = replace(cfg, engines_root=Path(engines_dir))
+    path, summary = run_scaleout(cfg)
+    click.echo(f"\nwrote {path} (and the reports next to it)")
+    for t in summary["targets"]:
+        click.echo(f"  {'met    ' if t['met'] else 'NOT met'}  {t['target']}: {t['value']:.2f}")
