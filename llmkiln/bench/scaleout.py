@@ -223,7 +223,10 @@ def _run_setup(
         )
         before = [launcher.worker_metrics(i) for i in range(setup.workers)]
         report, records = run_bench(bench)
-        report.run.mode, report.run.warmup_requests = "warm", len(warm.requests)  # warmed above, one at a time
+        report.run.mode, report.run.warmup_requests = (
+            "warm",
+            len(warm.requests),
+        )  # warmed above, one at a time
         print_report(report, console)
         save_report(report, out / f"{setup.name}.json")
         save_records(records, cfg.raw_dir / f"{setup.name}.jsonl")

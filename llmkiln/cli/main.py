@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "generate": "llmkiln.cli.generate_cmd:generate",
     "repo": "llmkiln.cli.serve_cmd:repo",
     "serve": "llmkiln.cli.serve_cmd:serve",
+    "deploy": "llmkiln.cli.deploy_cmd:deploy",
     "bench": "llmkiln.cli.bench_cmd:bench",
     "quality-diff": "llmkiln.cli.quality_cmd:quality_diff",
     "calibrate": "llmkiln.cli.quality_cmd:calibrate",
