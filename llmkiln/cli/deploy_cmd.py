@@ -37,6 +37,11 @@ def deploy() -> None:
 @click.option("--router-mode", type=click.Choice(ROUTER_MODES), default="kv", show_default=True)
 @click.option("--migration-limit", type=int, default=3, show_default=True)
 @click.option("--engines-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option(
+    "--checkpoint",
+    default=None,
+    help="trtllm-llmapi: the HF checkpoint folder on the volume (default <recipe>/hf_checkpoint).",
+)
 @click.option("--force", is_flag=True, help="Replace a non-empty --out folder.")
 def dynamo(
     recipe: str,
@@ -50,9 +55,11 @@ def dynamo(
     router_mode: str,
     migration_limit: int,
     engines_dir: Path | None,
+    checkpoint: str | None,
     force: bool,
 ) -> None:
-    """DynamoGraphDeployment (nvidia.com/v1beta1): Dynamo frontend + llmkiln CPU workers, engine as a volume."""
+    """DynamoGraphDeployment (nvidia.com/v1beta1): Dynamo frontend + llmkiln CPU workers (onnx-cpu recipes) or
+    dynamo.trtllm workers with their --extra-engine-args YAML (trtllm-llmapi recipes); engines as a volume."""
     opts = DeployOptions(
         replicas=replicas,
         threads_per_worker=threads_per_worker,
@@ -63,6 +70,7 @@ def dynamo(
         router_mode=router_mode,
         migration_limit=migration_limit,
         engines_root=engines_dir,
+        checkpoint=checkpoint,
     )
     path = write_deployment(recipe, out, opts, force=force)
     click.echo(f"wrote {path} (and README.md); checked against the v1beta1 layout the ai-dynamo wheel ships")

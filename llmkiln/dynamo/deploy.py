@@ -10,9 +10,14 @@ Written (atomically, as one folder):
   Discovery is the operator's business in a cluster (it sets the backend); nothing here pins it.
 - `README.md`: what to copy where and how to apply it.
 
-Recipes on TensorRT-LLM's LLM-API path (`python -m dynamo.trtllm` with `--extra-engine-args`, whose YAML comes
-from llmkiln.trtllm.llmapi.llm_api_options) are not supported by this build: that module is not here yet
-(docs/serve.md says what remains). onnx-gpu and Triton-engine trtllm recipes cannot run under Dynamo's workers.
+Recipes on TensorRT-LLM's LLM-API path (backend trtllm-llmapi) get a `TrtllmWorker` component instead:
+`python3 -m dynamo.trtllm --model <checkpoint> --served-model-name NAME --extra-engine-args /config/llm_api.yaml
+--publish-kv-events`, GPUs = tp × pp, the upstream tensorrtllm-runtime image; the `--extra-engine-args` YAML is
+`llm_api_options(recipe)` (llmkiln.trtllm.llmapi, the one recipe → LLM(**kwargs) mapping), written as
+`llm_api.yaml` and as the ConfigMap `llm-api-configmap.yaml` mounted at /config. The checkpoint is the ModelOpt
+unified HF checkpoint inside the engine folder (`--checkpoint`, default <recipe>/hf_checkpoint on the volume).
+onnx-gpu and Triton-engine trtllm recipes cannot run under Dynamo's workers (dynamo.trtllm 1.6.1 loads HF
+checkpoints on the PyTorch backend, not trtllm-build engines).
 
 `check_layout(doc)` compares a document with the wheel's agg template (apiVersion, kind, the component and
 container fields used); the tests also validate it with the wheel's own pydantic model of a DGD.
@@ -32,6 +37,7 @@ from llmkiln.atomic import atomic_dir, replace_dir
 from llmkiln.engine_dir import EngineDir, default_engines_root
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe, load_recipe
+from llmkiln.trtllm.llmapi import llm_api_options
 from llmkiln.versions import package_versions
 
 API_VERSION = "nvidia.com/v1beta1"
@@ -44,6 +50,10 @@ MIB = 2**20
 WORKER_BASE_MIB = 512
 FRONTEND_MEMORY = "1Gi"
 TEMPLATE = ("profiler", "templates", "dgd", "trtllm", "agg.yaml")  # in the ai-dynamo wheel
+TRTLLM_IMAGE = "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.6.1"  # as in the upstream v1beta1 examples
+LLM_API_FILE = "llm_api.yaml"
+CONFIGMAP_FILE = "llm-api-configmap.yaml"
+CONFIG_MOUNT = "/config"
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -61,6 +71,9 @@ class DeployOptions:
     migration_limit: int = 3
     http_port: int = 8000
     engines_root: Path | None = None  # to size memory from the built engine (optional)
+    checkpoint: str | None = (
+        None  # trtllm-llmapi: checkpoint folder on the volume (default <recipe>/hf_checkpoint)
+    )
 
 
 def _k8s_name(text: str) -> str:
@@ -86,22 +99,28 @@ def worker_memory_mib(recipe: Recipe, engine: EngineDir | None) -> int:
     return WORKER_BASE_MIB + -(-(pools + store + weights) // MIB)
 
 
+def configmap_name(doc: dict[str, Any]) -> str:
+    return f"{doc['metadata']['name']}-llm-api"[:63].rstrip("-")
+
+
 def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) -> dict[str, Any]:
-    """The DynamoGraphDeployment document for a CPU (onnx-cpu) recipe."""
-    if recipe.backend != "onnx-cpu":
+    """The DynamoGraphDeployment document: llmkiln CPU workers (onnx-cpu) or dynamo.trtllm (trtllm-llmapi)."""
+    if recipe.backend not in ("onnx-cpu", "trtllm-llmapi"):
         raise BadInput(
-            f"recipe {recipe.name}: backend {recipe.backend!r} cannot run in llmkiln's Dynamo workers (onnx-cpu "
-            "only); TensorRT-LLM under Dynamo needs an LLM-API recipe (dynamo.trtllm), not supported in this build"
+            f"recipe {recipe.name}: backend {recipe.backend!r} cannot run in llmkiln's Dynamo workers (onnx-cpu) "
+            "nor in dynamo.trtllm (which loads HF checkpoints on TensorRT-LLM's PyTorch backend: use a "
+            "trtllm-llmapi recipe)"
         )
     if opts.replicas < 1 or opts.threads_per_worker < 1:
         raise BadInput(
             f"--replicas and --threads-per-worker must be >= 1, got {opts.replicas}, {opts.threads_per_worker}"
         )
     version = package_versions(("llmkiln",)).get("llmkiln") or "latest"
-    image = opts.image or f"llmkiln:{version}"
-    memory = f"{worker_memory_mib(recipe, engine)}Mi"
-    threads = str(opts.threads_per_worker)
-    engine_path = f"{ENGINES_MOUNT}/{recipe.name}"
+    trt = recipe.backend == "trtllm-llmapi"
+    image = opts.image or (TRTLLM_IMAGE if trt else f"llmkiln:{version}")
+    metadata: dict[str, Any] = {"name": _k8s_name(opts.name or f"llmkiln-{recipe.name}")}
+    if opts.namespace:
+        metadata["namespace"] = _k8s_name(opts.namespace)
     frontend = {
         "name": "Frontend",
         "type": "frontend",
@@ -132,7 +151,22 @@ def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) ->
             }
         },
     }
-    worker = {
+    doc = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": {"components": [frontend]}}
+    worker = (
+        trtllm_worker(recipe, image, opts, configmap_name(doc))
+        if trt
+        else cpu_worker(recipe, engine, image, opts)
+    )
+    doc["spec"]["components"].append(worker)
+    return doc
+
+
+def cpu_worker(recipe: Recipe, engine: EngineDir | None, image: str, opts: DeployOptions) -> dict[str, Any]:
+    """The llmkiln worker component (CPU requests = limits = its intra-op threads; memory from the engine)."""
+    memory = f"{worker_memory_mib(recipe, engine)}Mi"
+    threads = str(opts.threads_per_worker)
+    engine_path = f"{ENGINES_MOUNT}/{recipe.name}"
+    return {
         "name": "LlmkilnWorker",
         "type": "worker",
         "replicas": opts.replicas,
@@ -162,24 +196,66 @@ def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) ->
                         "volumeMounts": [{"name": "engines", "mountPath": ENGINES_MOUNT, "readOnly": True}],
                     }
                 ],
-                "volumes": [
-                    {
-                        "name": "engines",
-                        "persistentVolumeClaim": {"claimName": opts.engine_pvc, "readOnly": True},
-                    }
-                ],
+                "volumes": [_engines_volume(opts)],
             }
         },
     }
-    metadata: dict[str, Any] = {"name": _k8s_name(opts.name or f"llmkiln-{recipe.name}")}
-    if opts.namespace:
-        metadata["namespace"] = _k8s_name(opts.namespace)
+
+
+def _engines_volume(opts: DeployOptions) -> dict[str, Any]:
+    return {"name": "engines", "persistentVolumeClaim": {"claimName": opts.engine_pvc, "readOnly": True}}
+
+
+def trtllm_args(recipe: Recipe, opts: DeployOptions) -> list[str]:
+    """`python -m dynamo.trtllm` arguments for an LLM-API recipe (flag names of ai-dynamo 1.6.1's
+    dynamo/trtllm/backend_args.py; --model was --model-path before)."""
+    checkpoint = opts.checkpoint or f"{recipe.name}/hf_checkpoint"
+    return [
+        "--model",
+        f"{ENGINES_MOUNT}/{checkpoint}",
+        "--served-model-name",
+        recipe.serve.model_name,
+        "--extra-engine-args",
+        f"{CONFIG_MOUNT}/{LLM_API_FILE}",
+        "--publish-kv-events",
+    ]
+
+
+def trtllm_worker(recipe: Recipe, image: str, opts: DeployOptions, configmap: str) -> dict[str, Any]:
+    """The dynamo.trtllm worker component: GPUs = tp × pp, the LLM-API YAML from a ConfigMap."""
+    gpus = str(recipe.trtllm.tp_size * recipe.trtllm.pp_size)
     return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": metadata,
-        "spec": {"components": [frontend, worker]},
+        "name": "TrtllmWorker",
+        "type": "worker",
+        "replicas": opts.replicas,
+        "podTemplate": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": image,
+                        "command": ["python3", "-m", "dynamo.trtllm"],
+                        "args": trtllm_args(recipe, opts),
+                        "resources": {"limits": {"nvidia.com/gpu": gpus}},
+                        "volumeMounts": [
+                            {"name": "engines", "mountPath": ENGINES_MOUNT, "readOnly": True},
+                            {"name": "llm-api", "mountPath": CONFIG_MOUNT, "readOnly": True},
+                        ],
+                    }
+                ],
+                "volumes": [_engines_volume(opts), {"name": "llm-api", "configMap": {"name": configmap}}],
+            }
+        },
     }
+
+
+def llm_api_configmap(recipe: Recipe, name: str, namespace: str | None) -> dict[str, Any]:
+    """The ConfigMap holding llm_api.yaml (= llm_api_options(recipe))."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    text = yaml.safe_dump(llm_api_options(recipe), sort_keys=False)
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {LLM_API_FILE: text}}
 
 
 def shipped_template() -> dict[str, Any]:
@@ -241,12 +317,29 @@ def write_deployment(recipe_name: str, out_dir: Path, opts: DeployOptions, force
         raise BadInput(f"-o {out_dir}: the folder is not empty; give --force to replace it")
     with atomic_dir(out_dir, publish=replace_dir) as tmp:  # non-empty folders were refused above
         (tmp / DGD_FILE).write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        if recipe.backend == "trtllm-llmapi":
+            options = llm_api_options(recipe)
+            (tmp / LLM_API_FILE).write_text(yaml.safe_dump(options, sort_keys=False), encoding="utf-8")
+            cm = llm_api_configmap(recipe, configmap_name(doc), doc["metadata"].get("namespace"))
+            (tmp / CONFIGMAP_FILE).write_text(yaml.safe_dump(cm, sort_keys=False), encoding="utf-8")
         (tmp / "README.md").write_text(readme(recipe, doc, opts), encoding="utf-8")
     return out_dir / DGD_FILE
 
 
 def readme(recipe: Recipe, doc: dict[str, Any], opts: DeployOptions) -> str:
     name = doc["metadata"]["name"]
+    if recipe.backend == "trtllm-llmapi":
+        args = " ".join(doc["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["args"])
+        return f"""# {name}: recipe `{recipe.name}` on NVIDIA Dynamo with TensorRT-LLM (LLM API, PyTorch backend)
+
+1. Build the checkpoint (`kiln build {recipe.name}`) and copy the engine folder into the PersistentVolumeClaim
+   `{opts.engine_pvc}` (mounted read-only at `{ENGINES_MOUNT}`).
+2. `kubectl apply -f {CONFIGMAP_FILE} -f {DGD_FILE}` (the Dynamo operator installed; GPU nodes).
+
+Worker: `python3 -m dynamo.trtllm {args}`; `{LLM_API_FILE}` (also in the ConfigMap) is
+`llm_api_options(recipe)`, TensorRT-LLM's LLM(**kwargs). Written by `kiln deploy dynamo` on a CPU host: checked
+against the v1beta1 layout the ai-dynamo wheel ships, not run on a GPU here.
+"""
     return f"""# {name}: recipe `{recipe.name}` on NVIDIA Dynamo (Kubernetes)
 
 1. Build the engine (`kiln build {recipe.name}`) and copy `engines/{recipe.name}/` into the PersistentVolumeClaim

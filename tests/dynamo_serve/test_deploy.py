@@ -104,7 +104,7 @@ def test_refusals(engines_root, tmp_path):
     with pytest.raises(BadInput, match="not empty"):
         write_deployment("stories-fp32", tmp_path / "full", DeployOptions(engines_root=engines_root))
     assert (tmp_path / "full" / "x").read_text() == "keep"
-    with pytest.raises(BadInput, match="cannot run in llmkiln's Dynamo workers"):
+    with pytest.raises(BadInput, match="use a trtllm-llmapi recipe"):
         write_deployment("tiny-trtllm-fp8", tmp_path / "t", DeployOptions(engines_root=engines_root))
     with pytest.raises(BadInput, match="build the engine first"):
         write_deployment("stories-int8", tmp_path / "u", DeployOptions(engines_root=tmp_path / "none"))
@@ -135,3 +135,34 @@ def test_cli(engines_root, tmp_path, capsys):
         doc["spec"]["components"][0]["podTemplate"]["spec"]["containers"][0]["image"]
         == "registry.local/llmkiln:test"
     )
+
+
+def test_llm_api_recipe_gets_dynamo_trtllm_and_its_extra_engine_args(tmp_path):
+    """trtllm-llmapi: `python -m dynamo.trtllm` with flags the wheel's parser defines, and the YAML is
+    llm_api_options(recipe) (checked on CPU; not run on a GPU here)."""
+    from llmkiln.dynamo.deploy import CONFIGMAP_FILE, LLM_API_FILE
+    from llmkiln.trtllm.llmapi import llm_api_options
+
+    out = tmp_path / "trt"
+    path = write_deployment(
+        "tiny-trtllm-llmapi", out, DeployOptions(replicas=1, engines_root=tmp_path / "none")
+    )
+    doc = yaml.safe_load(path.read_text())
+    worker = doc["spec"]["components"][1]
+    main_c = worker["podTemplate"]["spec"]["containers"][0]
+    assert main_c["command"] == ["python3", "-m", "dynamo.trtllm"]
+    args = main_c["args"]
+    parser_source = (DYNAMO_ROOT / "trtllm" / "backend_args.py").read_text()
+    for flag in (a for a in args if a.startswith("--")):
+        assert f'"{flag}"' in parser_source, flag
+    assert args[args.index("--extra-engine-args") + 1] == f"/config/{LLM_API_FILE}"
+    assert main_c["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    recipe, _ = load_recipe("tiny-trtllm-llmapi")
+    assert yaml.safe_load((out / LLM_API_FILE).read_text()) == llm_api_options(recipe)
+    cm = yaml.safe_load((out / CONFIGMAP_FILE).read_text())
+    assert cm["kind"] == "ConfigMap" and yaml.safe_load(cm["data"][LLM_API_FILE]) == llm_api_options(recipe)
+    assert worker["podTemplate"]["spec"]["volumes"][1] == {
+        "name": "llm-api",
+        "configMap": {"name": cm["metadata"]["name"]},
+    }
+    assert validate_with_wheel_model(path) == {"types": ["frontend", "worker"], "same": True}
