@@ -89,8 +89,10 @@ def launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
         launcher.wait_ready(timeout_s=180)
         return launcher
 
-    yield start
-    for launcher in started:
-        launcher.stop()
+    try:
+        yield start
+    finally:
+        for launcher in started:
+            launcher.stop()
     for launcher in started:  # after every stop: launches may share a state folder
         assert_nothing_left(launcher)
