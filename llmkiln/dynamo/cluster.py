@@ -61,6 +61,13 @@ class ClusterSpec:
     python: str = sys.executable
     log_level: str = "info"
     extra_env: dict[str, str] = field(default_factory=dict)  # added to every process's environment
+    frontend_args: tuple[str, ...] = ()  # more `python -m dynamo.frontend` flags (router policy, TLS, ...)
+    # The KV router's default cost adds each worker's resident KV blocks of requests in flight (a GPU memory-
+    # pressure signal). An llmkiln worker keeps a request's KV in its own preallocated slot, and a prefix miss
+    # costs a whole prefill on a CPU, so counting those blocks as load pushes requests away from the worker that
+    # holds their prefix under a burst (measured: kv-2w hit rate 0.84 with it, 0.96 without, = one worker holding
+    # every prompt; bench/results/scaleout). Off by default; load is still balanced by prefill tokens in flight.
+    track_active_blocks: bool = False
 
     def check(self) -> None:
         if self.workers < 1:
@@ -143,7 +150,9 @@ class ClusterSpec:
         ]
         if self.router_mode == "kv" and not self.kv_events:
             cmd.append("--no-router-kv-events")  # route from the router's own decisions
-        return cmd
+        if self.router_mode == "kv" and not self.track_active_blocks:
+            cmd.append("--no-router-track-active-blocks")
+        return [*cmd, *self.frontend_args]
 
     def worker_env(self, index: int) -> dict[str, str]:
         env = self.env()

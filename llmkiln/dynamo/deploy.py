@@ -141,6 +141,11 @@ def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) ->
                             opts.router_mode,
                             "--migration-limit",
                             str(opts.migration_limit),
+                            *(
+                                ["--no-router-track-active-blocks"]  # CPU workers: see llmkiln.dynamo.cluster
+                                if opts.router_mode == "kv" and not trt
+                                else []
+                            ),
                         ],
                         "resources": {
                             "requests": {"cpu": "1", "memory": FRONTEND_MEMORY},

@@ -307,6 +307,7 @@ class DynamoOptions:
     drain_timeout_s: float | None = None  # the recipe's serve.exit_timeout_s
     overrides: dict[str, Any] = field(default_factory=dict)
     engines_root: Path | None = None
+    frontend_args: tuple[str, ...] = ()  # more dynamo.frontend flags
 
 
 def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> ClusterSpec:
@@ -332,6 +333,7 @@ def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> Clust
         grace_period_s=opts.grace_period_s,
         drain_timeout_s=float(serve.exit_timeout_s if opts.drain_timeout_s is None else opts.drain_timeout_s),
         status_ports=tuple(status_ports(opts.workers, opts.host)),
+        frontend_args=tuple(opts.frontend_args),
     )
 
 
