@@ -1,0 +1,80 @@
+"""Text edits that make shared parts byte-identical: move dynamic content out, one whitespace spelling, no
+literal BOS, a separator the tokenizer does not merge across. Each takes a shared part's text and returns the
+edited text (plus what was moved out)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from llmkiln.lint.dynamic import Span
+
+MAX_LINE_CHARS = 300  # a longer line is prose: move the sentence holding the dynamic value, not the line
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_SPACES = re.compile(r"(?<=\S)[ \t]{2,}")
+_BLANK_LINES = re.compile(r"\n{3,}")
+
+
+def _units(text: str, spans: Sequence[Span]) -> list[tuple[int, int]]:
+    """[start, end) of the line (or, in a long line, the sentence) around each span; merged, in order."""
+    out: list[tuple[int, int]] = []
+    for s in spans:
+        lo = text.rfind("\n", 0, s.start) + 1
+        nl = text.find("\n", s.end)
+        hi = len(text) if nl < 0 else nl + 1
+        if hi - lo > MAX_LINE_CHARS:
+            starts = [lo] + [m.end() for m in _SENTENCE_END.finditer(text, lo, hi) if m.end() <= s.start]
+            lo = max(starts)
+            ends = [m.end() for m in _SENTENCE_END.finditer(text, s.end, hi)]
+            hi = min(ends) if ends else hi
+        if out and lo < out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def move_out(text: str, spans: Sequence[Span]) -> tuple[str, str]:
+    """(text without the lines/sentences holding the spans, those lines/sentences, each ending in a newline)."""
+    units = _units(text, sorted(spans, key=lambda s: s.start))
+    kept, moved, pos = [], [], 0
+    for lo, hi in units:
+        kept.append(text[pos:lo])
+        piece = text[lo:hi].strip()
+        if piece:
+            moved.append(piece + "\n")
+        pos = hi
+    kept.append(text[pos:])
+    return "".join(kept), "".join(moved)
+
+
+def split_tail(text: str) -> tuple[str, str]:
+    """(body, trailing whitespace), line endings made \\n."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    body = text.rstrip()
+    return body, text[len(body) :]
+
+
+def canonical_body(text: str) -> str:
+    """One whitespace spelling: \\n line ends, no leading or trailing whitespace, no spaces at line ends, single
+    spaces between words, at most one blank line in a row."""
+    body, _ = split_tail(text)
+    lines = [_SPACES.sub(" ", line.rstrip()) for line in body.lstrip().split("\n")]
+    return _BLANK_LINES.sub("\n\n", "\n".join(lines))
+
+
+def strip_bos(text: str, bos_text: str) -> str:
+    """text without literal BOS strings (and whitespace between them) at its start."""
+    if not bos_text:
+        return text
+    out = text
+    while out.lstrip().startswith(bos_text):
+        out = out.lstrip()[len(bos_text) :]
+    return out
+
+
+def with_separator(text: str) -> str:
+    """text ending in a line break instead of trailing spaces (or with one added), so the tokenizer cannot merge
+    its last token with what follows."""
+    body = text.rstrip(" \t")
+    return body if body.endswith("\n") else body + "\n"
