@@ -71,7 +71,9 @@ def dynamic_content(requests: Sequence[PromptRequest], views: Sequence[RequestVi
         if n == 0 or any(len(views[m].dynamic) != n for m in members):
             continue
         for k in range(n):
-            values = {views[m].part.text[views[m].dynamic[k].start : views[m].dynamic[k].end] for m in members}
+            values = {
+                views[m].part.text[views[m].dynamic[k].start : views[m].dynamic[k].end] for m in members
+            }
             if len(values) < 2:
                 continue
             kind = views[members[0]].dynamic[k].kind
@@ -89,13 +91,8 @@ def dynamic_content(requests: Sequence[PromptRequest], views: Sequence[RequestVi
         return None
     fixed = list(requests)
     for i, spans in variable.items():
-        v = views[i]
-        if v.whole and requests[i].messages is None:  # the last line is already after everything shared
-            last_line = v.part.text.rfind("\n") + 1
-            spans = [s for s in spans if s.start < last_line]
-        if spans:
-            new_text, moved = move_out(v.part.text, spans)
-            fixed[i] = rebuild(requests[i], v.part, new_text, moved)
+        new_text, moved = move_out(views[i].part.text, spans)
+        fixed[i] = rebuild(requests[i], views[i].part, new_text, moved)
     what = ", ".join(f"{KIND_NAMES[k]} ({n} requests)" for k, n in kinds.most_common())
     where = "system prompt" if any(views[i].part.where == "system" for i in variable) else "shared prefix"
     return Proposal(
@@ -216,7 +213,10 @@ def bos_causes(
                 literal,
                 f"drop the leading {bos!r} from the prompt text (the server's tokenizer adds it): "
                 "`--fix OUT` does it",
-                [f"line {requests[i].lineno}: {_short(_own_text(requests[i]))}" for i in literal[:MAX_EXAMPLES]],
+                [
+                    f"line {requests[i].lineno}: {_short(_own_text(requests[i]))}"
+                    for i in literal[:MAX_EXAMPLES]
+                ],
                 fixed=fixed,
             )
         )

@@ -9,24 +9,28 @@ from collections.abc import Sequence
 
 from llmkiln.lint.dynamic import Span
 
-MAX_LINE_CHARS = 300  # a longer line is prose: move the sentence holding the dynamic value, not the line
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_CLAUSE_START = re.compile(r"[,;]\s*")
+_CLAUSE_END = re.compile(r"[,;:][ \t]*")
 _SPACES = re.compile(r"(?<=\S)[ \t]{2,}")
 _BLANK_LINES = re.compile(r"\n{3,}")
 
 
 def _units(text: str, spans: Sequence[Span]) -> list[tuple[int, int]]:
-    """[start, end) of the line (or, in a long line, the sentence) around each span; merged, in order."""
+    """[start, end) of the clause around each span: within its sentence (a line without sentence ends is one
+    sentence), from after the last ',' or ';' before it to the first ',', ';' or ':' after it ("Request id
+    X:", "Current time: X", "Hello Alice!"); merged, in order."""
     out: list[tuple[int, int]] = []
     for s in spans:
         lo = text.rfind("\n", 0, s.start) + 1
         nl = text.find("\n", s.end)
         hi = len(text) if nl < 0 else nl + 1
-        if hi - lo > MAX_LINE_CHARS:
-            starts = [lo] + [m.end() for m in _SENTENCE_END.finditer(text, lo, hi) if m.end() <= s.start]
-            lo = max(starts)
-            ends = [m.end() for m in _SENTENCE_END.finditer(text, s.end, hi)]
-            hi = min(ends) if ends else hi
+        lo = max([lo] + [m.end() for m in _SENTENCE_END.finditer(text, lo, hi) if m.end() <= s.start])
+        hi = min([hi] + [m.end() for m in _SENTENCE_END.finditer(text, s.end, hi)])
+        lo = max([lo] + [m.end() for m in _CLAUSE_START.finditer(text, lo, s.start)])
+        stop = _CLAUSE_END.search(text, s.end, hi)
+        if stop is not None:
+            hi = stop.end()
         if out and lo < out[-1][1]:
             out[-1] = (out[-1][0], max(out[-1][1], hi))
         else:
@@ -44,6 +48,8 @@ def move_out(text: str, spans: Sequence[Span]) -> tuple[str, str]:
         if piece:
             moved.append(piece + "\n")
         pos = hi
+        while pos < len(text) and text[pos] in " \t":
+            pos += 1
     kept.append(text[pos:])
     return "".join(kept), "".join(moved)
 

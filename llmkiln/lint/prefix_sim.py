@@ -58,7 +58,9 @@ def simulate_hits(
 ) -> HitResult:
     """Cached tokens of each prompt when served in order through an unbounded prefix store."""
     bs = tokens_per_block
-    store: dict[int, tuple[int | None, tuple[int, ...]]] = {}  # key -> (parent key, token ids): collision guard
+    store: dict[
+        int, tuple[int | None, tuple[int, ...]]
+    ] = {}  # key -> (parent key, token ids): collision guard
     cached: list[int | None] = []
     for ids in prompts:
         n = len(ids)

@@ -60,7 +60,7 @@ def read_requests(path: Path) -> list[PromptRequest]:
     path = Path(path)
     if not path.is_file():
         raise BadInput(
-            f"{path}: no such file; give a JSONL file with one {{\"prompt\": ...}} or {{\"messages\": [...]}} per line"
+            f'{path}: no such file; give a JSONL file with one {{"prompt": ...}} or {{"messages": [...]}} per line'
         )
     out = []
     for lineno, obj in read_jsonl(path):
@@ -68,9 +68,7 @@ def read_requests(path: Path) -> list[PromptRequest]:
             raise BadInput(f"{path}:{lineno}: expected a JSON object with 'prompt', 'text' or 'messages'")
         if "messages" in obj:
             msgs = check_messages(obj["messages"], where=f"{path}:{lineno}: messages")
-            out.append(
-                PromptRequest(lineno, obj, messages=tuple((m["role"], m["content"]) for m in msgs))
-            )
+            out.append(PromptRequest(lineno, obj, messages=tuple((m["role"], m["content"]) for m in msgs)))
             continue
         field = "prompt" if "prompt" in obj else "text"
         prompt = obj.get(field)

@@ -61,7 +61,9 @@ def _run_ends(masked: Sequence[MaskedText], raw: Sequence[bool]) -> list[int]:
     idx = [i for i in range(len(masked)) if raw[i]]
     order = sorted(idx, key=lambda i: masked[i].text)
     ends = [0] * len(masked)
-    links = [common_prefix_len(masked[a].text, masked[b].text) for a, b in zip(order, order[1:], strict=False)]
+    links = [
+        common_prefix_len(masked[a].text, masked[b].text) for a, b in zip(order, order[1:], strict=False)
+    ]
     start = 0
     for pos in range(len(order)):
         if pos < len(links) and links[pos] >= MIN_SHARED_CHARS:
@@ -90,6 +92,8 @@ def build_view(requests: Sequence[PromptRequest], bos_text: str) -> list[Request
     for req, text, m, end in zip(requests, texts, masked, ends, strict=True):
         if req.messages is not None:
             end = len(m.text)
+        elif end == len(m.text) and "\x00" in m.text[m.text.rfind("\n") + 1 :]:
+            end = m.text.rfind("\n") + 1  # the varying last line is the request's own part, not shared
         part = shared_part(req, m.original(end) if end < len(m.text) else len(text))
         n = len(part.text)
         dynamic = [s for s in m.spans if s.kind in DYNAMIC_KINDS and s.end <= n]
