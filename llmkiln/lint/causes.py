@@ -187,7 +187,10 @@ def _strip_own_bos(request: PromptRequest, bos_text: str) -> PromptRequest:
 
 
 def bos_causes(
-    requests: Sequence[PromptRequest], ids: Sequence[Sequence[int]], encoder: PromptEncoder
+    requests: Sequence[PromptRequest],
+    texts: Sequence[str],
+    ids: Sequence[Sequence[int]],
+    encoder: PromptEncoder,
 ) -> list[Proposal]:
     """Literal BOS strings in the requests (variants when only some have them) and chat templates that write
     bos_token while the tokenizer adds one too."""
@@ -221,7 +224,8 @@ def bos_causes(
             )
         )
     chat = [i for i, r in enumerate(requests) if r.is_chat and encoder.leading_bos(ids[i]) >= 2]
-    templated = [i for i in chat if encoder.render(requests[i]).startswith(bos) and i not in set(literal)]
+    literal_set = set(literal)
+    templated = [i for i in chat if texts[i].startswith(bos) and i not in literal_set]
     if templated and encoder.adds_bos():
         out.append(
             Proposal(
@@ -233,7 +237,7 @@ def bos_causes(
                 "and every prompt carries a wasted token",
                 templated,
                 "remove `{{ bos_token }}` from the recipe's chat_template (the runtime's tokenizer adds BOS)",
-                [f"line {requests[i].lineno}: {_short(encoder.render(requests[i]))}" for i in templated[:1]],
+                [f"line {requests[i].lineno}: {_short(texts[i])}" for i in templated[:1]],
                 recipe_field="chat_template",
                 bos_text="",
             )
@@ -245,6 +249,7 @@ def bos_causes(
 def join_tokenization(
     requests: Sequence[PromptRequest],
     views: Sequence[RequestView],
+    texts: Sequence[str],
     ids: Sequence[Sequence[int]],
     encoder: PromptEncoder,
 ) -> Proposal | None:
@@ -253,10 +258,12 @@ def join_tokenization(
     for i, (req, v) in enumerate(zip(requests, views, strict=True)):
         if not v.part.text or v.whole:
             continue
-        head = encoder.render_system_part(req) if req.is_chat else v.part.text
+        head = encoder.render_system_part(req, texts[i]) if req.is_chat else v.part.text
         if head:
             rendered[i] = head
-    heads = dict(zip(rendered, encoder.encode_texts(list(rendered.values())), strict=True))
+    distinct = list(dict.fromkeys(rendered.values()))  # most requests of a template have the same head
+    encoded = dict(zip(distinct, encoder.encode_texts(distinct), strict=True))
+    heads = {i: encoded[text] for i, text in rendered.items()}
     hit, examples = [], []
     for i, head_ids in heads.items():
         k = common_prefix_len(head_ids, ids[i])

@@ -79,25 +79,25 @@ class PromptEncoder:
             source=f"{self.source}: chat_template",
         )
 
-    def render_system_part(self, request: PromptRequest, bos_text: str | None = None) -> str | None:
-        """The rendered text of the leading system message alone, when the full rendering starts with it
-        (templates that put the system prompt first); None otherwise."""
+    def render_system_part(self, request: PromptRequest, full_text: str) -> str | None:
+        """The rendered text of the leading system message alone, when the request's full rendering
+        (`full_text`) starts with it (templates that put the system prompt first); None otherwise."""
         if not request.messages or request.messages[0][0] != "system":
             return None
         head = render(
             self._require_template(),
             [request.message_dicts()[0]],
             add_generation_prompt=False,
-            bos_token=self.bos_text if bos_text is None else bos_text,
+            bos_token=self.bos_text,
             eos_token=self.eos_text,
             source=f"{self.source}: chat_template",
         )
-        return head if head and self.render(request, bos_text).startswith(head) else None
+        return head if head and full_text.startswith(head) else None
 
     # ------------------------------------------------------------------ ids
     def encode_texts(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text, as `LLMEngine.encode` makes them (add_special_tokens=True)."""
-        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=True)]
+        return [e.ids for e in self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=True)]
 
     def leading_bos(self, ids: Sequence[int]) -> int:
         """How many BOS tokens the ids start with."""
@@ -105,6 +105,14 @@ class PromptEncoder:
         while self.bos_id is not None and n < len(ids) and ids[n] == self.bos_id:
             n += 1
         return n
+
+    def bos_is_split_off(self) -> bool:
+        """True when the BOS text is a special added token: the tokenizer cuts it out before normalizing, so
+        "<s>" + text encodes as BOS followed by exactly what text alone encodes to (after its own BOS)."""
+        if self.bos_id is None:
+            return False
+        added = self.tokenizer.get_added_tokens_decoder().get(self.bos_id)
+        return added is not None and added.special and not added.normalized
 
     def adds_bos(self) -> bool:
         """True when the tokenizer's post-processor adds BOS by itself."""

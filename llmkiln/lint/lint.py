@@ -97,15 +97,16 @@ def lint_prompts(
     current, best = list(requests), base
     for step in ("dynamic", "whitespace", "bos", "join"):
         views = build_view(current, encoder.bos_text)
+        texts = [scorer.text(r) for r in current]
         found: list[Proposal | None]
         if step == "dynamic":
             found = [causes.dynamic_content(current, views)]
         elif step == "whitespace":
             found = [causes.whitespace_variants(current, views, encoder.bos_text)]
         elif step == "bos":
-            found = [x for x in causes.bos_causes(current, scorer.ids(current), encoder) if x.fixed]
+            found = [x for x in causes.bos_causes(current, texts, scorer.ids(current), encoder) if x.fixed]
         else:
-            found = [causes.join_tokenization(current, views, scorer.ids(current), encoder)]
+            found = [causes.join_tokenization(current, views, texts, scorer.ids(current), encoder)]
         for p in found:
             if p is None or p.fixed is None:
                 continue
@@ -118,7 +119,7 @@ def lint_prompts(
     # Recipe-side fixes, on top of the request fixes.
     recipe_changes: dict[str, str] = {}
     bos_text: str | None = None
-    for p in causes.bos_causes(current, scorer.ids(current), encoder):
+    for p in causes.bos_causes(current, [scorer.text(r) for r in current], scorer.ids(current), encoder):
         if p.recipe_field == "chat_template":
             bos_text = ""
             findings.append(_finding(p, requests, scorer.score(current, bos_text=""), in_output=False))

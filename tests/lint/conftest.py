@@ -22,16 +22,19 @@ def stories_engine(engine_factory) -> EngineDir:
 
 
 def served_cached(
-    folder: EngineDir, requests: Sequence[PromptRequest], overrides: dict[str, Any] | None = None
+    folder: EngineDir,
+    requests: Sequence[PromptRequest],
+    overrides: dict[str, Any] | None = None,
+    bos_text: str | None = None,
 ) -> list[int]:
     """num_cached_tokens of each request served one after another by a fresh runtime (its own prefix store),
-    prompts rendered as the server renders them."""
+    prompts rendered as the server renders them (chat templates with `bos_text` as bos_token when given)."""
     encoder = PromptEncoder.from_engine(folder)
     engine = load_engine(folder, overrides).start()
     try:
         out = []
         for req in requests:
-            handle = engine.submit(encoder.render(req), SamplingParams(max_tokens=1))
+            handle = engine.submit(encoder.render(req, bos_text), SamplingParams(max_tokens=1))
             handle.result()
             out.append(handle.num_cached_tokens)
         return out

@@ -171,3 +171,6 @@ def test_clean_requests_have_no_findings(tmp_path: Path, stories_engine: EngineD
     enc = PromptEncoder.from_engine(stories_engine)
     assert enc.leading_bos(enc.encode_texts([enc.render(requests[0])])[0]) == 2
     assert report.baseline.hit_tokens == sum(_check_exact(stories_engine, requests)) > 0
+    # the rate after the template change is what the runtime hits with prompts rendered without bos_token
+    assert templated.after.hit_tokens == sum(served_cached(stories_engine, requests, bos_text=""))
+    assert templated.after.prompt_tokens == report.baseline.prompt_tokens - len(requests)
