@@ -7,6 +7,7 @@ hit rate after the fix is computed by the same simulation, never estimated.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -94,7 +95,7 @@ def dynamic_content(requests: Sequence[PromptRequest], views: Sequence[RequestVi
         new_text, moved = move_out(views[i].part.text, spans)
         fixed[i] = rebuild(requests[i], views[i].part, new_text, moved)
     what = ", ".join(f"{KIND_NAMES[k]} ({n} requests)" for k, n in kinds.most_common())
-    where = "system prompt" if any(views[i].part.where == "system" for i in variable) else "shared prefix"
+    where = "system prompt" if any(views[i].part.where == "system" for i in variable) else "prefix"
     return Proposal(
         "dynamic-content",
         "breaks-sharing",
@@ -110,6 +111,10 @@ def dynamic_content(requests: Sequence[PromptRequest], views: Sequence[RequestVi
 
 
 # ---------------------------------------------------------------------------------------------------------------
+def _shown(masked: str) -> str:
+    return re.sub("\x00([a-z]+)\x00", r"<\1>", masked)
+
+
 def _spelling(text: str, bos_text: str) -> str:
     body = strip_bos(text, bos_text)
     return MaskedText(body, find_spans(body)).text
@@ -152,8 +157,8 @@ def whitespace_variants(
             if len(examples) < MAX_EXAMPLES:
                 k = common_prefix_len(spellings[m], target)
                 examples.append(
-                    f"line {requests[m].lineno}: {_short(spellings[m][max(0, k - 20) : k + 20], 80)} where "
-                    f"{counts[target]} others have {_short(target[max(0, k - 20) : k + 20], 80)}"
+                    f"line {requests[m].lineno}: {_short(_shown(spellings[m][max(0, k - 20) : k + 20]), 80)} where "
+                    f"{counts[target]} others have {_short(_shown(target[max(0, k - 20) : k + 20]), 80)}"
                 )
     if not hit:
         return None

@@ -240,3 +240,28 @@ def test_bad_input(tmp_path: Path, stories) -> None:
     with pytest.raises(BadInput, match="must not have the name"):
         diagnose([], [STORIES_PROM], stories, tmp_path / "stories-fp32.yaml")
     assert not (tmp_path / "stories-fp32.yaml").exists()
+
+
+def test_real_dynamo_frontend_snapshot(stories) -> None:
+    # a real Dynamo 1.6.1 frontend in front of its mocker engine (block size 16, prefix caching), 12 chat requests
+    # sharing a system prompt, one after another
+    d = diagnose([], [FIXTURES / "dynamo-1.6.1-frontend_mocker.prom"], stories)
+    assert d.figures["hit_rate"]["value"] == pytest.approx(1056 / 1491)
+    assert d.figures["hit_rate"]["source"].startswith("dynamo_frontend_cached_tokens_sum")
+    assert d.figures["max_batch_size"]["value"] == 8
+    assert d.figures["requests"]["value"] == 12
+    assert "ttft_p50_ms" in d.figures
+    assert _row(d, "high TTFT, low utilization").status == "no data"  # the frontend has no queue split
+
+
+def test_lint_predicts_what_the_dynamo_frontend_reports(stories_engine_dir) -> None:
+    # the same 12 requests through `kiln lint-prompts`: the hit tokens equal the frontend's cached_tokens_sum, and
+    # without the template's second BOS (the frontend does not add one) the prompt tokens equal its
+    # input_sequence_tokens_sum
+    from llmkiln.lint.lint import lint_prompts
+
+    report, _ = lint_prompts(FIXTURES / "dynamo-1.6.1-frontend_mocker.requests.jsonl", stories_engine_dir)
+    assert report.baseline.hit_tokens == 1056
+    (templated,) = report.findings
+    assert templated.cause == "duplicated-bos"
+    assert (templated.after.hit_tokens, templated.after.prompt_tokens) == (1056, 1491)
