@@ -46,11 +46,12 @@ def diagnose(
     if engine and recipe_name:
         raise BadInput("give --engine or --recipe, not both")
     recipe: Recipe | None = None
+    recipe_file: Path | None = None
     if engine:
         recipe = resolve_engine(engine, engines_dir).recipe()
     elif recipe_name:
-        recipe, _ = load_recipe(recipe_name)
-    result = run_diagnosis(list(metrics_urls), list(files), recipe, recipe_overlay)
+        recipe, recipe_file = load_recipe(recipe_name)
+    result = run_diagnosis(list(metrics_urls), list(files), recipe, recipe_overlay, recipe_file)
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     else:

@@ -76,6 +76,7 @@ def diagnose(
     files: Sequence[Path],
     recipe: Recipe | None = None,
     overlay_out: Path | None = None,
+    recipe_file: Path | None = None,
 ) -> Diagnosis:
     sig, sources = collect_signals(metrics_urls, files, recipe)
     rows = evaluate(sig, recipe)
@@ -92,7 +93,7 @@ def diagnose(
             raise BadInput("--recipe-overlay needs the current recipe: give --engine ENGINE or --recipe NAME")
         if not changes:
             raise BadInput(f"--recipe-overlay {overlay_out}: no row applies, so there is nothing to change")
-        write_overlay(overlay_out, recipe.name, changes, why, ", ".join(sources))
+        write_overlay(overlay_out, recipe.name, changes, why, ", ".join(sources), recipe_file)
         overlay = str(overlay_out)
     return Diagnosis(
         sources=sources,

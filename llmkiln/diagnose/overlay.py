@@ -31,9 +31,15 @@ def nest(changes: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_overlay(
-    out: Path, parent: str, changes: Mapping[str, Any], why: Mapping[str, str], source: str
+    out: Path,
+    parent: str,
+    changes: Mapping[str, Any],
+    why: Mapping[str, str],
+    source: str,
+    parent_file: Path | None = None,
 ) -> Recipe:
-    """Write the overlay recipe `out` (name = its file name) extending recipe `parent`; returns it validated."""
+    """Write the overlay recipe `out` (name = its file name) extending recipe `parent` (whose file is
+    `parent_file` when known); returns it validated."""
     out = Path(out)
     if out.suffix not in (".yaml", ".yml") or not _NAME.match(out.stem):
         raise BadInput(
@@ -42,7 +48,15 @@ def write_overlay(
         )
     if out.stem == parent:
         raise BadInput(f"--recipe-overlay {out}: the overlay must not have the name of the recipe it extends")
-    parent_file = recipe_path(parent)
+    found = out.parent / f"{parent}.yaml"
+    resolved = found.resolve() if found.is_file() else recipe_path(parent)
+    if parent_file is not None and resolved != Path(parent_file).resolve():
+        raise BadInput(
+            f"--recipe-overlay {out}: it extends {parent!r} by name, which resolves to {resolved} from there, "
+            f"not to {parent_file}: write the overlay next to {parent_file} or add `kiln --recipes-dir "
+            f"{Path(parent_file).parent}`"
+        )
+    parent_file = resolved
     base = load_raw(parent_file)
     body: dict[str, Any] = {
         "name": out.stem,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from rich.console import Console
 from rich.table import Table
 
@@ -17,7 +19,7 @@ def print_diagnosis(d: Diagnosis, console: Console | None = None) -> None:
     for col in ("applies", "symptom", "likely cause", "next step (recipe fields)", "figures"):
         table.add_column(col, overflow="fold")
     for r in d.rows:
-        changes = "\n".join(f"-> {k}: {v}" for k, v in r.changes.items())
+        changes = "\n".join(f"-> {k}: {json.dumps(v)}" for k, v in r.changes.items())
         table.add_row(
             _MARK[r.status],
             r.symptom,
@@ -29,6 +31,6 @@ def print_diagnosis(d: Diagnosis, console: Console | None = None) -> None:
     for note in d.notes:
         console.print(f"note: {note}")
     if d.changes:
-        console.print("recipe changes: " + ", ".join(f"{k}: {v}" for k, v in d.changes.items()))
+        console.print("recipe changes: " + ", ".join(f"{k}: {json.dumps(v)}" for k, v in d.changes.items()))
     if d.overlay:
         console.print(f"recipe overlay written: {d.overlay} (build it with `kiln build {d.overlay}`)")
