@@ -211,10 +211,10 @@ def cold_start(sig: Signals, cur: Current) -> Row:
         row.status = "yes" if warm.value == 0 and top.value >= COLD_FACTOR * 2 * p50.value else "no"
     if row.status == "yes":
         w = cur.warmup
-        if w.count < 1:
+        if not w.prompts:  # a count without prompts warms nothing: the prompts are the user's to give
+            row.next_step += " (the recipe has no warmup prompts: add your shared system prompt)"
+        elif w.count < 1:
             row.changes["warmup.count"] = 1
-        if not w.prompts:
-            row.next_step += " (the recipe has no warmup prompts: add yours)"
     return row
 
 
