@@ -95,8 +95,10 @@ def lint_prompts(
     # Request-side fixes in turn, each found on the output of the ones before and kept when it raises the
     # hit rate: a finding's `after` is the rate with it and the findings listed before it.
     current, best = list(requests), base
+    views, viewed = build_view(current, encoder.bos_text), current
     for step in ("dynamic", "whitespace", "bos", "join"):
-        views = build_view(current, encoder.bos_text)
+        if viewed is not current:  # the step before changed the requests
+            views, viewed = build_view(current, encoder.bos_text), current
         texts = [scorer.text(r) for r in current]
         found: list[Proposal | None]
         if step == "dynamic":
