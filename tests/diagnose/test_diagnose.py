@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,8 @@ from click.testing import CliRunner
 from llmkiln.cli.main import cli
 from llmkiln.diagnose.diagnosis import Diagnosis, diagnose
 from llmkiln.errors import BadInput
-from llmkiln.recipe import load_recipe
+from llmkiln.lint.lint import lint_prompts
+from llmkiln.recipe import load_recipe, resolve_model_path
 
 FIXTURES = Path(__file__).parent / "fixtures"
 STORIES_PROM = FIXTURES / "stories-fp32_shared-prefix.prom"
@@ -176,10 +179,8 @@ def test_dynamo_frontend_metrics(tmp_path: Path, stories) -> None:
     spikes = _row(d, "p95/p99")
     assert spikes.status == "yes"  # p99 in the 0.5-2 s bucket against a 30 ms median
     assert any("do not split TTFT" in n for n in d.notes)
-    # scrape the same text from a live endpoint (a loopback HTTP server), combined with a bench report
-    import http.server
-    import threading
 
+    # scrape the same text from a live endpoint (a loopback HTTP server), combined with a bench report
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             body = DYNAMO_SNAPSHOT.encode()
@@ -223,8 +224,6 @@ def test_recipe_overlay_extends_and_validates(tmp_path: Path, stories) -> None:
     assert recipe.scheduler.max_prefill_tokens == 256
     assert recipe.limits == stories.limits and recipe.chat_template == stories.chat_template
     # the model path still points at the parent's model from the overlay's folder
-    from llmkiln.recipe import resolve_model_path
-
     assert resolve_model_path(recipe, out) == resolve_model_path(stories, load_recipe("stories-fp32")[1])
 
 
@@ -258,8 +257,6 @@ def test_lint_predicts_what_the_dynamo_frontend_reports(stories_engine_dir) -> N
     # the same 12 requests through `kiln lint-prompts`: the hit tokens equal the frontend's cached_tokens_sum, and
     # without the template's second BOS (the frontend does not add one) the prompt tokens equal its
     # input_sequence_tokens_sum
-    from llmkiln.lint.lint import lint_prompts
-
     report, _ = lint_prompts(FIXTURES / "dynamo-1.6.1-frontend_mocker.requests.jsonl", stories_engine_dir)
     assert report.baseline.hit_tokens == 1056
     (templated,) = report.findings

@@ -12,7 +12,7 @@ from llmkiln.lint.encoder import PromptEncoder
 from llmkiln.lint.lint import lint_prompts
 from llmkiln.lint.prefix_sim import simulate_hits
 from llmkiln.lint.requests import PromptRequest, read_requests
-from tests.lint.conftest import served_cached, write_jsonl
+from tests.lint.runtime_helpers import served_cached, write_jsonl
 
 SYSTEM = (
     "You are a storyteller for small children. Tell short, happy stories about a cat, a dog and a bird "

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from llmkiln.cli.main import cli
 from llmkiln.engine_dir import EngineDir
 from llmkiln.lint.dynamic import find_spans
-from tests.lint.conftest import write_jsonl
+from tests.lint.runtime_helpers import write_jsonl
 
 
 def _run(args: list[str]) -> tuple[int, str]:
