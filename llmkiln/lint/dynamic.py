@@ -167,16 +167,12 @@ class MaskedText:
         self._is_span.append(is_span)
 
     def original(self, pos: int, before_dropped: bool = False) -> int:
-        """The original position of masked position `pos` (inside a placeholder: the span's start, or its end
-        past its first character). Dropped spans (empty placeholders) at `pos` are skipped, unless
-        `before_dropped` (for the start of a range)."""
+        """The original position of masked position `pos`; inside a placeholder, the span's start (two texts
+        that differ inside placeholders differ in the span's kind: the span is not shared). Dropped spans (empty
+        placeholders) at `pos` are skipped, unless `before_dropped` (for the start of a range)."""
         k = bisect.bisect_right(self._masked_starts, pos) - 1
         while before_dropped and k > 0 and self._masked_starts[k - 1] == pos:
             k -= 1
         if self._is_span[k]:
-            return self._orig_starts[k] if pos == self._masked_starts[k] else self._orig_end(k)
+            return self._orig_starts[k]
         return self._orig_starts[k] + (pos - self._masked_starts[k])
-
-    def _orig_end(self, k: int) -> int:
-        # a position past a placeholder's first character counts as after the span
-        return self._orig_starts[k + 1] if k + 1 < len(self._orig_starts) else len(self.source)
