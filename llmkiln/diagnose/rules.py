@@ -95,7 +95,7 @@ def long_prefill(sig: Signals, cur: Current) -> Row:
         "high TTFT with long prefill",
         "long prompts or prefix-cache misses",
         "lint the prompts (`kiln lint-prompts`), kv_cache.prefix_reuse: true, put the shared system prompt in "
-        "warmup.prompts; raise kv_cache.max_bytes when blocks are evicted",
+        "warmup.prefixes; raise kv_cache.max_bytes when blocks are evicted",
         "no data",
     )
     ttft, queue, hit = _ttft(sig), sig.queue_ms, sig.hit_rate
@@ -178,7 +178,7 @@ def kv_crowding(sig: Signals, cur: Current) -> Row:
         row.status = "yes" if cache_on else "no"
         row.figures.append("(no KV block figures: judged from throughput alone)")
     if row.status == "yes":
-        if cur.backend == "trtllm":
+        if cur.backend.startswith("trtllm"):
             row.changes["kv_cache.free_gpu_memory_fraction"] = round(
                 min(0.95, cur.kv_cache.free_gpu_memory_fraction + 0.05), 2
             )
@@ -191,8 +191,8 @@ def cold_start(sig: Signals, cur: Current) -> Row:
     row = Row(
         "cold-start spikes",
         "no (or unrepresentative) warmup: the first requests pay for graph/session setup and an empty prefix cache",
-        "put the shared system prompt(s) in warmup.prompts (and warmup.count >= 1), so the server is READY only "
-        "when warm",
+        "warm the engine with warmup.prompts (warmup.count >= 1) and prime the prefix cache with the shared "
+        "system prompt(s) in warmup.prefixes, so the server is READY only when warm",
         "no data",
     )
     first, p50, top, warm = sig.first_ttft_ms, sig.ttft_p50_ms, sig.ttft_max_ms, sig.warmup_requests
@@ -211,8 +211,8 @@ def cold_start(sig: Signals, cur: Current) -> Row:
         row.status = "yes" if warm.value == 0 and top.value >= COLD_FACTOR * 2 * p50.value else "no"
     if row.status == "yes":
         w = cur.warmup
-        if not w.prompts:  # a count without prompts warms nothing: the prompts are the user's to give
-            row.next_step += " (the recipe has no warmup prompts: add your shared system prompt)"
+        if not w.prompts and not w.prefixes:  # a count without prompts warms nothing: they are the user's
+            row.next_step += " (the recipe has no warmup prompts or prefixes: add your shared system prompt)"
         elif w.count < 1:
             row.changes["warmup.count"] = 1
     return row
