@@ -29,6 +29,8 @@ COMMANDS: dict[str, str] = {
     "bench": "llmkiln.cli.bench_cmd:bench",
     "quality-diff": "llmkiln.cli.quality_cmd:quality_diff",
     "calibrate": "llmkiln.cli.quality_cmd:calibrate",
+    "lint-prompts": "llmkiln.cli.lint_cmd:lint_prompts_cmd",
+    "diagnose": "llmkiln.cli.diagnose_cmd:diagnose",
 }
 
 
