@@ -37,7 +37,10 @@ def test_every_process_gets_file_discovery_and_loopback_addresses():
     assert fe[fe.index("--router-mode") + 1] == "kv" and fe[fe.index("--migration-limit") + 1] == "3"
     assert "--no-router-track-active-blocks" in fe  # CPU workers: resident KV blocks are not load
     assert "--no-router-track-active-blocks" not in spec(router_mode="round-robin").frontend_command()
-    assert spec(frontend_args=("--router-temperature", "0.5")).frontend_command()[-2:] == ["--router-temperature", "0.5"]
+    assert spec(frontend_args=("--router-temperature", "0.5")).frontend_command()[-2:] == [
+        "--router-temperature",
+        "0.5",
+    ]
     assert spec(host="::1").url.startswith("http://[::1]:")
 
 
