@@ -197,8 +197,8 @@ def bos_causes(
     ids: Sequence[Sequence[int]],
     encoder: PromptEncoder,
 ) -> list[Proposal]:
-    """Literal BOS strings in the requests (variants when only some have them) and chat templates that write
-    bos_token while the tokenizer adds one too."""
+    """Literal BOS strings in the requests (variants when only some have them). A chat template's own
+    bos_token is not one: rendered chat prompts are tokenized without adding special tokens again."""
     out: list[Proposal] = []
     bos = encoder.bos_text
     if not bos or encoder.bos_id is None:
@@ -228,25 +228,6 @@ def bos_causes(
                 fixed=fixed,
             )
         )
-    chat = [i for i, r in enumerate(requests) if r.is_chat and encoder.leading_bos(ids[i]) >= 2]
-    literal_set = set(literal)
-    templated = [i for i in chat if texts[i].startswith(bos) and i not in literal_set]
-    if templated and encoder.adds_bos():
-        out.append(
-            Proposal(
-                "duplicated-bos",
-                "warning",
-                f"the chat template writes {bos!r} and the tokenizer adds BOS too: {len(templated)} chat "
-                "requests start with two BOS tokens",
-                "consistent, so it does not break sharing, but the model sees an input it was not trained on "
-                "and every prompt carries a wasted token",
-                templated,
-                "remove `{{ bos_token }}` from the recipe's chat_template (the runtime's tokenizer adds BOS)",
-                [f"line {requests[i].lineno}: {_short(texts[i])}" for i in templated[:1]],
-                recipe_field="chat_template",
-                bos_text="",
-            )
-        )
     return out
 
 
@@ -259,16 +240,20 @@ def join_tokenization(
     encoder: PromptEncoder,
 ) -> Proposal | None:
     """The shared part's last tokens merge with the text after it, so the tokens shared end earlier."""
-    rendered: dict[int, str] = {}
+    rendered: dict[int, tuple[str, bool]] = {}
     for i, (req, v) in enumerate(zip(requests, views, strict=True)):
         if not v.part.text or v.whole:
             continue
         head = encoder.render_system_part(req, texts[i]) if req.is_chat else v.part.text
         if head:
-            rendered[i] = head
-    distinct = list(dict.fromkeys(rendered.values()))  # most requests of a template have the same head
-    encoded = dict(zip(distinct, encoder.encode_texts(distinct), strict=True))
-    heads = {i: encoded[text] for i, text in rendered.items()}
+            rendered[i] = (head, encoder.adds_special_tokens(req))
+    encoded: dict[tuple[str, bool], list[int]] = {}
+    for flag in (True, False):  # most requests of a template have the same head
+        distinct = [t for t, f in dict.fromkeys(rendered.values()) if f == flag]
+        encoded.update(
+            {(t, flag): ids for t, ids in zip(distinct, encoder.encode_texts(distinct, flag), strict=True)}
+        )
+    heads = {i: encoded[key] for i, key in rendered.items()}
     hit, examples = [], []
     for i, head_ids in heads.items():
         k = common_prefix_len(head_ids, ids[i])

@@ -1,10 +1,11 @@
 """Requests to token ids exactly as the runtime sees them.
 
-Raw prompts go to `tokenizer.encode(text, add_special_tokens=True)` like `LLMEngine.encode`. Chat messages are
-first rendered with the engine's chat template (`EngineDir.chat_template()`, rendered by
-`llmkiln.chat_template.render` with the tokenizer's bos/eos strings, as Hugging Face's apply_chat_template
-passes them), and the rendered text is then encoded the same way. When the template itself writes `bos_token`
-and the tokenizer's post-processor adds one too, the ids start with two BOS tokens: the lint reports that.
+Raw prompts go to `tokenizer.encode(text, add_special_tokens=True)` like `LLMEngine.encode` (the Triton path:
+`text_input`). Chat messages are rendered with the engine's chat template (`EngineDir.chat_template()`, rendered
+by `llmkiln.chat_template.render` with the tokenizer's bos/eos strings) and the rendered text is encoded without
+adding special tokens again: the template writes BOS itself, exactly as Hugging Face's
+apply_chat_template(tokenize=True) and the OpenAI chat endpoint (Dynamo 1.6.1's frontend, measured: one BOS)
+do.
 """
 
 from __future__ import annotations
@@ -95,9 +96,24 @@ class PromptEncoder:
         return head if head and full_text.startswith(head) else None
 
     # ------------------------------------------------------------------ ids
-    def encode_texts(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids of each text, as `LLMEngine.encode` makes them (add_special_tokens=True)."""
-        return [e.ids for e in self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=True)]
+    def encode_texts(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
+        """Token ids of each text (add_special_tokens=True: as `LLMEngine.encode` makes them)."""
+        batch = self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)
+        return [e.ids for e in batch]
+
+    def encode_requests(self, requests: Sequence[PromptRequest], texts: Sequence[str]) -> list[list[int]]:
+        """The ids the server computes for each request from its rendered text (see the module docstring)."""
+        out: list[list[int]] = [[] for _ in requests]
+        for special in (True, False):
+            idx = [i for i, r in enumerate(requests) if self.adds_special_tokens(r) == special]
+            for i, ids in zip(idx, self.encode_texts([texts[i] for i in idx], special), strict=True):
+                out[i] = ids
+        return out
+
+    @staticmethod
+    def adds_special_tokens(request: PromptRequest) -> bool:
+        """Raw prompts get the tokenizer's special tokens (BOS); rendered chat templates write their own."""
+        return not request.is_chat
 
     def leading_bos(self, ids: Sequence[int]) -> int:
         """How many BOS tokens the ids start with."""
@@ -105,17 +121,3 @@ class PromptEncoder:
         while self.bos_id is not None and n < len(ids) and ids[n] == self.bos_id:
             n += 1
         return n
-
-    def bos_is_split_off(self) -> bool:
-        """True when the BOS text is a special added token: the tokenizer cuts it out before normalizing, so
-        "<s>" + text encodes as BOS followed by exactly what text alone encodes to (after its own BOS)."""
-        if self.bos_id is None:
-            return False
-        added = self.tokenizer.get_added_tokens_decoder().get(self.bos_id)
-        return added is not None and added.special and not added.normalized
-
-    def adds_bos(self) -> bool:
-        """True when the tokenizer's post-processor adds BOS by itself."""
-        if self.bos_id is None:
-            return False
-        return self.leading_bos(self.tokenizer.encode("a", add_special_tokens=True).ids) > 0

@@ -120,23 +120,17 @@ def lint_prompts(
 
     # Recipe-side fixes, on top of the request fixes.
     recipe_changes: dict[str, str] = {}
-    bos_text: str | None = None
-    for p in causes.bos_causes(current, [scorer.text(r) for r in current], scorer.ids(current), encoder):
-        if p.recipe_field == "chat_template":
-            bos_text = ""
-            findings.append(_finding(p, requests, scorer.score(current, bos_text=""), in_output=False))
-            recipe_changes["chat_template"] = "without {{ bos_token }}"
     new_bs: int | None = None
-    short = causes.short_shared_part(scorer.ids(current, bos_text), bs)
+    short = causes.short_shared_part(scorer.ids(current), bs)
     if short is not None and short.tokens_per_block is not None:
-        after = scorer.score(current, bos_text=bos_text, tokens_per_block=short.tokens_per_block)
+        after = scorer.score(current, tokens_per_block=short.tokens_per_block)
         if after.token_hit_rate > best.token_hit_rate:
             new_bs = short.tokens_per_block
             findings.append(_finding(short, requests, after, in_output=False))
             recipe_changes["kv_cache.tokens_per_block"] = str(new_bs)
     if not recipe.kv_cache.prefix_reuse:
         recipe_changes["kv_cache.prefix_reuse"] = "true"
-    after_all = scorer.score(current, bos_text=bos_text, tokens_per_block=new_bs)
+    after_all = scorer.score(current, tokens_per_block=new_bs)
     fixed = current
 
     if fix_out is not None:

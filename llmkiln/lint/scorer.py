@@ -31,7 +31,7 @@ class Scorer:
     tokens_per_block: int
     max_input_len: int | None
     _texts: dict[tuple[str | None, tuple[Message, ...] | None, str | None], str] = field(default_factory=dict)
-    _ids: dict[str, array[int]] = field(default_factory=dict)
+    _ids: dict[tuple[str, bool], array[int]] = field(default_factory=dict)
 
     def text(self, request: PromptRequest, bos_text: str | None = None) -> str:
         key = (request.prompt, request.messages, bos_text)
@@ -40,29 +40,18 @@ class Scorer:
             text = self._texts[key] = self.encoder.render(request, bos_text)
         return text
 
-    def encode(self, texts: Sequence[str]) -> list[array[int]]:
-        todo = [t for t in dict.fromkeys(texts) if t not in self._ids]
-        for t, ids in zip(todo, self.encoder.encode_texts(todo), strict=True):
-            self._ids[t] = array("I", ids)
-        return [self._ids[t] for t in texts]
+    def encode(self, texts: Sequence[str], special: Sequence[bool]) -> list[array[int]]:
+        """Ids of each text, encoded with or without the tokenizer's special tokens (cached by both)."""
+        keys = list(zip(texts, special, strict=True))
+        for flag in (True, False):
+            todo = [t for t, f in dict.fromkeys(keys) if f == flag and (t, f) not in self._ids]
+            for t, ids in zip(todo, self.encoder.encode_texts(todo, flag), strict=True):
+                self._ids[(t, flag)] = array("I", ids)
+        return [self._ids[k] for k in keys]
 
     def ids(self, requests: Sequence[PromptRequest], bos_text: str | None = None) -> list[array[int]]:
         texts = [self.text(r, bos_text) for r in requests]
-        if bos_text == "" and self.encoder.bos_is_split_off() and self.encoder.adds_bos():
-            self._derive_without_template_bos(requests, texts)
-        return self.encode(texts)
-
-    def _derive_without_template_bos(self, requests: Sequence[PromptRequest], texts: Sequence[str]) -> None:
-        """A chat template without its bos_token: when the BOS text is split off before normalization, the ids
-        are the usual ones without the template's BOS (the second token), so no re-encoding is needed."""
-        bos = self.encoder.bos_text
-        for r, text in zip(requests, texts, strict=True):
-            if text in self._ids or not r.is_chat:
-                continue
-            usual = self.text(r)
-            if usual == bos + text and usual in self._ids:
-                ids = self._ids[usual]
-                self._ids[text] = ids[:1] + ids[2:]
+        return self.encode(texts, [self.encoder.adds_special_tokens(r) for r in requests])
 
     def score(
         self,

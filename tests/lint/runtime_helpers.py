@@ -20,14 +20,17 @@ def served_cached(
     overrides: dict[str, Any] | None = None,
     bos_text: str | None = None,
 ) -> list[int]:
-    """num_cached_tokens of each request served one after another by a fresh runtime (its own prefix store),
-    prompts rendered as the server renders them (chat templates with `bos_text` as bos_token when given)."""
+    """num_cached_tokens of each request served one after another by a fresh runtime (its own prefix store):
+    raw prompts as text (the runtime tokenizes them, adding BOS), chat requests as the token ids the OpenAI
+    frontend hands a worker (the rendered template, no special tokens added)."""
     encoder = PromptEncoder.from_engine(folder)
     engine = load_engine(folder, overrides).start()
     try:
         out = []
         for req in requests:
-            handle = engine.submit(encoder.render(req, bos_text), SamplingParams(max_tokens=1))
+            text = encoder.render(req, bos_text)
+            prompt = encoder.encode_requests([req], [text])[0] if req.is_chat else text
+            handle = engine.submit(prompt, SamplingParams(max_tokens=1))
             handle.result()
             out.append(handle.num_cached_tokens)
         return out
