@@ -17,6 +17,9 @@ They appear on the metrics endpoint (default :8002/metrics) next to Triton's own
   llmkiln_requests_cancelled_total        counter    requests the client cancelled
   llmkiln_warmup_requests_total           counter    warmup requests run before READY
   llmkiln_warmup_seconds                  gauge      wall time of the warmup phase
+  llmkiln_engine{metric="<name>"}         gauge      every LLMEngine.metrics() value (names: runtime.metrics.
+                                                     EngineMetric), e.g. mean_queue_time_ms, mean_prefill_step_ms,
+                                                     num_running, num_free_slots: what `kiln diagnose` reads
 Rejected, failed and cancelled requests are never counted as successes (nor in the TTFT histogram). The engine
 gauges are refreshed every second from LLMEngine.metrics(); with no traffic, active slots and pinned blocks at 0
 show that nothing leaked (`make soak` checks that).
@@ -104,6 +107,11 @@ class ServeMetrics:
             )
             setattr(self, attr, metric)
             self._attrs.append(attr)
+        engine = mf(name="llmkiln_engine", description="Runtime engine metrics (LLMEngine.metrics()), by name",
+                    kind=mf.GAUGE)  # fmt: skip
+        self._families.append(engine)
+        self.engine = {m: engine.Metric(labels={**labels, "metric": str(m)}) for m in EngineMetric}
+        self._attrs.append("engine")
         self._prompt = 0
         self._hit = 0
 
@@ -122,6 +130,9 @@ class ServeMetrics:
         """Refresh the engine gauges from LLMEngine.metrics() (keys: llmkiln.runtime.metrics.EngineMetric)."""
         for attr, key in ENGINE_GAUGES.items():
             getattr(self, attr).set(values[key])
+        for name, metric in self.engine.items():
+            if name in values:
+                metric.set(values[name])
 
     def close(self) -> None:
         """Drop metrics before their families (the stub requires that order)."""
@@ -147,3 +158,4 @@ class ServeMetrics:
     cancelled: Any
     warmup_requests: Any
     warmup_seconds: Any
+    engine: dict[EngineMetric, Any]
