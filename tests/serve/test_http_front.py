@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 from llmkiln.serve.http_checks import check_generate_body
 from llmkiln.serve.server import ADMIN_HEADER, ServerConfig, TritonServer, free_ports
 
-from .client import grpc_inputs
+from .client import grpc_inputs, metric, scrape
 from .conftest import fake_repository
 
 
@@ -118,8 +118,12 @@ def test_full_queue_is_429_and_draining_503_both_with_retry_after(front_server: 
     client = grpcclient.InferenceServerClient(front_server.url_grpc)
     client.start_stream(callback=lambda result, error: None)
     try:
-        for i in range(70):  # the extra ones are refused: all 64 places stay taken
+        for i in range(64):
             client.async_stream_infer("fake", grpc_inputs(f"p{i}", 100_000, stream=True), request_id=str(i))
+        deadline = time.monotonic() + 60
+        while metric(scrape(front_server.url_metrics), "llmkiln_requests_active") < 64:  # all places taken
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         body = json.dumps({"text_input": "hi", "max_tokens": 2}).encode()
         deadline = time.monotonic() + 30
         while True:
