@@ -172,9 +172,7 @@ class Warmup(Strict):
     them reuses its blocks. Each prefix must be at least one KV block (kv_cache.tokens_per_block) once tokenized
     (checked at build time with the model's tokenizer): a shorter one leaves nothing to reuse."""
 
-    prompts: list[str] = Field(
-        default_factory=list, description="Engine warmup prompts (any length)."
-    )
+    prompts: list[str] = Field(default_factory=list, description="Engine warmup prompts (any length).")
     prefixes: list[str] = Field(
         default_factory=list,
         description="The recipe's shared system prompts, sent before READY to prime the prefix cache; each at "

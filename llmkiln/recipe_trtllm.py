@@ -59,7 +59,9 @@ class TrtLlm(_Section):
     gemm_plugin: Literal["auto", "float16", "bfloat16", "float32", "fp8", "disable"] = Field(
         "disable", description="--gemm_plugin; NVIDIA's perf guide: disable for FP8, auto for FP16/BF16."
     )
-    use_paged_context_fmha: bool = Field(True, description="--use_paged_context_fmha; KV reuse and chunking need it.")
+    use_paged_context_fmha: bool = Field(
+        True, description="--use_paged_context_fmha; KV reuse and chunking need it."
+    )
     use_fp8_context_fmha: bool = Field(
         True,
         description="--use_fp8_context_fmha; TensorRT-LLM forces it on with an FP8 KV cache and paged context FMHA.",

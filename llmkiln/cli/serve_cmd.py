@@ -37,7 +37,9 @@ def repo(
         raise BadInput("give ENGINE and -o OUT to write a repository, or --check DIR to validate one")
     spec = spec_from_engine(resolve_engine(engine).require(), model_name)
     model_dir = write_repository(spec, out, overwrite=force)
-    click.echo(f"wrote {model_dir} (config.pbtxt, 1/model.py, {len(spec.warmup.prompts)} warmup prompt(s))")
+    click.echo(
+        f"wrote {model_dir} (config.pbtxt, 1/model.py, {len(spec.warmup.prefixes)} warmup prefix(es), {len(spec.warmup.prompts)} prompt(s))"
+    )
 
 
 @click.command()

@@ -49,7 +49,10 @@ def llm_api_options(recipe: Recipe) -> dict[str, Any]:
     cuda_graphs: dict[str, Any] | None = None
     if api.cuda_graphs:
         # batch_sizes only: TensorRT-LLM 1.x rejects batch_sizes together with a different max_batch_size
-        cuda_graphs = {"enable_padding": api.cuda_graph_padding, "batch_sizes": cuda_graph_batch_sizes(recipe)}
+        cuda_graphs = {
+            "enable_padding": api.cuda_graph_padding,
+            "batch_sizes": cuda_graph_batch_sizes(recipe),
+        }
     return {
         "tensor_parallel_size": t.tp_size,
         "pipeline_parallel_size": t.pp_size,

@@ -27,18 +27,43 @@ from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput, NeedsGpuHost
 from llmkiln.recipe import Recipe
 from llmkiln.tokenizer_files import GENERATION_CONFIG, TOKENIZER_FILES, copy_tokenizer_files
+from llmkiln.trtllm import pins
 from llmkiln.trtllm import plan as plan_mod
 from llmkiln.trtllm.calibrate import calibrate
 from llmkiln.trtllm.checkpoint import finalize_checkpoint, validate_checkpoint
 from llmkiln.trtllm.engine_build import gpu_status, run_trtllm_build, validate_engine
 from llmkiln.trtllm.repo_check import check_trtllm_repository
 from llmkiln.trtllm.repository import TrtllmRepoSpec, tokenize_warmup, write_trtllm_repository
+from llmkiln.trtllm.rules import check_recipe_and_model
 
 TOKENIZER_DIR = "tokenizer"
 # config.json too: AutoTokenizer in the pre/postprocessing models reads it
 COPIED_SOURCE_FILES = (*TOKENIZER_FILES, GENERATION_CONFIG, "config.json")
 PENDING_DIR = ".pending"
 LLAMA_MODEL_TYPES = ("llama", "mistral")
+
+
+def check_source(ctx: BuildContext) -> None:
+    """Before anything is written: the recipe's fields (llmkiln.trtllm.rules), the model's head size and FP8
+    alignment (from config.json, or a generated model's spec before it is generated), its family and context."""
+    where = str(ctx.recipe_file)
+    cfg_path = ctx.source.path / "config.json"
+    hf = json.loads(cfg_path.read_text()) if cfg_path.is_file() else None
+    check_recipe_and_model(ctx.recipe, where, hf)
+    if hf is None:
+        return
+    model_type = hf.get("model_type")
+    if model_type not in LLAMA_MODEL_TYPES:
+        raise BadInput(
+            f"{where}: model {ctx.source.path} has model_type {model_type!r}; the trtllm recipes build "
+            f"Llama-family models ({', '.join(LLAMA_MODEL_TYPES)})"
+        )
+    context = hf.get("max_position_embeddings")
+    if context and ctx.recipe.limits.max_seq_len > context:
+        raise BadInput(
+            f"{where}: field 'limits.max_seq_len' ({ctx.recipe.limits.max_seq_len}) exceeds the model's "
+            f"max_position_embeddings ({context}) in {cfg_path}; lower it"
+        )
 
 
 def pending_dir(engines_root: Path, recipe_name: str) -> Path:
@@ -53,24 +78,8 @@ class TrtllmCheckpointStage:
     cacheable = True
 
     def check(self, ctx: BuildContext) -> None:
-        where = str(ctx.recipe_file)
-        plan_mod.check_recipe(ctx.recipe, where)
-        cfg_path = ctx.source.path / "config.json"
-        if not cfg_path.is_file():
-            return  # a generated model in a dry run: made later
-        hf = json.loads(cfg_path.read_text())
-        model_type = hf.get("model_type")
-        if model_type not in LLAMA_MODEL_TYPES:
-            raise BadInput(
-                f"{where}: model {ctx.source.path} has model_type {model_type!r}; the trtllm recipes build "
-                f"Llama-family models ({', '.join(LLAMA_MODEL_TYPES)})"
-            )
-        context = hf.get("max_position_embeddings")
-        if context and ctx.recipe.limits.max_seq_len > context:
-            raise BadInput(
-                f"{where}: field 'limits.max_seq_len' ({ctx.recipe.limits.max_seq_len}) exceeds the model's "
-                f"max_position_embeddings ({context}) in {cfg_path}; lower it (and limits.max_input_len)"
-            )
+        check_source(ctx)
+        plan_mod.check_recipe(ctx.recipe, str(ctx.recipe_file))
 
     def cache_key(self, ctx: BuildContext) -> dict[str, Any]:
         r = ctx.recipe
@@ -202,7 +211,7 @@ class TrtllmEngineStage:
             raise NeedsGpuHost(
                 f"recipe {ctx.recipe.name}: built everything up to the TensorRT-LLM checkpoint and the Triton "
                 f"repository, but trtllm-build needs a GPU host. Missing here: {'; '.join(status.missing)}. "
-                f"Finish on a GPU host (container {plan_mod.PINS['container']}, this checkout at the same path): "
+                f"Finish on a GPU host (container {pins.container()}, this checkout at the same path): "
                 f"kiln build --resume {plan_path}"
             )
         argv = plan_mod.get_step(plan, "trtllm-build")["argv"]
