@@ -32,9 +32,11 @@ from llmkiln.trtllm import plan as plan_mod
 from llmkiln.trtllm.calibrate import calibrate
 from llmkiln.trtllm.checkpoint import finalize_checkpoint, validate_checkpoint
 from llmkiln.trtllm.engine_build import gpu_status, run_trtllm_build, validate_engine
+from llmkiln.trtllm.host import check_host
 from llmkiln.trtllm.repo_check import check_trtllm_repository
 from llmkiln.trtllm.repository import TrtllmRepoSpec, tokenize_warmup, write_trtllm_repository
 from llmkiln.trtllm.rules import check_recipe_and_model
+from llmkiln.trtllm.upstream import check_and_take, container_folder
 
 TOKENIZER_DIR = "tokenizer"
 # config.json too: AutoTokenizer in the pre/postprocessing models reads it
@@ -149,22 +151,21 @@ class TrtllmRepoStage:
         return {"recipe": ctx.recipe.compute_hash(), "engine_dir": str(ctx.engine_dir)}
 
     def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:
-        return render_repository(ctx.recipe, out_dir, final_dir=ctx.engine_dir)
+        # in the container (or with $LLMKILN_TRTLLM_MODELS) the python models' code is taken now; a CPU host has
+        # none, and `kiln build --resume` takes it on the GPU host
+        return render_repository(ctx.recipe, out_dir, ctx.engine_dir, container_folder("engine"))
 
 
-def render_repository(recipe: Recipe, folder: Path, final_dir: Path) -> dict[str, Any]:
-    """(Re)write folder/triton_repo for an engine folder that will live at `final_dir` on the serving host."""
+def render_repository(recipe: Recipe, folder: Path, final_dir: Path, upstream: Path | None) -> dict[str, Any]:
+    """(Re)write folder/triton_repo for an engine folder that will live at `final_dir` on the serving host,
+    taking the python models' code from `upstream` (the container's inflight_batcher_llm folder) when given."""
     ids, end_id, pad_id = tokenize_warmup(recipe, folder / TOKENIZER_DIR)
     spec = TrtllmRepoSpec(
         recipe, final_dir / plan_mod.ENGINE_DIR, final_dir / TOKENIZER_DIR, ids, end_id, pad_id
     )
-    upstream = os.environ.get("LLMKILN_TRTLLM_MODELS")
-    repo = write_trtllm_repository(
-        spec,
-        folder / plan_mod.TRITON_REPO_DIR,
-        upstream_models=Path(upstream) if upstream else None,
-        overwrite=True,
-    )
+    repo = write_trtllm_repository(spec, folder / plan_mod.TRITON_REPO_DIR, overwrite=True)
+    if upstream is not None:
+        check_and_take(repo, upstream)  # the container's config.pbtxt must match first (BadInput naming the key)
     problems = check_trtllm_repository(repo)
     if problems:
         raise BadInput(f"{repo}: generated repository is invalid:\n  " + "\n  ".join(problems))
@@ -173,7 +174,7 @@ def render_repository(recipe: Recipe, folder: Path, final_dir: Path) -> dict[str
         "engine_dir": str(spec.engine_dir),
         "warmup_prompts": len(ids),
         "warmup_tokens": [len(x) for x in ids],
-        "upstream_model_files": bool(upstream),
+        "upstream_model_files": str(upstream) if upstream else None,
     }
 
 
@@ -214,6 +215,7 @@ class TrtllmEngineStage:
                 f"Finish on a GPU host (container {pins.container()}, this checkout at the same path): "
                 f"kiln build --resume {plan_path}"
             )
+        host = check_host(ctx.recipe)  # versions and compute capability against the pins (exit 3 otherwise)
         argv = plan_mod.get_step(plan, "trtllm-build")["argv"]
         seconds = run_trtllm_build(argv, out_dir, out_dir / "trtllm-build.log")
         summary = validate_engine(out_dir / plan_mod.ENGINE_DIR, ctx.recipe)
@@ -222,7 +224,7 @@ class TrtllmEngineStage:
         plan_mod.write_plan(out_dir / plan_mod.PLAN_NAME, plan)
         scratch["engine"] = summary
         return {"argv": argv, "build_seconds": round(seconds, 3), "engine": summary,
-                "tensorrt_llm": status.tensorrt_llm_version, "device": status.device}  # fmt: skip
+                "tensorrt_llm": host.tensorrt_llm, "tensorrt": host.tensorrt, "device": host.device}  # fmt: skip
 
 
 def _done_steps(ctx: BuildContext, folder: Path) -> dict[str, dict[str, Any]]:

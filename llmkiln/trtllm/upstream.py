@@ -25,7 +25,8 @@ from llmkiln.trtllm import llmapi_repo, pins
 from llmkiln.trtllm.model_io import OMITTED_PARAMETERS
 from llmkiln.trtllm.repository import MODELS, PYTHON_MODELS
 
-MODELS_ENV = "LLMKILN_TRTLLM_MODELS"
+MODELS_ENV = "LLMKILN_TRTLLM_MODELS"  # the container's inflight_batcher_llm folder, when not the pinned path
+
 _PLACEHOLDER = re.compile(r"(?P<key>\w+)\s*:\s*(?P<open>\[?\s*)\$\{(?P<name>\w+)\}")
 
 
@@ -110,6 +111,20 @@ def compare(repo: Path, upstream: Path) -> list[str]:
     return problems
 
 
+def container_folder(kind: str) -> Path | None:
+    """The container's model files when this host has them ($LLMKILN_TRTLLM_MODELS or the pinned path)."""
+    folder = default_upstream(kind)
+    return folder if folder.is_dir() else None
+
+
+def require_match(repo: Path, upstream: Path) -> None:
+    """BadInput naming every I/O name or parameter key that differs from the container's config.pbtxt."""
+    problems = compare(repo, upstream)
+    if problems:
+        raise BadInput(f"{repo}: the generated config.pbtxt files do not match the container's model files "
+                       f"({upstream}):\n  " + "\n  ".join(problems))  # fmt: skip
+
+
 def files_to_take(kind: str) -> dict[str, tuple[str, ...]]:
     return dict(PYTHON_MODELS) if kind == "engine" else {llmapi_repo.MODEL: llmapi_repo.UPSTREAM_FILES}
 
@@ -120,10 +135,7 @@ def check_and_take(repo: Path, upstream: Path | None = None, take: bool = True) 
     repo = Path(repo)
     kind = repo_kind(repo)
     upstream = Path(upstream) if upstream is not None else default_upstream(kind)
-    problems = compare(repo, upstream)
-    if problems:
-        raise BadInput(f"{repo}: the generated config.pbtxt files do not match the container's model files "
-                       f"({upstream}):\n  " + "\n  ".join(problems))  # fmt: skip
+    require_match(repo, upstream)
     taken = []
     for model, rels in files_to_take(kind).items():
         for rel in rels:
