@@ -54,7 +54,9 @@ def repo(
         _check_trtllm(check_dir, upstream_models, take_model_files)
         return
     if upstream_models is not None or take_model_files:
-        raise BadInput("--upstream-models / --take-model-files apply to TensorRT-LLM repositories (--check DIR)")
+        raise BadInput(
+            "--upstream-models / --take-model-files apply to TensorRT-LLM repositories (--check DIR)"
+        )
     if check_dir is not None:
         for m in check_repository(check_dir):
             warm = len(m.config.model_warmup)

@@ -171,12 +171,17 @@ def hf_config_of(recipe: Recipe, config_json: dict[str, Any] | None) -> dict[str
     return {}
 
 
-def check_recipe_and_model(recipe: Recipe, where: str, config_json: dict[str, Any] | None) -> None:
-    """BadInput (exit 2) listing every problem of the recipe and of its model for a trtllm backend."""
+def recipe_and_model_problems(recipe: Recipe, config_json: dict[str, Any] | None) -> list[str]:
+    """Every problem of the recipe and of its model's shape for a trtllm backend."""
     problems = recipe_problems(recipe)
     if recipe.is_trtllm:
         src = "config.json" if config_json is not None else f"generated {recipe.model.generated}"
         problems += [f"model ({src}): {p}" for p in model_problems(hf_config_of(recipe, config_json))]
+    return problems
+
+
+def raise_problems(recipe: Recipe, where: str, problems: list[str]) -> None:
+    """BadInput (exit 2) listing every problem, or nothing."""
     if problems:
         raise BadInput(f"{where}: recipe {recipe.name} cannot be built for backend {recipe.backend}:\n  "
                        + "\n  ".join(problems))  # fmt: skip

@@ -35,7 +35,7 @@ from llmkiln.trtllm.engine_build import gpu_status, run_trtllm_build, validate_e
 from llmkiln.trtllm.host import check_host
 from llmkiln.trtllm.repo_check import check_trtllm_repository
 from llmkiln.trtllm.repository import TrtllmRepoSpec, tokenize_warmup, write_trtllm_repository
-from llmkiln.trtllm.rules import check_recipe_and_model
+from llmkiln.trtllm.rules import hf_config_of, raise_problems, recipe_and_model_problems
 from llmkiln.trtllm.upstream import check_and_take, container_folder
 
 TOKENIZER_DIR = "tokenizer"
@@ -47,25 +47,22 @@ LLAMA_MODEL_TYPES = ("llama", "mistral")
 
 def check_source(ctx: BuildContext) -> None:
     """Before anything is written: the recipe's fields (llmkiln.trtllm.rules), the model's head size and FP8
-    alignment (from config.json, or a generated model's spec before it is generated), its family and context."""
-    where = str(ctx.recipe_file)
+    alignment (from config.json, or a generated model's spec before it is generated), its family and context.
+    Every problem found is reported at once (BadInput, exit 2)."""
+    where, r = str(ctx.recipe_file), ctx.recipe
     cfg_path = ctx.source.path / "config.json"
     hf = json.loads(cfg_path.read_text()) if cfg_path.is_file() else None
-    check_recipe_and_model(ctx.recipe, where, hf)
-    if hf is None:
-        return
-    model_type = hf.get("model_type")
+    problems = recipe_and_model_problems(r, hf)
+    shape = hf if hf is not None else hf_config_of(r, None)
+    model_type = shape.get("model_type")
     if model_type not in LLAMA_MODEL_TYPES:
-        raise BadInput(
-            f"{where}: model {ctx.source.path} has model_type {model_type!r}; the trtllm recipes build "
-            f"Llama-family models ({', '.join(LLAMA_MODEL_TYPES)})"
-        )
-    context = hf.get("max_position_embeddings")
-    if context and ctx.recipe.limits.max_seq_len > context:
-        raise BadInput(
-            f"{where}: field 'limits.max_seq_len' ({ctx.recipe.limits.max_seq_len}) exceeds the model's "
-            f"max_position_embeddings ({context}) in {cfg_path}; lower it"
-        )
+        problems.append(f"model: model_type {model_type!r}; the trtllm recipes build Llama-family models "
+                        f"({', '.join(LLAMA_MODEL_TYPES)})")  # fmt: skip
+    context = shape.get("max_position_embeddings")
+    if context and r.limits.max_seq_len > context:
+        problems.append(f"limits.max_seq_len ({r.limits.max_seq_len}) exceeds the model's max_position_embeddings "
+                        f"({context}); lower it")  # fmt: skip
+    raise_problems(r, where, problems)
 
 
 def pending_dir(engines_root: Path, recipe_name: str) -> Path:
@@ -165,7 +162,9 @@ def render_repository(recipe: Recipe, folder: Path, final_dir: Path, upstream: P
     )
     repo = write_trtllm_repository(spec, folder / plan_mod.TRITON_REPO_DIR, overwrite=True)
     if upstream is not None:
-        check_and_take(repo, upstream)  # the container's config.pbtxt must match first (BadInput naming the key)
+        check_and_take(
+            repo, upstream
+        )  # the container's config.pbtxt must match first (BadInput naming the key)
     problems = check_trtllm_repository(repo)
     if problems:
         raise BadInput(f"{repo}: generated repository is invalid:\n  " + "\n  ".join(problems))
