@@ -101,7 +101,7 @@ def build_argv(recipe: Recipe) -> list[str]:
 
 
 def validate_argv(argv: list[str], where: str = "trtllm-build argv") -> dict[str, str | bool]:
-    """Every flag known (TensorRT-LLM 1.2.x), every value valid, the builder's cross-flag rules hold."""
+    """Every flag known (the pinned TensorRT-LLM 1.2.1), every value valid, the builder's cross-flag rules hold."""
     flags = parse_argv(argv, where)
     check_build_rules(flags, where)
     for key in ("--checkpoint_dir", "--output_dir", "--output_timing_cache", "--input_timing_cache"):

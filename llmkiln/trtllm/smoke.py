@@ -84,7 +84,7 @@ def stream(url: str, proto: Protocol, text: str, max_tokens: int, timeout_s: flo
                                  {"Content-Type": "application/json"})  # fmt: skip
     t0 = time.perf_counter()
     first, reused, events = None, 0, 0
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 (a loopback URL given by the caller)
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
         for raw in resp:
             line = raw.decode("utf-8", "replace").strip()
             if not line.startswith("data:"):

@@ -55,3 +55,17 @@ def test_plans_record_the_table() -> None:
     recipe, path = load_recipe("tiny-trtllm-fp8")
     plan = make_plan(recipe, recipe_file=path, done={})
     assert plan["pins"] == pins.pins()
+
+
+def test_the_gpu_verification_script_is_valid_bash() -> None:
+    import shutil
+    import subprocess
+
+    import pytest
+
+    script = REPO / "scripts" / "gpu_verify.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck); bash -n passed")
+    r = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
