@@ -69,3 +69,14 @@ def test_the_gpu_verification_script_is_valid_bash() -> None:
         pytest.skip("shellcheck is not installed (apt-get install shellcheck); bash -n passed")
     r = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
+
+
+def test_the_trtllm_test_modules_are_collected() -> None:
+    """A pytest plugin that drops test_trtllm_*.py files (ai-dynamo's, when tensorrt_llm is absent) must stay off."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", str(REPO / "tests" / "gpu")],
+                       capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
+    for name in ("test_trtllm_plan.py", "test_trtllm_rules.py", "test_trtllm_build_flow.py"):
+        assert f"tests/gpu/{name}::" in r.stdout, r.stdout[-2000:]
