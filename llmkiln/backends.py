@@ -16,9 +16,11 @@ from llmkiln.build.onnx_gpu import OnnxTrtEngineStage
 from llmkiln.build.pipeline import BuildResult, build_engine
 from llmkiln.build.progress import BuildProgress
 from llmkiln.build.stages import Stage
+from llmkiln.build.warmup_check import WarmupCheckStage
 from llmkiln.calibration.stage import CpuCalibrationStage, FakeQuantQualityStage
 from llmkiln.engine_dir import default_engines_root
 from llmkiln.errors import BuildFailed
+from llmkiln.trtllm.llmapi_stages import LlmapiCheckpointStage, LlmapiOptionsStage, LlmapiRepoStage
 from llmkiln.trtllm.stages import (
     TrtllmCheckpointStage,
     TrtllmEngineStage,
@@ -28,8 +30,8 @@ from llmkiln.trtllm.stages import (
 
 # backend -> its stages, in order
 STAGES: dict[str, list[type | Stage]] = {
-    "onnx-cpu": [OnnxExportStage, TokenizerStage, CpuCalibrationStage],
-    "onnx-gpu": [OnnxExportStage, TokenizerStage, OnnxTrtEngineStage],
+    "onnx-cpu": [OnnxExportStage, TokenizerStage, WarmupCheckStage, CpuCalibrationStage],
+    "onnx-gpu": [OnnxExportStage, TokenizerStage, WarmupCheckStage, OnnxTrtEngineStage],
     "trtllm": [
         TrtllmCheckpointStage,
         FakeQuantQualityStage,
@@ -37,6 +39,8 @@ STAGES: dict[str, list[type | Stage]] = {
         TrtllmRepoStage,
         TrtllmEngineStage,
     ],
+    # everything on a CPU host: the PyTorch backend loads the HF checkpoint, no engine build
+    "trtllm-llmapi": [LlmapiCheckpointStage, FakeQuantQualityStage, LlmapiOptionsStage, LlmapiRepoStage],
 }
 
 

@@ -11,6 +11,7 @@ An engine folder (`engines/<recipe>/`, built in a temp folder and renamed into p
 | `config.json`                 | copied from the source model (HF config) | `EngineDir.hf_config_file()`    |
 | `tokenizer_config.json`       | copied, `chat_template` set to the effective template (`write_chat_template`) | `EngineDir.tokenizer_config()`, `chat_template()` |
 | `calibration/kv_scales.json`  | the calibration stage (int8/fp8 KV)      | `EngineDir.kv_scales()`         |
+| `hf_checkpoint/`, `llm_api_options.yaml`, `deploy.json` | the trtllm-llmapi stages | `EngineDir.llm_api_options()`, `EngineDir.deploy_commands()` |
 
 Every reader raises BadInput naming the file and what is wrong. `EngineDir.verify()` checks every file against
 the sha256 the manifest records (IntegrityError naming the file otherwise): a file whose size, mtime, ctime and
@@ -51,6 +52,12 @@ HF_CONFIG = (
 CALIBRATION_DIR = "calibration"
 KV_SCALES = f"{CALIBRATION_DIR}/{kv_scales.FILE_NAME}"
 MANIFEST_FORMAT = 1
+# backend trtllm-llmapi (llmkiln.trtllm.llmapi_stages writes them)
+HF_CHECKPOINT_DIR = (
+    "hf_checkpoint"  # ModelOpt unified HF checkpoint: what TensorRT-LLM's PyTorch backend loads
+)
+LLM_API_OPTIONS = "llm_api_options.yaml"  # LLM(**kwargs) / trtllm-serve --extra_llm_api_options
+DEPLOY_COMMANDS = "deploy.json"  # the exact docker run / trtllm-serve / tritonserver argv (and DEPLOY.md)
 
 ENGINES_ENV = "LLMKILN_ENGINES"
 CACHE_ENV = "LLMKILN_CACHE_DIR"
@@ -343,3 +350,35 @@ class EngineDir:
         """calibration/kv_scales.json, checked against the model's shape when given; None when absent."""
         path = self.file(KV_SCALES)
         return KvScales.read(path, num_layers, kv_heads) if path.is_file() else None
+
+    def llm_api_options(self) -> dict[str, Any]:
+        """llm_api_options.yaml of a trtllm-llmapi engine (LLM(**kwargs) without model/backend)."""
+        path = self.file(LLM_API_OPTIONS)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise BadInput(f"{path}: missing; is {self.path} a trtllm-llmapi engine folder?") from None
+        except (UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise BadInput(f"{path}: not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise BadInput(f"{path}: must be a mapping of LLM-API keys, got {type(data).__name__}")
+        return data
+
+    def write_llm_api_options(self, options: dict[str, Any], header: str) -> Path:
+        text = header + yaml.safe_dump(options, sort_keys=False)
+        write_text_atomic(self.file(LLM_API_OPTIONS), text)
+        return self.file(LLM_API_OPTIONS)
+
+    def deploy_commands(self) -> dict[str, Any]:
+        """deploy.json of a trtllm-llmapi engine: {name: argv or text}."""
+        path = self.file(DEPLOY_COMMANDS)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise BadInput(f"{path}: missing; is {self.path} a trtllm-llmapi engine folder?") from None
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise BadInput(f"{path}: not valid JSON: {exc}") from None
+        return data if isinstance(data, dict) else {}
+
+    def write_deploy_commands(self, commands: dict[str, Any]) -> None:
+        write_json_atomic(self.file(DEPLOY_COMMANDS), commands)

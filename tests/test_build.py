@@ -65,6 +65,7 @@ def test_engine_layout_and_manifest(engine_factory, stories_dir: Path) -> None:
     assert [s["name"] for s in m["stages"]] == [
         "export",
         "tokenizer",
+        "warmup-check",
         "calibration",
     ]  # calibration: skipped for fp32
     assert m["build_seconds"] > 0 and len(m["recipe_sha256"]) == 64
@@ -216,7 +217,12 @@ def test_dry_run_writes_nothing(tmp_path: Path, stories_dir: Path) -> None:
     engines = tmp_path / "engines"
     result = build_engine(write_variant(tmp_path, "dry", stories_dir), engines, dry_run=True)
     assert result.dry_run and not result.cached
-    assert [s["name"] for s in result.manifest["plan"]] == ["export", "tokenizer", "calibration"]
+    assert [s["name"] for s in result.manifest["plan"]] == [
+        "export",
+        "tokenizer",
+        "warmup-check",
+        "calibration",
+    ]
     assert not engines.exists()
 
 
@@ -253,7 +259,12 @@ def test_cli_build_json_then_up_to_date(tmp_path: Path, stories_dir: Path) -> No
     ]
     first = subprocess.run(argv, capture_output=True, text=True, check=True)
     events = [json.loads(line) for line in first.stdout.splitlines()]
-    assert [e["stage"] for e in events if e["event"] == "stage_end"] == ["export", "tokenizer", "calibration"]
+    assert [e["stage"] for e in events if e["event"] == "stage_end"] == [
+        "export",
+        "tokenizer",
+        "warmup-check",
+        "calibration",
+    ]
     assert events[-1]["event"] == "done" and events[-1]["cached"] is False
     second = subprocess.run(argv, capture_output=True, text=True, check=True)
     done = json.loads(second.stdout.splitlines()[-1])

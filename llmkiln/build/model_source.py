@@ -36,7 +36,8 @@ def check_hf_folder(path: Path, field: str, recipe_file: Path | None) -> None:
     if not path.exists():
         hint = (
             f" (model.path is relative to the recipe file), or pass one: "
-            f"`kiln build {recipe_file.stem} --model /path/to/hf-folder`"
+            f"`kiln build {recipe_file.stem} --model /path/to/hf-folder` "
+            f"(`make engine RECIPE={recipe_file.stem} MODEL=/path/to/hf-folder`)"
             if recipe_file
             else ""
         )

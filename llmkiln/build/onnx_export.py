@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from llmkiln.build.capacity import check_cpu_memory
+from llmkiln.build.generate import get_spec
 from llmkiln.build.logs import output_to
 from llmkiln.build.rope_fix import derive_position_ids, needs_separate_rope
 from llmkiln.build.stages import BuildContext
@@ -132,9 +133,12 @@ class OnnxExportStage:
                 f"{ctx.recipe.backend!r}; allowed: {', '.join(PRECISION_OPTIONS)}"
             )
         config_path = ctx.source.path / "config.json"
-        if not config_path.is_file():  # a generated model not made yet (dry run)
+        if config_path.is_file():
+            config = json.loads(config_path.read_text())
+        elif ctx.recipe.model.generated is not None:  # checks run before a generated model is made
+            config = get_spec(ctx.recipe.model.generated).hf_config()
+        else:
             return
-        config = json.loads(config_path.read_text())
         check_cpu_memory(ctx.recipe, ctx.recipe_file, config)
         max_pos = config.get("max_position_embeddings")
         if isinstance(max_pos, int) and ctx.recipe.limits.max_seq_len > max_pos:

@@ -116,7 +116,9 @@ def build_engine(
         target = generated_model_dir(engines_root, recipe.model.generated, recipe.model.seed)
         if not (target / "config.json").is_file():
             progress.info(f"generating model {recipe.model.generated} (seed {recipe.model.seed}) → {target}")
-    source = resolve_source(recipe, recipe_file, engines_root, model_override, create=not dry_run)
+    # Checks run before anything is written, a generated model included: they see its future folder (no
+    # config.json yet) and check it from its spec; it is generated only after they pass.
+    source = resolve_source(recipe, recipe_file, engines_root, model_override, create=False)
     ctx = BuildContext(
         recipe, recipe_file, engines_root, source, {}, tool_versions(), progress, options, stages
     )
@@ -124,6 +126,9 @@ def build_engine(
         check = getattr(stage, "check", None)
         if check is not None:
             check(ctx)
+    if not dry_run:
+        ctx.source = resolve_source(recipe, recipe_file, engines_root, model_override, create=True)
+        source = ctx.source
 
     engine_dir = ctx.engine_dir
     if dry_run:

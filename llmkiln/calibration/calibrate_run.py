@@ -34,7 +34,7 @@ def calibrate_recipe(
     out = Path(out_dir) if out_dir else engines_root / ".calibration" / recipe.name
     t0 = time.perf_counter()
     data = calib_dataset(recipe)
-    if recipe.backend == "trtllm":
+    if recipe.is_trtllm:  # both TensorRT-LLM backends calibrate FP8 + FP8 KV with ModelOpt
         source = resolve_source(recipe, recipe_file, engines_root.absolute(), model_override).path
         res = calibrate_fp8(
             source,

@@ -21,7 +21,7 @@ def model() -> None:
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Weight seed.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary instead of text.")
 def init(kind: str, out: Path, seed: int, as_json: bool) -> None:
-    """Write a deterministic random Llama KIND (tiny-llama | bench-llama-125m) into the folder OUT.
+    """Write a deterministic random Llama KIND (tiny-llama | bench-llama-125m | gpu-smoke-llama) into the folder OUT.
 
     Same KIND and seed give byte-identical files. OUT must not exist, be empty, or already hold exactly this model.
     """

@@ -15,6 +15,9 @@ from llmkiln.errors import BadInput
 from llmkiln.serve.launch import ServeOptions, serve_engine
 from llmkiln.serve.repository import check_repository, spec_from_engine, write_repository
 from llmkiln.serve.server import ADMIN_KEY_ENV, TritonServer
+from llmkiln.trtllm.llmapi_repo import check_llmapi_repository
+from llmkiln.trtllm.repo_check import check_trtllm_repository
+from llmkiln.trtllm.upstream import check_and_take, default_upstream, repo_kind
 
 PORT = click.IntRange(1, 65535)
 
@@ -29,10 +32,37 @@ PORT = click.IntRange(1, 65535)
 @click.option(
     "--check", "check_dir", type=click.Path(path_type=Path), help="Parse and validate an existing repository."
 )
+@click.option(
+    "--upstream-models",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="With --check on a TensorRT-LLM repository: the container's model folder (e.g. "
+    "/app/all_models/inflight_batcher_llm or /app/all_models/llmapi); its config.pbtxt I/O names and parameter "
+    "keys must match the generated ones.",
+)
+@click.option(
+    "--take-model-files",
+    is_flag=True,
+    help="With --check on a TensorRT-LLM repository: after the comparison, copy the container's python model "
+    "code into the repository (default folder: the pinned container's).",
+)
 def repo(
-    engine: Path | None, out: Path | None, model_name: str | None, force: bool, check_dir: Path | None
+    engine: Path | None,
+    out: Path | None,
+    model_name: str | None,
+    force: bool,
+    check_dir: Path | None,
+    upstream_models: Path | None,
+    take_model_files: bool,
 ) -> None:
     """Write the Triton model repository for ENGINE to --out, or validate one with --check DIR."""
+    if check_dir is not None and repo_kind(check_dir) != "cpu":
+        _check_trtllm(check_dir, upstream_models, take_model_files)
+        return
+    if upstream_models is not None or take_model_files:
+        raise BadInput(
+            "--upstream-models / --take-model-files apply to TensorRT-LLM repositories (--check DIR)"
+        )
     if check_dir is not None:
         for m in check_repository(check_dir):
             warm = len(m.config.model_warmup)
@@ -43,7 +73,23 @@ def repo(
         raise BadInput("give ENGINE and -o OUT to write a repository, or --check DIR to validate one")
     spec = spec_from_engine(resolve_engine(engine).require(), model_name)
     model_dir = write_repository(spec, out, overwrite=force)
-    click.echo(f"wrote {model_dir} (config.pbtxt, 1/model.py, {len(spec.warmup.prompts)} warmup prompt(s))")
+    click.echo(
+        f"wrote {model_dir} (config.pbtxt, 1/model.py, {len(spec.warmup.prefixes)} warmup prefix(es), {len(spec.warmup.prompts)} prompt(s))"
+    )
+
+
+def _check_trtllm(repo_dir: Path, upstream: Path | None, take: bool) -> None:
+    kind = repo_kind(repo_dir)
+    problems = check_trtllm_repository(repo_dir) if kind == "engine" else check_llmapi_repository(repo_dir)
+    if problems:
+        raise BadInput(f"{repo_dir}: invalid {kind} repository:\n  " + "\n  ".join(problems))
+    click.echo(f"ok: {repo_dir} ({kind} repository, configs parse, I/O and warmup checked)")
+    if upstream is None and not take:
+        return
+    taken = check_and_take(repo_dir, upstream, take=take)
+    click.echo(f"ok: matches the container's model files ({upstream or default_upstream(kind)})")
+    for rel in taken:
+        click.echo(f"took {rel}")
 
 
 @click.command()

@@ -112,7 +112,7 @@ def build_model_config(spec: RepoSpec) -> mc.ModelConfig:
         params["drain_file"] = str(spec.drain_file)
     for key, value in params.items():
         cfg.parameters[key].string_value = value
-    for i, _prompt in enumerate(spec.warmup.prompts if spec.warmup.count else []):
+    for i, _text in enumerate(warmup_texts(spec.warmup)):
         w = mc.ModelWarmup(name=f"warmup_{i}", batch_size=1, count=spec.warmup.count)
         w.inputs["text_input"].data_type = T.TYPE_STRING
         w.inputs["text_input"].dims.append(1)
@@ -124,17 +124,24 @@ def build_model_config(spec: RepoSpec) -> mc.ModelConfig:
     return cfg
 
 
+def warmup_texts(warmup: Warmup) -> list[str]:
+    """What Triton sends before READY, in order: the shared prefixes (they prime the prefix cache so the first
+    real request reuses their blocks), then the engine warmup prompts; none when count is 0."""
+    return [*warmup.prefixes, *warmup.prompts] if warmup.count else []
+
+
 def warmup_request_count(warmup: Warmup) -> int:
-    """Requests Triton runs before READY: `count` per prompt (count 0 = no warmup)."""
-    return len(warmup.prompts) * warmup.count
+    """Requests Triton runs before READY: `count` per text (count 0 = no warmup)."""
+    return len(warmup_texts(warmup)) * warmup.count
 
 
 def warmup_files(spec: RepoSpec) -> dict[str, bytes]:
     """Raw warmup tensors: TYPE_STRING = 4-byte little-endian length + bytes; INT32 little-endian."""
     if not warmup_request_count(spec.warmup):
         return {}
-    files = {f"text_input_{i}": _string_file(p) for i, p in enumerate(spec.warmup.prompts)}
-    if spec.warmup.prompts:
+    texts = warmup_texts(spec.warmup)
+    files = {f"text_input_{i}": _string_file(p) for i, p in enumerate(texts)}
+    if texts:
         files["max_tokens"] = struct.pack("<i", spec.warmup.max_tokens)
     return files
 

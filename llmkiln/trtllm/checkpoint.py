@@ -4,7 +4,8 @@ ModelOpt's `export_tensorrt_llm_checkpoint` writes the unified checkpoint layout
 (../shared/reference/trtllm-triton.md §1.2). Two known defects are repaired here, idempotently:
 - under transformers 5.x the export drops `rotary_base` (rope_theta moved into `rope_parameters`), and with it any
   `rotary_scaling` (Llama-3.1 "llama3" rope). Both are restored from the HF config; a value that is present but
-  disagrees with the HF config is an error.
+  disagrees with the HF config is an error. A `rotary_scaling` of rope_type "default" is normalized to null
+  (TensorRT-LLM 1.1 raises on it; null is the default rope).
 - nothing else is changed: ModelOpt clamps KV scales to >= 1.0 on export; the calibrated values are kept next to
   the checkpoint by the calibration stage and reported here, never written into the checkpoint.
 
@@ -103,7 +104,12 @@ def restore_rope(ckpt_dir: Path, hf_config: dict[str, Any]) -> list[str]:
         raise _fail(
             ckpt_dir, f"config.json rotary_base={cfg['rotary_base']} but the HF config says rope_theta={base}"
         )
-    if scaling is not None and not cfg.get("rotary_scaling"):
+    current = cfg.get("rotary_scaling")
+    if isinstance(current, dict) and (current.get("rope_type") or current.get("type")) == "default":
+        # TensorRT-LLM 1.1 raises on rotary_scaling {rope_type: default}; absent (null) means default rope
+        cfg["rotary_scaling"] = None
+        restored.append("rotary_scaling (rope_type default -> null)")
+    elif scaling is not None and not current:
         cfg["rotary_scaling"] = scaling
         restored.append("rotary_scaling")
     if restored:

@@ -1,4 +1,4 @@
-"""The trtllm-build flag list (TensorRT-LLM 1.2.x, TensorRT-engine path) and a validator for an argv.
+"""The trtllm-build flag list (the pinned TensorRT-LLM 1.2.1, TensorRT-engine path) and a validator for an argv.
 
 Source: ../shared/reference/trtllm-triton.md §1.5 (TRTLLM:tensorrt_llm/commands/build.py, builder.py,
 plugin/plugin.py). Every flag an argv may carry is listed here with the kind of value it takes; an argv is
@@ -111,7 +111,7 @@ def parse_argv(argv: list[str], where: str = "trtllm-build argv") -> dict[str, s
         flag = TRTLLM_BUILD_FLAGS.get(name)
         if flag is None:
             raise BadInput(
-                f"{where}: unknown flag {name!r} (not in the trtllm-build flag list of TensorRT-LLM 1.2.x)"
+                f"{where}: unknown flag {name!r} (not in the trtllm-build flag list of the pinned TensorRT-LLM 1.2.1)"
             )
         if flag.deprecated:
             raise BadInput(f"{where}: flag {name} is deprecated: {flag.deprecated}")

@@ -4,7 +4,7 @@ The plan file lives in the staging folder of a trtllm build (engines/.pending/<r
 has no GPU) next to everything the CPU stages produced. Every path in it is relative to that folder, so the folder
 can be copied to a GPU host as it is and finished there with `kiln build --resume PLAN`. It lists every step with
 its status (done / pending), where it must run (cpu / gpu), and for trtllm-build the exact argv, run with the plan
-folder as working directory. The argv is checked against the flag list of TensorRT-LLM 1.2.x (trtllm_flags.py)
+folder as working directory. The argv is checked against the flag list of the pinned TensorRT-LLM (flags.py)
 when it is made and again when a plan is read.
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 from llmkiln.atomic import write_text_atomic
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe
+from llmkiln.trtllm import pins
 from llmkiln.trtllm.flags import check_build_rules, parse_argv
 
 PLAN_FORMAT = "llmkiln.trtllm-plan"
@@ -30,15 +31,6 @@ ENGINE_DIR = "engine"
 CALIBRATION_DIR = "calibration"
 TRITON_REPO_DIR = "triton_repo"
 TIMING_CACHE = "timing.cache"
-
-# The generation this project pins (docs/gpu.md "GPU host"): TensorRT-LLM's TensorRT-engine path (trtllm-build +
-# the C++ tensorrtllm Triton backend) is still present in 1.2.x; it was removed from TensorRT-LLM main in mid-2026.
-PINS: dict[str, str] = {
-    "tensorrt_llm": "1.2.x (release/1.2)",
-    "container": "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
-    "model_templates": "NVIDIA/TensorRT-LLM release/1.2: triton_backend/all_models/inflight_batcher_llm",
-    "tensorrt": "10.14.1",
-}
 
 STEP_ORDER = (
     "hash-weights",
@@ -56,16 +48,12 @@ def _onoff(flag: bool) -> str:
 
 
 def check_recipe(recipe: Recipe, where: str) -> None:
-    """Recipe combinations TensorRT-LLM would reject or silently ignore: BadInput naming the fields."""
+    """trtllm-build / tensorrtllm-backend combinations TensorRT-LLM would reject or silently ignore (BadInput
+    naming the fields); the recipe-wide rules are llmkiln.trtllm.rules."""
     t = recipe.trtllm
     if recipe.backend != "trtllm":
         raise BadInput(
             f"{where}: field 'backend' is {recipe.backend!r}; the TensorRT-LLM plan needs backend: trtllm"
-        )
-    if recipe.kv_cache.dtype != "fp8":
-        raise BadInput(
-            f"{where}: field 'kv_cache.dtype' is {recipe.kv_cache.dtype!r}; backend trtllm builds an FP8 KV cache "
-            "(ModelOpt kv_cache_quant_algo FP8): set kv_cache.dtype: fp8"
         )
     chunked = recipe.scheduler.chunked_prefill
     if (recipe.kv_cache.prefix_reuse or chunked) and not t.use_paged_context_fmha:
@@ -113,7 +101,7 @@ def build_argv(recipe: Recipe) -> list[str]:
 
 
 def validate_argv(argv: list[str], where: str = "trtllm-build argv") -> dict[str, str | bool]:
-    """Every flag known (TensorRT-LLM 1.2.x), every value valid, the builder's cross-flag rules hold."""
+    """Every flag known (the pinned TensorRT-LLM 1.2.1), every value valid, the builder's cross-flag rules hold."""
     flags = parse_argv(argv, where)
     check_build_rules(flags, where)
     for key in ("--checkpoint_dir", "--output_dir", "--output_timing_cache", "--input_timing_cache"):
@@ -168,7 +156,7 @@ def make_plan(
         "resolved_recipe": recipe.model_dump(mode="json"),
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "created_on": socket.gethostname(),
-        "pins": PINS,
+        "pins": pins.pins(),
         "requires": {
             "cuda": "torch.cuda.is_available()",
             "tensorrt_llm": "import tensorrt_llm",

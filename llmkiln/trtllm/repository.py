@@ -6,14 +6,15 @@ tensorrt_llm (the C++ `tensorrtllm` backend running the engine) and tensorrt_llm
 ensemble). Each config.pbtxt is a tritonclient `model_config_pb2.ModelConfig` written with text_format: every
 template parameter is either filled with a concrete value or deliberately left out (OMITTED_PARAMETERS, with the
 reason), so no `${...}` can remain. tensorrt_llm and tensorrt_llm_bls are decoupled (streaming). tensorrt_llm
-carries `model_warmup` built from the recipe's warmup prompts, tokenized exactly as the preprocessing model does
-(HF AutoTokenizer, add_special_tokens), so the warmup requests fill TensorRT-LLM's KV block cache with the shared
-prefixes before the server reports READY.
+carries `model_warmup` built from the recipe's warmup prefixes and prompts, tokenized exactly as the
+preprocessing model does (HF AutoTokenizer, add_special_tokens), so the warmup requests fill TensorRT-LLM's KV
+block cache with the shared prefixes before the server reports READY.
 
-The python models' model.py files are not vendored: they are ~1k-line files of the pinned generation
-(NVIDIA/TensorRT-LLM release/1.2, triton_backend/all_models/inflight_batcher_llm/<model>/1/). `upstream_models`
-copies them in from a checkout (or the container); otherwise each model folder gets an UPSTREAM.md naming the file
-to copy, and `check_trtllm_repository(..., require_model_files=True)` refuses to call the repository servable.
+The python models' model.py files are not vendored: they come from the pinned container
+(/app/all_models/inflight_batcher_llm, or $LLMKILN_TRTLLM_MODELS), whose config.pbtxt I/O names and parameter
+keys are compared with these first (llmkiln.trtllm.upstream). `upstream_models` copies them in; otherwise each
+model folder gets an UPSTREAM.md naming the files, and `check_trtllm_repository(..., require_model_files=True)`
+refuses to call the repository servable.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from llmkiln.atomic import atomic_dir
+from llmkiln.build.warmup_check import check_warmup
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe
 from llmkiln.trtllm import model_io as io
+from llmkiln.trtllm import pins
 
 MODELS = ("ensemble", "preprocessing", "tensorrt_llm", "postprocessing", "tensorrt_llm_bls")
 PYTHON_MODELS = {
@@ -264,8 +267,18 @@ def build_configs(spec: TrtllmRepoSpec) -> dict[str, mc.ModelConfig]:
     }
 
 
+def prompt_limit(recipe: Recipe) -> int:
+    """The longest prompt the served model takes: the engine path is bounded by max_seq_len (trtllm-build
+    ignores --max_input_len) minus the warmup's own output; the LLM API by limits.max_input_len."""
+    if recipe.backend == "trtllm":
+        return recipe.limits.max_seq_len - recipe.warmup.max_tokens
+    return recipe.limits.max_input_len
+
+
 def tokenize_warmup(recipe: Recipe, tokenizer_dir: Path) -> tuple[list[list[int]], int, int]:
-    """(token ids per warmup prompt, end_id, pad_id) exactly as the upstream preprocessing model computes them."""
+    """(token ids per warmup text: prefixes, then prompts; end_id, pad_id) exactly as the upstream preprocessing
+    model computes them (HF AutoTokenizer, add_special_tokens), after the warmup rule (llmkiln.build.warmup_check:
+    each prefix at least one KV block, every text within the prompt limit)."""
     from transformers import AutoTokenizer
 
     try:
@@ -277,14 +290,15 @@ def tokenize_warmup(recipe: Recipe, tokenizer_dir: Path) -> tuple[list[list[int]
     end_id = tok.encode(tok.eos_token, add_special_tokens=False)[0]
     pad_token = tok.pad_token or tok.eos_token
     pad_id = tok.encode(pad_token, add_special_tokens=False)[0]
-    ids = [tok.encode(p, add_special_tokens=recipe.trtllm.add_special_tokens) for p in recipe.warmup.prompts]
-    for prompt, toks in zip(recipe.warmup.prompts, ids, strict=True):
-        if len(toks) > recipe.limits.max_input_len:
-            raise BadInput(
-                f"field 'warmup.prompts': a prompt is {len(toks)} tokens, over limits.max_input_len "
-                f"({recipe.limits.max_input_len}): {prompt[:60]!r}"
-            )
-    return ids, end_id, pad_id
+    special = recipe.trtllm.add_special_tokens if recipe.backend == "trtllm" else True
+
+    def encode(texts: list[str]) -> list[list[int]]:
+        return [tok.encode(t, add_special_tokens=special) for t in texts]
+
+    prefixes, prompts = encode(recipe.warmup.prefixes), encode(recipe.warmup.prompts)
+    check_warmup(recipe, [len(x) for x in prefixes], [len(x) for x in prompts], prompt_limit(recipe),
+                 f"recipe {recipe.name}")  # fmt: skip
+    return ([*prefixes, *prompts] if recipe.warmup.count else []), end_id, pad_id
 
 
 def config_text(cfg: mc.ModelConfig) -> str:
@@ -295,10 +309,10 @@ def upstream_readme(model: str) -> str:
     files = "\n".join(f"- `{UPSTREAM_DIR}/{model}/1/{f}` → `{model}/1/{f}`" for f in PYTHON_MODELS[model])
     return (
         f"# {model}/1: files to copy from the pinned TensorRT-LLM\n\n"
-        "This python model runs the upstream tensorrtllm_backend code of the pinned generation (TensorRT-LLM "
-        "release/1.2; see docs/gpu.md). llmkiln does not vendor it. Copy:\n\n"
-        f"{files}\n\n"
-        "or rerun `kiln build --resume PLAN` with LLMKILN_TRTLLM_MODELS=<checkout>/" + UPSTREAM_DIR + "\n"
+        f"This python model runs NVIDIA's code of the pinned TensorRT-LLM {pins.pin('tensorrt_llm')} (see "
+        "docs/gpu.md); llmkiln does not vendor it. `kiln build --resume PLAN` in the container "
+        f"{pins.container()} takes it from {pins.pin('engine_model_files')} (or $LLMKILN_TRTLLM_MODELS):\n\n"
+        f"{files}\n"
     )
 
 

@@ -27,18 +27,42 @@ from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput, NeedsGpuHost
 from llmkiln.recipe import Recipe
 from llmkiln.tokenizer_files import GENERATION_CONFIG, TOKENIZER_FILES, copy_tokenizer_files
+from llmkiln.trtllm import pins
 from llmkiln.trtllm import plan as plan_mod
 from llmkiln.trtllm.calibrate import calibrate
 from llmkiln.trtllm.checkpoint import finalize_checkpoint, validate_checkpoint
 from llmkiln.trtllm.engine_build import gpu_status, run_trtllm_build, validate_engine
+from llmkiln.trtllm.host import check_host
 from llmkiln.trtllm.repo_check import check_trtllm_repository
 from llmkiln.trtllm.repository import TrtllmRepoSpec, tokenize_warmup, write_trtllm_repository
+from llmkiln.trtllm.rules import hf_config_of, raise_problems, recipe_and_model_problems
+from llmkiln.trtllm.upstream import check_and_take, container_folder
 
 TOKENIZER_DIR = "tokenizer"
 # config.json too: AutoTokenizer in the pre/postprocessing models reads it
 COPIED_SOURCE_FILES = (*TOKENIZER_FILES, GENERATION_CONFIG, "config.json")
 PENDING_DIR = ".pending"
 LLAMA_MODEL_TYPES = ("llama", "mistral")
+
+
+def check_source(ctx: BuildContext) -> None:
+    """Before anything is written: the recipe's fields (llmkiln.trtllm.rules), the model's head size and FP8
+    alignment (from config.json, or a generated model's spec before it is generated), its family and context.
+    Every problem found is reported at once (BadInput, exit 2)."""
+    where, r = str(ctx.recipe_file), ctx.recipe
+    cfg_path = ctx.source.path / "config.json"
+    hf = json.loads(cfg_path.read_text()) if cfg_path.is_file() else None
+    problems = recipe_and_model_problems(r, hf)
+    shape = hf if hf is not None else hf_config_of(r, None)
+    model_type = shape.get("model_type")
+    if model_type not in LLAMA_MODEL_TYPES:
+        problems.append(f"model: model_type {model_type!r}; the trtllm recipes build Llama-family models "
+                        f"({', '.join(LLAMA_MODEL_TYPES)})")  # fmt: skip
+    context = shape.get("max_position_embeddings")
+    if context and r.limits.max_seq_len > context:
+        problems.append(f"limits.max_seq_len ({r.limits.max_seq_len}) exceeds the model's max_position_embeddings "
+                        f"({context}); lower it")  # fmt: skip
+    raise_problems(r, where, problems)
 
 
 def pending_dir(engines_root: Path, recipe_name: str) -> Path:
@@ -53,24 +77,8 @@ class TrtllmCheckpointStage:
     cacheable = True
 
     def check(self, ctx: BuildContext) -> None:
-        where = str(ctx.recipe_file)
-        plan_mod.check_recipe(ctx.recipe, where)
-        cfg_path = ctx.source.path / "config.json"
-        if not cfg_path.is_file():
-            return  # a generated model in a dry run: made later
-        hf = json.loads(cfg_path.read_text())
-        model_type = hf.get("model_type")
-        if model_type not in LLAMA_MODEL_TYPES:
-            raise BadInput(
-                f"{where}: model {ctx.source.path} has model_type {model_type!r}; the trtllm recipes build "
-                f"Llama-family models ({', '.join(LLAMA_MODEL_TYPES)})"
-            )
-        context = hf.get("max_position_embeddings")
-        if context and ctx.recipe.limits.max_seq_len > context:
-            raise BadInput(
-                f"{where}: field 'limits.max_seq_len' ({ctx.recipe.limits.max_seq_len}) exceeds the model's "
-                f"max_position_embeddings ({context}) in {cfg_path}; lower it (and limits.max_input_len)"
-            )
+        check_source(ctx)
+        plan_mod.check_recipe(ctx.recipe, str(ctx.recipe_file))
 
     def cache_key(self, ctx: BuildContext) -> dict[str, Any]:
         r = ctx.recipe
@@ -140,22 +148,23 @@ class TrtllmRepoStage:
         return {"recipe": ctx.recipe.compute_hash(), "engine_dir": str(ctx.engine_dir)}
 
     def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:
-        return render_repository(ctx.recipe, out_dir, final_dir=ctx.engine_dir)
+        # in the container (or with $LLMKILN_TRTLLM_MODELS) the python models' code is taken now; a CPU host has
+        # none, and `kiln build --resume` takes it on the GPU host
+        return render_repository(ctx.recipe, out_dir, ctx.engine_dir, container_folder("engine"))
 
 
-def render_repository(recipe: Recipe, folder: Path, final_dir: Path) -> dict[str, Any]:
-    """(Re)write folder/triton_repo for an engine folder that will live at `final_dir` on the serving host."""
+def render_repository(recipe: Recipe, folder: Path, final_dir: Path, upstream: Path | None) -> dict[str, Any]:
+    """(Re)write folder/triton_repo for an engine folder that will live at `final_dir` on the serving host,
+    taking the python models' code from `upstream` (the container's inflight_batcher_llm folder) when given."""
     ids, end_id, pad_id = tokenize_warmup(recipe, folder / TOKENIZER_DIR)
     spec = TrtllmRepoSpec(
         recipe, final_dir / plan_mod.ENGINE_DIR, final_dir / TOKENIZER_DIR, ids, end_id, pad_id
     )
-    upstream = os.environ.get("LLMKILN_TRTLLM_MODELS")
-    repo = write_trtllm_repository(
-        spec,
-        folder / plan_mod.TRITON_REPO_DIR,
-        upstream_models=Path(upstream) if upstream else None,
-        overwrite=True,
-    )
+    repo = write_trtllm_repository(spec, folder / plan_mod.TRITON_REPO_DIR, overwrite=True)
+    if upstream is not None:
+        check_and_take(
+            repo, upstream
+        )  # the container's config.pbtxt must match first (BadInput naming the key)
     problems = check_trtllm_repository(repo)
     if problems:
         raise BadInput(f"{repo}: generated repository is invalid:\n  " + "\n  ".join(problems))
@@ -164,7 +173,7 @@ def render_repository(recipe: Recipe, folder: Path, final_dir: Path) -> dict[str
         "engine_dir": str(spec.engine_dir),
         "warmup_prompts": len(ids),
         "warmup_tokens": [len(x) for x in ids],
-        "upstream_model_files": bool(upstream),
+        "upstream_model_files": str(upstream) if upstream else None,
     }
 
 
@@ -202,9 +211,10 @@ class TrtllmEngineStage:
             raise NeedsGpuHost(
                 f"recipe {ctx.recipe.name}: built everything up to the TensorRT-LLM checkpoint and the Triton "
                 f"repository, but trtllm-build needs a GPU host. Missing here: {'; '.join(status.missing)}. "
-                f"Finish on a GPU host (container {plan_mod.PINS['container']}, this checkout at the same path): "
+                f"Finish on a GPU host (container {pins.container()}, this checkout at the same path): "
                 f"kiln build --resume {plan_path}"
             )
+        host = check_host(ctx.recipe)  # versions and compute capability against the pins (exit 3 otherwise)
         argv = plan_mod.get_step(plan, "trtllm-build")["argv"]
         seconds = run_trtllm_build(argv, out_dir, out_dir / "trtllm-build.log")
         summary = validate_engine(out_dir / plan_mod.ENGINE_DIR, ctx.recipe)
@@ -213,7 +223,7 @@ class TrtllmEngineStage:
         plan_mod.write_plan(out_dir / plan_mod.PLAN_NAME, plan)
         scratch["engine"] = summary
         return {"argv": argv, "build_seconds": round(seconds, 3), "engine": summary,
-                "tensorrt_llm": status.tensorrt_llm_version, "device": status.device}  # fmt: skip
+                "tensorrt_llm": host.tensorrt_llm, "tensorrt": host.tensorrt, "device": host.device}  # fmt: skip
 
 
 def _done_steps(ctx: BuildContext, folder: Path) -> dict[str, dict[str, Any]]:

@@ -1,14 +1,13 @@
-"""GPU host only (CUDA + tensorrt_llm, e.g. nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3): the real engine
+"""GPU host only (CUDA + tensorrt_llm, in the pinned container of llmkiln/trtllm/pins.json): the real engine
 build of tiny-trtllm-fp8, its engine folder, and the tensorrtllm model set served by tritonserver.
 
 Skips here with the reason from gpu_status(). Serving also needs the upstream python model files
-(LLMKILN_TRTLLM_MODELS=<TensorRT-LLM release/1.2>/triton_backend/all_models/inflight_batcher_llm) and `tritonserver`.
+(the container's /app/all_models/inflight_batcher_llm, or LLMKILN_TRTLLM_MODELS) and `tritonserver`.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -19,6 +18,7 @@ import pytest
 
 from llmkiln.serve.server import free_ports
 from llmkiln.trtllm.repo_check import check_trtllm_repository
+from llmkiln.trtllm.upstream import container_folder
 
 pytestmark = [pytest.mark.slow, pytest.mark.gpu]
 
@@ -44,8 +44,10 @@ def test_engine_folder(gpu_engine: Path) -> None:
 
 
 def test_triton_serves_the_model_set_with_streaming(gpu_engine: Path) -> None:
-    if not shutil.which("tritonserver") or not os.environ.get("LLMKILN_TRTLLM_MODELS"):
-        pytest.skip("needs tritonserver and LLMKILN_TRTLLM_MODELS (the upstream inflight_batcher_llm folder)")
+    if not shutil.which("tritonserver") or container_folder("engine") is None:
+        pytest.skip(
+            "needs tritonserver and the container's model files (/app/all_models or LLMKILN_TRTLLM_MODELS)"
+        )
     import tritonclient.grpc as grpcclient
 
     repo = gpu_engine / "triton_repo"

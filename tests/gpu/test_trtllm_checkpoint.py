@@ -161,3 +161,36 @@ def test_rope_settings_transformers5_and_legacy() -> None:
         1e6,
         {"type": "linear", "factor": 2.0},
     )
+
+
+def test_rotary_scaling_of_rope_type_default_is_normalized_to_null(tmp_path: Path) -> None:
+    """TensorRT-LLM 1.1 raises on rotary_scaling {rope_type: default}: the checkpoint gets null instead."""
+
+    from llmkiln.trtllm.checkpoint import restore_rope
+
+    (tmp_path / "config.json").write_text(
+        json.dumps({"rotary_base": 10000.0, "rotary_scaling": {"rope_type": "default", "factor": 1.0}})
+    )
+    restored = restore_rope(tmp_path, {"rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}})
+    assert restored == ["rotary_scaling (rope_type default -> null)"]
+    assert json.loads((tmp_path / "config.json").read_text())["rotary_scaling"] is None
+
+
+def test_hf_checkpoint_config_gets_transformers_4_rope_keys() -> None:
+    """The container's transformers 4.57 reads rope_theta / rope_scaling, not transformers 5's rope_parameters."""
+    from llmkiln.trtllm.hf_checkpoint import normalize_config
+
+    llama3 = {"rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0,
+                                  "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                  "original_max_position_embeddings": 8192}}  # fmt: skip
+    changed = normalize_config(llama3)
+    assert llama3["rope_theta"] == 500000.0
+    assert llama3["rope_scaling"] == {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}  # fmt: skip
+    assert len(changed) == 2 and normalize_config(llama3) == []  # idempotent
+    default = {
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "rope_scaling": {"rope_type": "default"},
+    }
+    normalize_config(default)
+    assert default["rope_theta"] == 10000.0 and "rope_scaling" not in default

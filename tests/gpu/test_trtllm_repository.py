@@ -132,8 +132,9 @@ def test_warmup_primes_the_prefixes_with_preprocessing_token_ids(
 
     tok = AutoTokenizer.from_pretrained(str(stories_dir))
     cfg = load_configs(repo)["tensorrt_llm"]
-    assert len(cfg.model_warmup) == len(PROMPTS)
-    for i, (w, prompt) in enumerate(zip(cfg.model_warmup, PROMPTS, strict=True)):
+    texts = [*recipe.warmup.prefixes, *PROMPTS]  # the shared prefixes first: they prime the KV block cache
+    assert len(recipe.warmup.prefixes) == 1 and len(cfg.model_warmup) == len(texts)
+    for i, (w, prompt) in enumerate(zip(cfg.model_warmup, texts, strict=True)):
         assert w.batch_size == 1 and w.count == 2
         raw = (repo / "tensorrt_llm" / "warmup" / w.inputs["input_ids"].input_data_file).read_bytes()
         ids = list(struct.unpack(f"<{len(raw) // 4}i", raw))
@@ -183,9 +184,15 @@ def test_python_model_files_come_from_upstream(repo: Path, spec: TrtllmRepoSpec,
     assert check_trtllm_repository(out, require_model_files=True) == []
 
 
-def test_warmup_prompt_longer_than_max_input_len_is_bad_input(stories_dir: Path) -> None:
+def test_warmup_prompt_longer_than_the_prompt_limit_is_bad_input(stories_dir: Path) -> None:
     r, _ = load_recipe("tiny-trtllm-fp8", overrides={"warmup": {"prompts": ["once upon a time " * 200]}})
-    with pytest.raises(BadInput, match="warmup.prompts"):
+    with pytest.raises(BadInput, match=r"warmup.prompts\[0\] is \d+ tokens, over the prompt limit 508"):
+        tokenize_warmup(r, stories_dir)
+
+
+def test_warmup_prefix_shorter_than_one_kv_block_is_bad_input(stories_dir: Path) -> None:
+    r, _ = load_recipe("tiny-trtllm-fp8", overrides={"warmup": {"prefixes": ["You are helpful."]}})
+    with pytest.raises(BadInput, match=r"warmup.prefixes\[0\] is \d+ tokens, shorter than one KV block"):
         tokenize_warmup(r, stories_dir)
 
 
