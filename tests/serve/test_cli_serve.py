@@ -129,6 +129,11 @@ def test_sigkilled_kiln_serve_takes_tritonserver_with_it(engine_factory, tmp_pat
     while [p for p in started if Path(f"/proc/{p}").exists() and b"tritonserver" in _cmd(p)]:
         assert time.monotonic() < deadline, "tritonserver outlived its killed parent"
         time.sleep(0.1)
+    # its python stubs notice the dead parent a moment later; they inherited the listening sockets
+    deadline = time.monotonic() + 30
+    while [p for p in started if Path(f"/proc/{p}").exists() and _cmd(p)]:
+        assert time.monotonic() < deadline, f"processes outlived the killed launcher: {started}"
+        time.sleep(0.1)
     assert port_free("127.0.0.1", ports[0]) and port_free("127.0.0.1", ports[1])
     # the next start removes the killed launcher's temp folder
     assert _workdirs(proc.pid)
