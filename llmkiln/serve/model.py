@@ -7,12 +7,14 @@ in llmkiln.serve.handler. The engine folder comes from the config parameter `eng
 import triton_python_backend_utils as pb_utils
 
 from llmkiln.serve.handler import ServeCore
+from llmkiln.serve.parent_watch import exit_with_parent
 
 
 class TritonPythonModel:
     """Decoupled model: execute() is a coroutine, so many requests are in flight at once."""
 
     def initialize(self, args):
+        exit_with_parent()  # a killed tritonserver's stub would otherwise keep its ports for minutes
         self.core = ServeCore.from_args(args, pb_utils)
 
     async def execute(self, requests):

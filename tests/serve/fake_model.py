@@ -10,6 +10,7 @@ from pathlib import Path
 import triton_python_backend_utils as pb_utils
 
 from llmkiln.serve.handler import ServeCore, ServeSettings
+from llmkiln.serve.parent_watch import exit_with_parent
 
 
 def _fake_engine_module():
@@ -24,6 +25,7 @@ def _fake_engine_module():
 
 class TritonPythonModel:
     def initialize(self, args):
+        exit_with_parent()
         engine = _fake_engine_module().FakeEngine().start()
         self.core = ServeCore(pb_utils, engine, ServeSettings.from_args(args))
 
