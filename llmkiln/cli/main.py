@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "repo": "llmkiln.cli.serve_cmd:repo",
     "serve": "llmkiln.cli.serve_cmd:serve",
     "bench": "llmkiln.cli.bench_cmd:bench",
+    "profile": "llmkiln.cli.profile_cmd:profile",
     "quality-diff": "llmkiln.cli.quality_cmd:quality_diff",
     "calibrate": "llmkiln.cli.quality_cmd:calibrate",
 }

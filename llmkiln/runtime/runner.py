@@ -24,6 +24,7 @@ from llmkiln.errors import BadInput
 from llmkiln.kv_scales import KvScales
 from llmkiln.runtime import last_logits
 from llmkiln.runtime.kv_quant import BlockData, bytes_per_block
+from llmkiln.runtime.profile import StepTrace, now_ns
 from llmkiln.runtime.scheduler import PrefillChunk, SchedulerOutput
 
 _POOL_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int8)": np.int8}
@@ -59,6 +60,10 @@ class OnnxRunner:
             opts.intra_op_num_threads = intra_op_threads
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
+        import os as _os  # TEMP experiment
+
+        if _os.environ.get("I15_SPIN") is not None:
+            opts.add_session_config_entry("session.intra_op.allow_spinning", _os.environ["I15_SPIN"])
         path = Path(engine_dir) / info.model_file
         rewritten = last_logits.rewrite(path, info.logits_name) if last_logits_only else None
         if rewritten is not None:
@@ -104,22 +109,42 @@ class OnnxRunner:
         self.session = None  # type: ignore[assignment]
 
     # ------------------------------------------------------------------ plan execution
-    def execute(self, plan: SchedulerOutput) -> dict[str, np.ndarray]:
-        """Run one step: loads, prefills, decodes, saves. Returns the last-position logits row per sampled request."""
+    def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]:
+        """Run one step: loads, prefills, decodes, saves. Returns the last-position logits row per sampled request.
+
+        With a `trace`, the time of each phase (and of each prefill run) is recorded in it."""
         out: dict[str, np.ndarray] = {}
+        t = now_ns()
         for load in plan.loads:
             self._load_block(load.block_id, load.slot, load.start)
         fresh, single = self._group_prefills(plan.prefills)
+        if trace is not None:
+            trace.loads, trace.load_ns = len(plan.loads), now_ns() - t
         for group in fresh:
+            t = now_ns()
             out.update(self._prefill_fresh(group))
+            if trace is not None:
+                n = sum(len(c.token_ids) for c in group)
+                trace.prefills.append((len(group), n, 0, now_ns() - t, tuple(c.request_id for c in group)))
         for chunk in single:
+            t = now_ns()
             logits = self._prefill_slot(chunk)
             if chunk.sample:
                 out[chunk.request_id] = logits
+            if trace is not None:
+                n = len(chunk.token_ids)
+                trace.prefills.append((1, n, chunk.start, now_ns() - t, (chunk.request_id,)))
         if plan.decodes:
-            out.update(self._decode(plan))
+            t = now_ns()
+            decoded, rows, width = self._decode(plan)
+            out.update(decoded)
+            if trace is not None:
+                trace.decode = (len(plan.decodes), rows, width, now_ns() - t)
+        t = now_ns()
         for save in plan.saves:
             self._save_block(save.block_id, save.slot, save.start)
+        if trace is not None:
+            trace.saves, trace.save_ns = len(plan.saves), now_ns() - t
         return out
 
     def _group_prefills(
@@ -234,7 +259,8 @@ class OnnxRunner:
             out[c.request_id] = self._row(logits, b, n - 1)
         return out
 
-    def _decode(self, plan: SchedulerOutput) -> dict[str, np.ndarray]:
+    def _decode(self, plan: SchedulerOutput) -> tuple[dict[str, np.ndarray], int, int]:
+        """One decode run; returns the logits rows, the rows run and the context width."""
         items = {d.slot: d for d in plan.decodes}
         lo, hi = min(items), max(items) + 1
         ids = np.zeros((hi - lo, 1), np.int64)
@@ -254,7 +280,7 @@ class OnnxRunner:
         for s, item in items.items():
             self.slot_len[s] = item.position + 1
             out[item.request_id] = self._row(logits, s - lo, 0)
-        return out
+        return out, hi - lo, mask.shape[1]
 
     # ------------------------------------------------------------------ prefix store copies
     def _load_block(self, block_id: int, slot: int, start: int) -> None:

@@ -10,6 +10,17 @@ Budget of a step: `max_num_tokens` tokens; decodes (1 each) first, then the chun
 then admissions in policy order while slots and budget last. A chunk is at most `max_prefill_tokens` tokens when
 chunked prefill is on; with it off a prompt is prefilled whole. Static batching admits only when nothing runs,
 once `max_batch_size` requests wait or the oldest has waited `static_batch_timeout_ms`.
+
+TTFT-first (`scheduler.ttft_first`, stall-free batching in the Sarathi-Serve / vLLM sense, but with prefill
+ahead): a step is either one prefill run or one decode batch. Prefill goes first while no running request's
+time per output token, (its next token's projected time − its first token's time) / tokens after the first,
+would exceed `tpot_slo_ms` if this prefill ran before its next decode; the projection uses the engine's running
+estimates of step costs (`StepCosts`). When it would, the step decodes every running sequence instead, and the
+step after a forced decode prefills regardless, so prompts never starve (worst case: decode and prefill steps
+alternate, as in the decode-first mode). One run per step lets each prompt's first token out as soon as its
+own prefill is done. The run is picked among running prompts and admittable waiting ones: those whose rest
+fits one chunk first (in policy order), then multi-chunk prompts; prompts without a cached prefix that fit one
+chunk are batched into one run up to `max_prefill_tokens` tokens.
 """
 
 from __future__ import annotations
@@ -96,6 +107,14 @@ class DecodeItem:
     position: int
 
 
+@dataclass(frozen=True)
+class StepCosts:
+    """The engine's running estimates of what a step costs (ns), for the TTFT-first decisions."""
+
+    prefill_ns_per_token: float = 0.0
+    decode_ns: float = 0.0
+
+
 @dataclass
 class SchedulerOutput:
     """One step's plan, executed in this order: loads, prefills, decodes, saves."""
@@ -132,6 +151,7 @@ class Scheduler:
         self._arrivals = 0
         self.num_admitted = 0
         self.queue_ns_total = 0
+        self._forced_decode = False  # ttft_first: the last step was a decode forced by the TPOT bound
 
     # ------------------------------------------------------------------ state
     @property
@@ -181,8 +201,10 @@ class Scheduler:
         return oldest + self.config.scheduler.static_batch_timeout_ms * 1_000_000
 
     # ------------------------------------------------------------------ planning
-    def schedule(self, now_ns: int = 0) -> SchedulerOutput:
+    def schedule(self, now_ns: int = 0, costs: StepCosts | None = None) -> SchedulerOutput:
         cfg = self.config
+        if cfg.scheduler.ttft_first:
+            return self._schedule_ttft_first(now_ns, costs or StepCosts())
         out = SchedulerOutput()
         budget = cfg.scheduler.max_num_tokens
         running = sorted(self.running(), key=lambda r: r.arrival_seq)
@@ -207,6 +229,72 @@ class Scheduler:
                 budget -= self._plan_chunk(request, budget, out)
         out.decodes.sort(key=lambda d: d.slot)
         return out
+
+    def _schedule_ttft_first(self, now_ns: int, costs: StepCosts) -> SchedulerOutput:
+        """One prefill run, or one decode batch when the TPOT bound says so (see the module docstring)."""
+        out = SchedulerOutput()
+        running = sorted(self.running(), key=lambda r: r.arrival_seq)
+        decoding = [r for r in running if r.prefill_done]
+        picked = self._pick_prefill_run(running)
+        if picked and decoding and not self._forced_decode:
+            tokens = sum(n for _, _, n in picked)
+            projected = now_ns + tokens * costs.prefill_ns_per_token + costs.decode_ns
+            slo_ns = self.config.scheduler.tpot_slo_ms * 1e6
+            first = [r.timings.first_token_ns for r in decoding]
+            late = any(
+                t is not None and (projected - t) / len(r.output_ids) > slo_ns
+                for r, t in zip(decoding, first, strict=True)
+            )
+            if late:
+                picked = []
+        if not picked:
+            self._forced_decode = bool(decoding) and self._has_prefill_work(running)
+            for r in decoding:
+                out.decodes.append(DecodeItem(r.request_id, r.slot, r.last_token_id(), r.num_computed_tokens))
+            out.decodes.sort(key=lambda d: d.slot)
+            return out
+        self._forced_decode = False
+        for request, hits, _ in picked:
+            if request.status is RequestStatus.WAITING:
+                self.waiting.remove(request)
+                self._admit(request, hits, now_ns, out)
+            self._plan_chunk(request, self.config.scheduler.max_prefill_tokens, out)
+        return out
+
+    def _has_prefill_work(self, running: list[Request]) -> bool:
+        return any(not r.prefill_done for r in running) or bool(self.waiting and self._free_slots)
+
+    def _pick_prefill_run(self, running: list[Request]) -> list[tuple[Request, list[int], int]]:
+        """The prefill run of a TTFT-first step: [(request, cached block hits, tokens)], nothing planned yet.
+
+        Candidates: running prompts, then waiting ones that would get a free slot (policy order). Those whose
+        rest fits one chunk go first. A candidate with a past (a later chunk or a cached prefix) runs alone; one
+        without a past is batched with the next such candidates while `max_prefill_tokens` lasts."""
+        cfg = self.config.scheduler
+        bs = self.config.kv_cache.tokens_per_block
+        chunk = cfg.max_prefill_tokens if cfg.chunked_prefill else None
+        cands: list[tuple[Request, list[int], int, int]] = []  # (request, hits, start, rest)
+        for r in running:
+            if not r.prefill_done:
+                cands.append((r, [], r.num_computed_tokens, r.num_prompt_tokens - r.num_computed_tokens))
+        for r in self.waiting[: len(self._free_slots)]:
+            hits = self._lookup(r)
+            cands.append((r, hits, len(hits) * bs, r.num_prompt_tokens - len(hits) * bs))
+        if not cands:
+            return []
+        # stable sort: prompts finishing in one chunk before multi-chunk ones, otherwise the order above
+        cands.sort(key=lambda c: chunk is not None and c[3] > chunk)
+        first, hits, start, rest = cands[0]
+        size = rest if chunk is None else min(rest, chunk)
+        picked = [(first, hits, size)]
+        if start > 0 or size < rest:
+            return picked
+        budget = cfg.max_prefill_tokens - size
+        for r, h, st, n in cands[1:]:
+            if st == 0 and n <= budget and (chunk is None or n <= chunk):
+                picked.append((r, h, n))
+                budget -= n
+        return picked
 
     def _may_admit(self, now_ns: int) -> bool:
         cfg = self.config

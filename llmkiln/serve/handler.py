@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from llmkiln.runtime.detokenizer import IncrementalDetokenizer
 from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.handle import RequestHandle
 from llmkiln.runtime.loader import load_engine
+from llmkiln.runtime.profile import PROFILE_ENV
 from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, SamplingParams
 from llmkiln.serve.metrics import ServeMetrics
 from llmkiln.serve.triton_io import (
@@ -111,7 +113,10 @@ class ServeCore:
         """Load and start the model's engine (initialize() of the python-backend model)."""
         settings = ServeSettings.from_args(args)
         t0 = time.perf_counter()
-        engine = load_engine(settings.engine_dir, settings.engine_overrides).start()
+        engine = load_engine(settings.engine_dir, settings.engine_overrides)
+        if os.environ.get(PROFILE_ENV):  # `kiln profile`, `kiln bench experiment`: a step profile
+            engine.enable_profile(os.environ[PROFILE_ENV])
+        engine.start()
         pb.Logger.log_info(
             f"llmkiln: engine {settings.engine_dir} loaded in {time.perf_counter() - t0:.2f} s"
         )
@@ -149,6 +154,7 @@ class ServeCore:
 
     async def handle(self, request: Any) -> None:
         """Serve one request to completion; never raises."""
+        received_ns = time.time_ns()
         sender = request.get_response_sender()
         if self.warmup_left > 0:
             self.warmup_left -= 1
@@ -157,7 +163,7 @@ class ServeCore:
             # Account for a warmup request before its FINAL response: Triton may report READY right after it.
             sender = _FinalHook(sender, self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL, self._warmup_done_one)
         try:
-            await self._run(request, sender)
+            await self._run(request, sender, received_ns)
         except Exception as exc:  # anything unexpected still ends the stream
             self.pb.Logger.log_error(f"llmkiln: request failed: {type(exc).__name__}: {exc}")
             self._error(sender, f"llmkiln: internal error: {type(exc).__name__}: {exc}")
@@ -184,7 +190,7 @@ class ServeCore:
 
         return get
 
-    async def _run(self, request: Any, sender: Any) -> None:
+    async def _run(self, request: Any, sender: Any, received_ns: int = 0) -> None:
         try:
             req = parse_request(self._get_array(request), self.exclude_input_default)
             params = SamplingParams(**req.sampling_kwargs())
@@ -192,6 +198,7 @@ class ServeCore:
             self.metrics.rejected.increment(1)
             self._error(sender, f"llmkiln: bad request: {exc}")
             return
+        submit_ns = time.time_ns()
         try:
             handle = self.engine.submit(
                 req.prompt, params, priority=req.priority, request_id=request.request_id() or None
@@ -200,16 +207,26 @@ class ServeCore:
             self.metrics.rejected.increment(1)
             self._error(sender, f"llmkiln: request rejected: {exc}", unavailable=isinstance(exc, QueueFull))
             return
-        await self._stream(request, sender, req, handle)
+        await self._stream(request, sender, req, handle, (received_ns, submit_ns))
 
-    async def _stream(self, request: Any, sender: Any, req: ParsedRequest, handle: RequestHandle) -> None:
+    async def _stream(
+        self,
+        request: Any,
+        sender: Any,
+        req: ParsedRequest,
+        handle: RequestHandle,
+        stamps: tuple[int, int] = (0, 0),
+    ) -> None:
         # The prompt is context only: the first generated word keeps its leading space.
         detok = IncrementalDetokenizer(self.engine.tokenizer, prompt_ids=handle.prompt_ids)
         stops = StopMatcher(req.stop_words)
         pieces: list[str] = []
         n_tokens = 0
         stopped = False
+        first_seen_ns = first_sent_ns = 0
         async for ev in handle.aiter():
+            if not first_seen_ns:
+                first_seen_ns = time.time_ns()
             if ev.finish_reason == FinishReason.ERROR:
                 self._error(sender, f"llmkiln: generation failed: {handle.error or 'runtime error'}")
                 return
@@ -225,6 +242,8 @@ class ServeCore:
             final = ev.finished or stopped
             if req.stream and (text or final):
                 self._send(sender, text, final=final and not req.return_perf_metrics)
+                if not first_sent_ns:
+                    first_sent_ns = time.time_ns()
             pieces.append(text)
             if final:
                 break
@@ -239,6 +258,18 @@ class ServeCore:
             handle.cancel()
         perf = self._perf(handle, n_tokens)
         self._observe(handle)
+        if self.engine.profiler is not None:
+            self.engine.profiler.serve(
+                {
+                    "id": handle.request_id,
+                    "received": stamps[0],
+                    "submit": stamps[1],
+                    "first_seen": first_seen_ns,
+                    "first_sent": first_sent_ns,
+                    "done": time.time_ns(),
+                    "tokens": n_tokens,
+                }
+            )
         if req.stream:
             if req.return_perf_metrics:
                 self._send(sender, "", final=True, perf=perf)

@@ -54,6 +54,7 @@ class ServerConfig:
     ready_timeout_s: float = 300.0
     workdir: Path | None = None  # backend folder + log; a fresh temp folder when None
     extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # added to the server's environment (and the backend's)
 
 
 def port_free(host: str, port: int) -> bool:
@@ -142,7 +143,7 @@ class TritonServer:
         self._log = self.log_path.open("w", encoding="utf-8")
         self.proc = subprocess.Popen(
             self.command(backend_dir),
-            env=server_env(),
+            env={**server_env(), **c.env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from llmkiln.runtime.kv_blocks import BlockStore
+from llmkiln.runtime.profile import StepTrace
 from llmkiln.runtime.request import Request, RequestTimings, SamplingParams
 from llmkiln.runtime.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 
@@ -56,7 +57,7 @@ class FakeRunner:
         row[next_token(tokens)] = 1.0
         return row
 
-    def execute(self, plan: SchedulerOutput) -> dict[str, np.ndarray]:
+    def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]:
         self.steps.append(plan)
         bs = self.tokens_per_block
         for load in plan.loads:
