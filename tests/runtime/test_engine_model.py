@@ -43,6 +43,8 @@ VARIANTS = {
         "kv_cache": {"prefix_reuse": False},
     },
     "static+reuse+chunk": {"scheduler": {**SMALL, "batching": "static", "static_batch_timeout_ms": 5}},
+    # a tiny TPOT bound: prefill and decode steps alternate, so both paths of the TTFT-first mode run
+    "ttft-first+reuse+chunk": {"scheduler": {**SMALL, "ttft_first": True, "tpot_slo_ms": 0.01}},
 }
 
 
