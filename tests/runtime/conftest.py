@@ -88,6 +88,12 @@ class FakeRunner:
             self.blocks[save.block_id] = tuple(self.slots[save.slot][save.start : save.start + bs])
             if len(self.blocks[save.block_id]) != bs:
                 raise RuntimeError(f"save of a partial block from slot {save.slot}")
+        if trace is not None:  # what the real runner records, without times: one run per chunk
+            trace.loads, trace.saves = len(plan.loads), len(plan.saves)
+            trace.prefills += [(1, len(c.token_ids), c.start, 0, (c.request_id,)) for c in plan.prefills]
+            if plan.decodes:
+                width = max(d.position for d in plan.decodes) + 1
+                trace.decode = (len(plan.decodes), len(plan.decodes), width, 0)
         return out
 
     def close(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import numpy as np
@@ -120,11 +121,11 @@ def test_runner_failure_fails_running_requests_and_engine_keeps_serving():
     real = eng.runner.execute
     calls = {"n": 0}
 
-    def flaky(plan):
+    def flaky(plan, trace=None):
         calls["n"] += 1
         if calls["n"] == 2:
             raise RuntimeError("boom")
-        return real(plan)
+        return real(plan, trace)
 
     eng.runner.execute = flaky
     h = eng.submit(_prompt(8), SamplingParams(max_tokens=5))
@@ -140,7 +141,9 @@ def test_runner_failure_fails_running_requests_and_engine_keeps_serving():
 def test_sampling_is_seeded():
     eng = make_engine().start()
     real = eng.runner.execute
-    eng.runner.execute = lambda plan: {k: np.zeros(VOCAB, np.float32) for k in real(plan)}  # uniform logits
+    eng.runner.execute = lambda plan, trace=None: {
+        k: np.zeros(VOCAB, np.float32) for k in real(plan)
+    }  # uniform
     p = SamplingParams(max_tokens=8, temperature=1.0, seed=123)
     a = eng.submit(_prompt(10), p).result(timeout=10)
     b = eng.submit(_prompt(11), p).result(timeout=10)
@@ -159,3 +162,30 @@ def test_shutdown_cancels_what_is_left():
     assert any(h.finish_reason == "cancelled" for h in handles)
     with pytest.raises(EngineClosed):
         eng.submit(_prompt(1))
+
+
+def test_step_profile_records_every_step_and_request(tmp_path):
+    eng = make_engine(max_batch_size=2, max_prefill_tokens=32)
+    prof = eng.enable_profile(tmp_path / "profile.jsonl")
+    shared = [5, 6, 7, 8, 9, 10, 11, 12]  # two blocks of 4: the second request loads them
+    first = eng.submit(shared + _prompt(1), SamplingParams(max_tokens=4), request_id="a")
+    while not first.finished:
+        eng.step()
+    second = eng.submit(shared + _prompt(2), SamplingParams(max_tokens=4), request_id="b")
+    while not second.finished:
+        eng.step()
+    eng.shutdown()
+    assert prof.path.is_file()
+    records = [json.loads(line) for line in prof.path.read_text().splitlines()]
+    steps = [r for r in records if r["kind"] == "step"]
+    requests = {r["id"]: r for r in records if r["kind"] == "request"}
+    assert set(requests) == {"a", "b"} and requests["b"]["cached"] == 8 and requests["a"]["cached"] == 0
+    assert len(steps) == 8  # per request: one prefill step and three decode steps
+    assert [s["loads"] for s in steps if s["loads"]] == [2]  # b's two cached blocks, in one step
+    prefill_runs = [run for s in steps for run in s["prefill"]]
+    assert [run[4] for run in prefill_runs] == [["a"], ["b"]]
+    assert prefill_runs[1][1:3] == [11, 8]  # b computes its 11 own tokens on an 8-token past
+    assert sum(1 for s in steps if s["decode"]) == 6
+    for s in steps:
+        parts = s["sched_us"] + s["load_us"] + s["save_us"] + s["sample_us"] + s["update_us"] + s["emit_us"]
+        assert parts <= s["total_us"]

@@ -29,8 +29,8 @@ def _runner(sched) -> FakeRunner:
     return FakeRunner(sched.config.scheduler.max_batch_size, blocks, 4)
 
 
-def _step(sched, runner, now_ns, costs=StepCosts()):
-    plan = sched.schedule(now_ns, costs)
+def _step(sched, runner, now_ns, costs=None):
+    plan = sched.schedule(now_ns, costs or StepCosts())
     events = sched.update_from_output(plan, greedy(runner.execute(plan)), now_ns)
     return plan, events
 
