@@ -20,7 +20,7 @@ import numpy as np
 from llmkiln.errors import KilnError
 from llmkiln.recipe import Recipe
 from llmkiln.runtime import metrics as metrics_mod
-from llmkiln.runtime.handle import RequestHandle
+from llmkiln.runtime.handle import RequestHandle, push_events
 from llmkiln.runtime.kv_blocks import BlockStore
 from llmkiln.runtime.profile import Profiler, StepTrace, now_ns
 from llmkiln.runtime.request import (
@@ -304,13 +304,15 @@ class LLMEngine:
         t_emit = now_ns()
         with self._lock:
             self.stats.record_step(plan, elapsed, len(sampled))
+        batch: list[tuple[RequestHandle, TokenEvent]] = []
         for request, event in events:
             if event.finished:
                 self._finish_handle(request.request_id, event)
             else:
                 handle = self._handles.get(request.request_id)
                 if handle is not None:
-                    handle._push(event)
+                    batch.append((handle, event))
+        push_events(batch)
         if trace is not None and prof is not None:
             t_end = now_ns()
             trace.schedule_ns = t0 - t_start
