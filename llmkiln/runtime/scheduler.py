@@ -147,6 +147,9 @@ class Scheduler:
         self.waiting: list[Request] = []  # sorted by policy key
         self.slots: list[Request | None] = [None] * config.scheduler.max_batch_size
         self._free_slots = list(range(config.scheduler.max_batch_size))
+        # Prompt tokens whose KV a free slot still holds from its last request (prefill-computed or loaded):
+        # a new prompt sharing a prefix with it starts there, with no block copies at all.
+        self._resident: list[list[int]] = [[] for _ in range(config.scheduler.max_batch_size)]
         self.requests: dict[str, Request] = {}
         self._arrivals = 0
         self.num_admitted = 0
@@ -221,7 +224,7 @@ class Scheduler:
                     break
                 request = self.waiting[0]
                 hits = self._lookup(request)
-                remaining = request.num_prompt_tokens - len(hits) * cfg.kv_cache.tokens_per_block
+                remaining = request.num_prompt_tokens - self._admission_start(request, hits)
                 if not cfg.scheduler.chunked_prefill and remaining > budget and not out.is_empty:
                     break
                 self.waiting.pop(0)
@@ -271,7 +274,6 @@ class Scheduler:
         rest fits one chunk go first. A candidate with a past (a later chunk or a cached prefix) runs alone; one
         without a past is batched with the next such candidates while `max_prefill_tokens` lasts."""
         cfg = self.config.scheduler
-        bs = self.config.kv_cache.tokens_per_block
         chunk = cfg.max_prefill_tokens if cfg.chunked_prefill else None
         cands: list[tuple[Request, list[int], int, int]] = []  # (request, hits, start, rest)
         for r in running:
@@ -279,7 +281,8 @@ class Scheduler:
                 cands.append((r, [], r.num_computed_tokens, r.num_prompt_tokens - r.num_computed_tokens))
         for r in self.waiting[: len(self._free_slots)]:
             hits = self._lookup(r)
-            cands.append((r, hits, len(hits) * bs, r.num_prompt_tokens - len(hits) * bs))
+            start = self._admission_start(r, hits)
+            cands.append((r, hits, start, r.num_prompt_tokens - start))
         if not cands:
             return []
         # stable sort: prompts finishing in one chunk before multi-chunk ones, otherwise the order above
@@ -312,8 +315,27 @@ class Scheduler:
             return []
         return self.block_store.lookup(request.prompt_ids, request.num_prompt_tokens - 1, record=False)
 
+    def _best_slot(self, request: Request) -> tuple[int, int]:
+        """(free slot, prompt tokens it still holds for this request): the longest resident prefix wins, then the
+        lowest slot. At most num_prompt_tokens - 1 (one token must be computed to get logits)."""
+        limit = request.num_prompt_tokens - 1 if self.config.kv_cache.prefix_reuse else 0
+        best, best_n = -1, -1
+        for slot in sorted(self._free_slots):
+            n = _common_prefix(self._resident[slot], request.prompt_ids, limit)
+            if n > best_n:
+                best, best_n = slot, n
+        return best, best_n
+
+    def _admission_start(self, request: Request, hits: list[int]) -> int:
+        """Where the request's prefill would start if admitted now (cached blocks or a resident prefix)."""
+        resident = self._best_slot(request)[1] if self._free_slots else 0
+        return max(resident, len(hits) * self.config.kv_cache.tokens_per_block)
+
     def _admit(self, request: Request, hits: list[int], now_ns: int, out: SchedulerOutput) -> None:
-        slot = heapq.heappop(self._free_slots)
+        slot, resident = self._best_slot(request)
+        self._free_slots.remove(slot)
+        heapq.heapify(self._free_slots)
+        self._resident[slot] = []  # until this request's prompt is computed there
         bs = self.config.kv_cache.tokens_per_block
         request.slot = slot
         self.slots[slot] = request
@@ -325,12 +347,14 @@ class Scheduler:
         if self.block_store is not None:
             self.block_store.record_lookup(request.num_prompt_tokens, len(hits))
         if hits and self.block_store is not None:
-            self.block_store.pin(hits)
-            request.pinned_block_ids = list(hits)
-            for i, block_id in enumerate(hits):
+            # Blocks the slot already holds need no copy; the rest are pinned and copied in.
+            loaded = hits[resident // bs :]
+            self.block_store.pin(loaded)
+            request.pinned_block_ids = list(loaded)
+            for i, block_id in enumerate(loaded, start=len(hits) - len(loaded)):
                 out.loads.append(BlockCopy(block_id, slot, i * bs))
             request.parent_hash = self.block_store.blocks[hits[-1]].key
-        request.num_cached_tokens = len(hits) * bs
+        request.num_cached_tokens = max(resident, len(hits) * bs)
         request.num_computed_tokens = request.num_cached_tokens
         request.num_saved_blocks = len(hits)
 
@@ -398,6 +422,7 @@ class Scheduler:
         failed = self.running()
         for request in failed:
             self._finish(request, FinishReason.ERROR, now_ns)
+        self._resident = [[] for _ in self._resident]  # what the failed run left in the slots is unknown
         return failed
 
     def _append(self, request: Request, token_id: int, now_ns: int) -> TokenEvent:
@@ -418,6 +443,8 @@ class Scheduler:
 
     def _finish(self, request: Request, reason: FinishReason, now_ns: int) -> None:
         if request.slot is not None:
+            computed = min(request.num_computed_tokens, request.num_prompt_tokens)
+            self._resident[request.slot] = request.prompt_ids[:computed]
             self.slots[request.slot] = None
             heapq.heappush(self._free_slots, request.slot)
             request.slot = None
@@ -428,3 +455,17 @@ class Scheduler:
         request.finish_reason = reason
         request.timings.finish_ns = now_ns
         self.requests.pop(request.request_id, None)
+
+
+def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
+    """Length of the common prefix of a and b, at most `limit` (bisection over C-speed list comparisons)."""
+    lo, hi = 0, max(0, min(len(a), len(b), limit))
+    if a[:hi] == b[:hi]:
+        return hi
+    while lo < hi:  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -113,6 +113,10 @@ def test_engine_with_quantized_store(engine_factory, dtype):
     eng.submit(prompt, params, request_id="warm")
     while eng.step():
         pass
+    # another prompt takes the warm request's slot, so the hit below comes from the quantized store
+    eng.submit(eng.encode("The dog ran fast."), params, request_id="other")
+    while eng.step():
+        pass
     h = eng.submit(prompt + [prompt[5]], params, request_id="hit")
     while eng.step():
         pass
