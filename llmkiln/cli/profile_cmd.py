@@ -52,6 +52,9 @@ def _overrides(items: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--system-tokens", type=int, default=1500, show_default=True, help="shared-prefix: S.")
 @click.option("--user-tokens", default="80-120", show_default=True, help="shared-prefix: U (N or MIN-MAX).")
 @click.option("--prompt-tokens", default="1550-1700", show_default=True, help="unique: prompt length.")
+@click.option("--long-tokens", type=int, default=2048, show_default=True, help="mixed-long-short: long.")
+@click.option("--short-tokens", default="32-128", show_default=True, help="mixed-long-short: short.")
+@click.option("--long-every", type=int, default=8, show_default=True, help="mixed-long-short: 1 long in N.")
 @click.option("--set", "sets", multiple=True, help="Recipe override SECTION.FIELD=VALUE (repeatable).")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="JSON report (with the profile).")
 @click.option("--markdown", type=click.Path(dir_okay=False), default=None, help="Markdown tables.")
@@ -67,6 +70,9 @@ def profile(
     system_tokens: int,
     user_tokens: str,
     prompt_tokens: str,
+    long_tokens: int,
+    short_tokens: str,
+    long_every: int,
     sets: tuple[str, ...],
     out: str | None,
     markdown: str | None,
@@ -90,6 +96,9 @@ def profile(
         system_tokens=system_tokens,
         user_tokens=parse_range(user_tokens, "--user-tokens"),
         prompt_tokens=parse_range(prompt_tokens, "--prompt-tokens"),
+        long_tokens=long_tokens,
+        short_tokens=parse_range(short_tokens, "--short-tokens"),
+        long_every=long_every,
     )
     wl = build_workload(load_tokenizer(folder.path), spec)
     report, _ = run_profile(
