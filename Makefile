@@ -9,17 +9,21 @@ RECIPE ?= tiny-fp32
 MODEL ?=
 ENGINES ?= engines
 PYTEST_ARGS ?=
+DYNAMO_VERSION := 1.6.1
 
-.PHONY: setup engine test lint serve bench-ttft genai-perf clean-engines
+.PHONY: setup engine test lint serve serve-dynamo bench-ttft bench-scaleout genai-perf clean-engines
 
 setup: $(STAMP)
 
 # Idempotent: reruns only when pyproject.toml changes (or the venv is gone). torch first, so pip takes the
-# pinned CPU wheel instead of resolving a CUDA build through another package.
+# pinned CPU wheel instead of resolving a CUDA build through another package. ai-dynamo (frontend, Python
+# worker base, CRD examples) goes in with --no-deps: its planner-only dependency cannot be installed, and
+# the rest of what it needs (ai-dynamo-runtime, packaging, PyYAML, msgspec) is pinned in the cpu extra.
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet torch==2.13.0
 	$(VENV)/bin/pip install --quiet -e '.[cpu,dev]'
+	$(VENV)/bin/pip install --quiet --no-deps ai-dynamo==$(DYNAMO_VERSION)
 	@touch $(STAMP)
 
 engine: setup
@@ -37,6 +41,16 @@ lint: setup
 
 serve: setup
 	$(VENV)/bin/kiln serve $(ENGINES)/$(RECIPE)
+
+# Scale-out: the Dynamo frontend (OpenAI API, KV-aware router) and WORKERS llmkiln workers on loopback.
+WORKERS ?= 2
+HTTP_PORT ?= 8000
+serve-dynamo: setup
+	$(VENV)/bin/kiln build $(RECIPE) --engines-dir $(ENGINES)
+	$(VENV)/bin/kiln serve $(ENGINES)/$(RECIPE) --dynamo --workers $(WORKERS) --http-port $(HTTP_PORT)
+
+bench-scaleout: setup
+	$(VENV)/bin/kiln bench scaleout --out bench/results/scaleout --engines-dir $(ENGINES)
 
 bench-ttft: setup
 	$(VENV)/bin/kiln bench experiment --out bench/results

@@ -8,6 +8,7 @@ give the same text, so requests that share a system prompt share a token prefix.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 import jinja2
@@ -41,6 +42,15 @@ def check_messages(messages: Any, where: str = "messages") -> list[dict[str, str
     return out
 
 
+@lru_cache(maxsize=16)
+def _compile(template: str) -> jinja2.Template:
+    """The compiled template (cached: compiling costs ~1.5 ms, rendering a few µs, and `kiln lint-prompts` renders
+    thousands of requests with one template)."""
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = _raise
+    return env.from_string(template)
+
+
 def render(
     template: str,
     messages: Sequence[Mapping[str, Any]],
@@ -51,11 +61,8 @@ def render(
     source: str = "chat_template",
 ) -> str:
     """The prompt text for `messages`; BadInput naming `source` when the template is broken."""
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["raise_exception"] = _raise
     try:
-        compiled = env.from_string(template)
-        return compiled.render(
+        return _compile(template).render(
             messages=check_messages(messages),
             add_generation_prompt=add_generation_prompt,
             bos_token=bos_token,

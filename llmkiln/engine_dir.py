@@ -8,6 +8,8 @@ An engine folder (`engines/<recipe>/`, built in a temp folder and renamed into p
 | `manifest.json`               | the build (`write_manifest`)             | `EngineDir.manifest()`          |
 | `genai_config.json`, `model.onnx`, `model.onnx.data` | the onnxruntime-genai builder (ONNX backends) | `EngineDir.genai_config()` |
 | `tokenizer.json`, …           | copied from the source model             | `EngineDir.tokenizer_file()`    |
+| `config.json`                 | copied from the source model (HF config) | `EngineDir.hf_config_file()`    |
+| `tokenizer_config.json`       | copied, `chat_template` set to the effective template (`write_chat_template`) | `EngineDir.tokenizer_config()`, `chat_template()` |
 | `calibration/kv_scales.json`  | the calibration stage (int8/fp8 KV)      | `EngineDir.kv_scales()`         |
 
 Every reader raises BadInput naming the file and what is wrong. `resolve_engine(name_or_path)` is the one way
@@ -37,6 +39,9 @@ GENAI_CONFIG = "genai_config.json"
 MODEL_ONNX = "model.onnx"
 TOKENIZER = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
+HF_CONFIG = (
+    "config.json"  # the source model's Hugging Face config (OpenAI frontends such as Dynamo's need it)
+)
 CALIBRATION_DIR = "calibration"
 KV_SCALES = f"{CALIBRATION_DIR}/{kv_scales.FILE_NAME}"
 MANIFEST_FORMAT = 1
@@ -253,6 +258,22 @@ class EngineDir:
         except (UnicodeDecodeError, ValueError) as exc:
             raise BadInput(f"{path}: not valid JSON: {exc}") from None
         return data if isinstance(data, dict) else {}
+
+    def hf_config_file(self) -> Path | None:
+        """config.json (the source model's Hugging Face config), None when absent (engines built before it was
+        copied: rebuild them to serve them through Dynamo)."""
+        f = self.file(HF_CONFIG)
+        return f if f.is_file() else None
+
+    def write_chat_template(self, template: str | None) -> None:
+        """Put the effective chat template into tokenizer_config.json (created when the model has none), so
+        frontends that read Hugging Face folders (Dynamo) render chats exactly like the recipe says. None leaves
+        the file as it is."""
+        if template is None:
+            return
+        config = self.tokenizer_config()
+        config["chat_template"] = template
+        write_json_atomic(self.file(TOKENIZER_CONFIG), config)
 
     def chat_template(self) -> str | None:
         """The chat template: the recipe's `chat_template`, else the model's tokenizer_config.json one, else None."""

@@ -11,26 +11,28 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from llmkiln.errors import RecipeError
+from llmkiln.recipe_trtllm import TRTLLM_BACKENDS, LlmApi, NonNegInt, PositiveInt, TrtLlm
 from llmkiln.resources import bundled
 
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
-
-Backend = Literal["onnx-cpu", "onnx-gpu", "trtllm"]
+# trtllm: TensorRT engine (trtllm-build) + the tensorrtllm Triton model set; trtllm-llmapi: TensorRT-LLM's
+# PyTorch backend (LLM API) on the ModelOpt HF checkpoint, served by Triton's llmapi model or trtllm-serve.
+Backend = Literal["onnx-cpu", "onnx-gpu", "trtllm", "trtllm-llmapi"]
 Precision = Literal["fp32", "int8", "int4", "fp8"]
-GeneratedModel = Literal["tiny-llama", "bench-llama-125m"]
+# gpu-smoke-llama: head_dim 64 and 16-aligned sizes, the smallest model TensorRT-LLM's kernels accept.
+GeneratedModel = Literal["tiny-llama", "bench-llama-125m", "gpu-smoke-llama"]
 
 # Which precisions each backend can build.
 BACKEND_PRECISIONS: dict[str, tuple[str, ...]] = {
     "onnx-cpu": ("fp32", "int8", "int4"),
     "onnx-gpu": ("fp32", "int8", "int4"),
     "trtllm": ("fp8",),
+    "trtllm-llmapi": ("fp8",),
 }
 
 
@@ -56,7 +58,7 @@ class ModelSource(Strict):
         if (self.path is None) == (self.generated is None):
             raise ValueError(
                 f"give exactly one of model.path (a local HF folder) or model.generated "
-                f"(tiny-llama | bench-llama-125m); got path={self.path!r}, generated={self.generated!r}"
+                f"({' | '.join(get_args(GeneratedModel))}); got path={self.path!r}, generated={self.generated!r}"
             )
         return self
 
@@ -180,10 +182,16 @@ class QualityBudget(Strict):
 
 
 class Warmup(Strict):
-    """Requests run before the server reports READY (also primes the prefix cache)."""
+    """Requests run before the server reports READY, on every backend: `prompts` warm the engine (kernels,
+    graphs, allocator), `prefixes` prime the prefix KV cache so the first real request that starts with one of
+    them reuses its blocks. Each prefix must be at least one KV block (kv_cache.tokens_per_block) once tokenized
+    (checked at build time with the model's tokenizer): a shorter one leaves nothing to reuse."""
 
-    prompts: list[str] = Field(
-        default_factory=list, description="Warmup prompts, e.g. the shared system prompts."
+    prompts: list[str] = Field(default_factory=list, description="Engine warmup prompts (any length).")
+    prefixes: list[str] = Field(
+        default_factory=list,
+        description="The recipe's shared system prompts, sent before READY to prime the prefix cache; each at "
+        "least kv_cache.tokens_per_block tokens.",
     )
     count: NonNegInt = Field(1, description="Times each prompt is run.")
     max_tokens: PositiveInt = Field(4, description="Tokens generated per warmup request.")
@@ -197,71 +205,6 @@ class Serve(Strict):
     grpc_port: Annotated[int, Field(ge=0, le=65535)] = 8001
     metrics_port: Annotated[int, Field(ge=0, le=65535)] = 8002
     exit_timeout_s: PositiveInt = Field(30, description="Seconds in-flight requests get at shutdown.")
-
-
-class TrtLlm(Strict):
-    """TensorRT-LLM build and tensorrtllm-backend settings (backend: trtllm only).
-
-    Shape/capacity flags come from the shared sections: scheduler.max_batch_size (--max_batch_size and Triton's
-    max_batch_size), limits.max_input_len / limits.max_seq_len, scheduler.max_num_tokens (--max_num_tokens),
-    kv_cache.tokens_per_block (--tokens_per_block), kv_cache.prefix_reuse (enable_kv_cache_reuse),
-    kv_cache.free_gpu_memory_fraction (kv_cache_free_gpu_mem_fraction), scheduler.max_queue_size (Triton
-    default_queue_policy.max_queue_size, which the backend hands to the executor).
-    """
-
-    # trtllm-build (see ../shared/reference/trtllm-triton.md §1.5)
-    gpt_attention_plugin: Literal["auto", "float16", "bfloat16", "float32"] = Field(
-        "auto", description="--gpt_attention_plugin; required for in-flight batching and the paged KV cache."
-    )
-    gemm_plugin: Literal["auto", "float16", "bfloat16", "float32", "fp8", "disable"] = Field(
-        "disable", description="--gemm_plugin; NVIDIA's perf guide: disable for FP8, auto for FP16/BF16."
-    )
-    use_paged_context_fmha: bool = Field(
-        True, description="--use_paged_context_fmha; needed by KV reuse and chunking."
-    )
-    use_fp8_context_fmha: bool = Field(
-        True, description="--use_fp8_context_fmha (FP8 quantization, SM >= 89)."
-    )
-    multiple_profiles: bool = Field(False, description="--multiple_profiles (longer build, better shapes).")
-    use_fused_mlp: bool = Field(True, description="--use_fused_mlp (gate/up GEMM fusion).")
-    tp_size: PositiveInt = Field(1, description="Tensor parallelism, baked into the checkpoint and engines.")
-    pp_size: PositiveInt = Field(
-        1, description="Pipeline parallelism, baked into the checkpoint and engines."
-    )
-    dtype: Literal["float16", "bfloat16"] = Field(
-        "float16", description="Checkpoint dtype of unquantized tensors."
-    )
-    max_beam_width: PositiveInt = Field(1, description="--max_beam_width and the backend's max_beam_width.")
-    workers: PositiveInt = Field(1, description="trtllm-build --workers (parallel per-rank builds).")
-    # tensorrtllm backend (tensorrt_llm/config.pbtxt parameters, §2.3-2.4)
-    enable_chunked_context: bool = Field(
-        True, description="Backend enable_chunked_context (prefill chunking)."
-    )
-    cuda_graph_mode: bool = Field(False, description="Backend cuda_graph_mode (executor CUDA graphs).")
-    cuda_graph_cache_size: NonNegInt = Field(0, description="Backend cuda_graph_cache_size.")
-    batching_strategy: Literal["inflight_fused_batching", "V1"] = Field(
-        "inflight_fused_batching", description="Backend gpt_model_type."
-    )
-    batch_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] = Field(
-        "guaranteed_no_evict", description="Backend batch_scheduler_policy (capacity scheduler)."
-    )
-    exclude_input_in_output: bool = Field(True, description="Return only completion tokens.")
-    max_queue_delay_microseconds: NonNegInt = Field(0, description="Triton dynamic_batching queue delay.")
-    max_tokens_in_paged_kv_cache: PositiveInt | None = Field(
-        None, description="Cap on KV-cache tokens; None = whatever kv_cache.free_gpu_memory_fraction yields."
-    )
-    kv_cache_host_memory_bytes: NonNegInt = Field(
-        0, description="Host offload pool for KV blocks (raises reuse)."
-    )
-    multi_block_mode: bool = Field(True, description="Backend multi_block_mode (long-sequence decode).")
-    enable_context_fmha_fp32_acc: bool = Field(False, description="Backend enable_context_fmha_fp32_acc.")
-    # Triton model set (preprocessing / postprocessing / tensorrt_llm_bls)
-    preprocessing_instance_count: PositiveInt = Field(4, description="Python tokenizer instances.")
-    postprocessing_instance_count: PositiveInt = Field(4, description="Python detokenizer instances.")
-    bls_instance_count: PositiveInt = Field(4, description="tensorrt_llm_bls instances.")
-    add_special_tokens: bool = Field(True, description="preprocessing add_special_tokens (BOS).")
-    skip_special_tokens: bool = Field(True, description="postprocessing skip_special_tokens.")
-    accumulate_tokens: bool = Field(False, description="tensorrt_llm_bls accumulate_tokens when streaming.")
 
 
 class Recipe(Strict):
@@ -280,6 +223,7 @@ class Recipe(Strict):
     warmup: Warmup = Field(default_factory=Warmup)
     serve: Serve = Field(default_factory=Serve)
     trtllm: TrtLlm = Field(default_factory=TrtLlm)
+    llmapi: LlmApi = Field(default_factory=LlmApi)
     chat_template: str | None = Field(
         None,
         description="Jinja chat template (Hugging Face style: messages, add_generation_prompt, bos_token, "
@@ -296,6 +240,11 @@ class Recipe(Strict):
                 f"precision {self.precision!r} is not available on backend {self.backend!r}; allowed: {', '.join(allowed)}"
             )
         return self
+
+    @property
+    def is_trtllm(self) -> bool:
+        """Either TensorRT-LLM backend (engine path or LLM API)."""
+        return self.backend in TRTLLM_BACKENDS
 
     def compute_hash(self) -> str:
         """sha256 over the normalized recipe (sorted-key JSON, description excluded): the build-cache key part."""

@@ -20,6 +20,7 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from llmkiln.bench.arrivals import closed_loop
 from llmkiln.bench.stats import RequestRecord
 from llmkiln.bench.workloads import BenchRequest
 from llmkiln.errors import BadInput, KilnError
@@ -199,19 +200,9 @@ async def run_level(
     on_done: Callable[[RequestRecord], None] | None = None,
 ) -> list[RequestRecord]:
     """Replay `requests` with at most `concurrency` in flight (a closed loop: a new one starts as one ends)."""
-    queue = list(requests)
-    records: list[RequestRecord] = []
-
-    async def worker() -> None:
-        while queue:
-            req = queue.pop(0)
-            rec = await run_one(client, model, io, req, timeout_s)
-            records.append(rec)
-            if on_done is not None:
-                on_done(rec)
-
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(queue)))))
-    return sorted(records, key=lambda r: r.index)
+    return await closed_loop(
+        lambda req: run_one(client, model, io, req, timeout_s), requests, concurrency, on_done
+    )
 
 
 async def wait_ready(client: grpcclient.InferenceServerClient, model: str, timeout_s: float) -> None:

@@ -37,6 +37,7 @@ class RunInfo(BaseModel):
     mode: Literal["warm", "cold"]
     warmup_requests: int
     requests_per_level: int
+    api: str = "triton"  # triton (gRPC, tensorrtllm_backend I/O), chat or completions (OpenAI endpoint)
     created: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     machine: dict[str, Any] = Field(default_factory=lambda: machine_info())
     extra: dict[str, Any] = Field(default_factory=dict)  # recipe name, engine folder, runtime settings...
@@ -60,7 +61,15 @@ class BenchReport(BaseModel):
 def machine_info() -> dict[str, Any]:
     """CPU count, platform and the versions that matter for the numbers."""
     versions = {}
-    for pkg in ("llmkiln", "onnxruntime", "onnxruntime-genai", "tritonclient", "nvidia-pytriton", "torch"):
+    for pkg in (
+        "llmkiln",
+        "onnxruntime",
+        "onnxruntime-genai",
+        "tritonclient",
+        "nvidia-pytriton",
+        "torch",
+        "ai-dynamo",
+    ):
         try:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -149,6 +158,10 @@ COLUMNS = (
     ("req/s", lambda lv: f"{lv.request_throughput:.2f}"),
     ("out tok/s", lambda lv: f"{lv.output_token_throughput:.1f}"),
     ("cached", lambda lv: "-" if lv.cached_tokens_mean is None else f"{lv.cached_tokens_mean:.0f}"),
+    ("hit rate", lambda lv: "-" if lv.prefix_hit_rate is None else f"{lv.prefix_hit_rate:.2f}"),
+    ("rate", lambda lv: "-" if lv.request_rate is None else f"{lv.request_rate:g}/s"),
+    ("goodput", lambda lv: "-" if lv.goodput is None else f"{lv.goodput.goodput_rps:.2f}/s"),
+    ("SLO att.", lambda lv: "-" if lv.goodput is None else f"{lv.goodput.attainment:.0%}"),
 )
 
 
@@ -168,7 +181,7 @@ CONSOLE_COLUMNS = (
     "ITL p95",
     "e2e p50",
 )
-CONSOLE_COLUMNS += ("req/s", "out tok/s", "cached")
+CONSOLE_COLUMNS += ("req/s", "out tok/s", "cached", "hit rate", "goodput", "SLO att.")
 
 
 def console_table(report: BenchReport) -> Table:
@@ -201,10 +214,12 @@ def markdown_table(report: BenchReport) -> str:
 
 def markdown_report(report: BenchReport) -> str:
     r = report.run
+    slo = next((lv.goodput.slo for lv in report.levels if lv.goodput is not None), None)
+    slo_text = f" Goodput SLO: TTFT ≤ {slo.ttft_ms:g} ms, TPOT ≤ {slo.tpot_ms:g} ms." if slo else ""
     lines = [
         f"### {r.label}: `{r.workload.get('name')}` ({r.mode}, {r.requests_per_level} requests per level)",
         "",
-        f"Workload parameters: `{json.dumps(r.workload.get('params', {}))}`; times in ms.",
+        f"Workload parameters: `{json.dumps(r.workload.get('params', {}))}`; times in ms.{slo_text}",
         "",
         markdown_table(report),
         "",

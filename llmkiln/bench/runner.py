@@ -1,20 +1,35 @@
-"""A benchmark run against a served model: optional warmup, then one closed-loop pass per concurrency level."""
+"""A benchmark run against a served model: optional warmup, then one pass per concurrency level — a closed loop
+(that many requests in flight), or with `request_rate` an open loop (Poisson arrivals, the level being the bound
+on requests in flight) — over Triton's gRPC endpoint or an OpenAI-compatible one (chat or completions)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+import httpx
 import tritonclient.grpc.aio as grpcclient
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from llmkiln.bench.client import check_loopback, fetch_model_io, run_level, wait_ready
+from llmkiln.bench import client as triton_client
+from llmkiln.bench import openai_client
+from llmkiln.bench.arrivals import Send, closed_loop, open_loop
+from llmkiln.bench.client import check_loopback, fetch_model_io
 from llmkiln.bench.report import BenchReport, RunInfo, make_report
-from llmkiln.bench.stats import RequestRecord, level_stats
+from llmkiln.bench.stats import RequestRecord, Slo, level_stats
 from llmkiln.bench.workloads import Workload
 from llmkiln.errors import BadInput
+
+Api = Literal["triton", "chat", "completions"]
+APIS: tuple[str, ...] = ("triton", "chat", "completions")
+DEFAULT_URLS = {
+    "triton": "127.0.0.1:8001",
+    "chat": "http://127.0.0.1:8000/v1",
+    "completions": "http://127.0.0.1:8000/v1",
+}
 
 
 def parse_concurrency(text: str) -> list[int]:
@@ -45,9 +60,20 @@ class BenchConfig:
     ready_timeout_s: float = 30.0
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    api: Api = "triton"
+    request_rate: float | None = None  # requests/s: open loop (Poisson); None: closed loop
+    slo: Slo | None = None  # report goodput under this SLO
+    seed: int = 0  # of the open loop's arrivals
 
     def check(self) -> None:
-        check_loopback(self.url)
+        if self.api not in APIS:
+            raise BadInput(f"--api {self.api!r}: choose one of {', '.join(APIS)}")
+        if self.api == "triton":
+            check_loopback(self.url)
+        else:
+            openai_client.check_openai_url(self.url)
+        if self.request_rate is not None and not self.request_rate > 0:
+            raise BadInput(f"--request-rate must be positive, got {self.request_rate}")
         if self.requests_per_level <= 0:
             raise BadInput(f"--requests must be positive, got {self.requests_per_level}")
         if self.warmup_requests < 0:
@@ -78,16 +104,41 @@ def level_slices(
     return out
 
 
+@contextlib.asynccontextmanager
+async def _sender(cfg: BenchConfig) -> AsyncIterator[Send]:
+    """A ready `send(request) -> RequestRecord` for the run's endpoint (closed when the run ends)."""
+    if cfg.api == "triton":
+        grpc = grpcclient.InferenceServerClient(url=cfg.url)
+        try:
+            await triton_client.wait_ready(grpc, cfg.model, cfg.ready_timeout_s)
+            io = await fetch_model_io(grpc, cfg.model)
+
+            async def send_triton(req):
+                return await triton_client.run_one(grpc, cfg.model, io, req, cfg.timeout_s)
+
+            yield send_triton
+        finally:
+            await grpc.close()
+        return
+    url = openai_client.check_openai_url(cfg.url)
+    api: openai_client.Api = "chat" if cfg.api == "chat" else "completions"
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    async with httpx.AsyncClient(limits=limits, timeout=cfg.timeout_s) as http:
+        await openai_client.wait_ready(http, url, cfg.model, cfg.ready_timeout_s)
+
+        async def send_openai(req):
+            return await openai_client.run_one(http, url, cfg.model, req, api, cfg.timeout_s)
+
+        yield send_openai
+
+
 async def _run(cfg: BenchConfig) -> tuple[BenchReport, dict[int, list[RequestRecord]]]:
-    client = grpcclient.InferenceServerClient(url=cfg.url)
-    try:
-        await wait_ready(client, cfg.model, cfg.ready_timeout_s)
-        io = await fetch_model_io(client, cfg.model)
-        reqs = cfg.workload.requests
-        warm = reqs[: cfg.warmup_requests]
-        slices = level_slices(cfg.workload, cfg.concurrency, cfg.requests_per_level, cfg.warmup_requests)
-        total = len(warm) + sum(len(x) for x in slices.values())
-        records: dict[int, list[RequestRecord]] = {}
+    reqs = cfg.workload.requests
+    warm = reqs[: cfg.warmup_requests]
+    slices = level_slices(cfg.workload, cfg.concurrency, cfg.requests_per_level, cfg.warmup_requests)
+    total = len(warm) + sum(len(x) for x in slices.values())
+    records: dict[int, list[RequestRecord]] = {}
+    async with _sender(cfg) as send:
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -102,13 +153,15 @@ async def _run(cfg: BenchConfig) -> tuple[BenchReport, dict[int, list[RequestRec
                 bar.advance(task)
 
             if warm:
-                await run_level(client, cfg.model, io, warm, max(cfg.concurrency), cfg.timeout_s, done)
+                await closed_loop(send, warm, max(cfg.concurrency), done)
             for c, chunk in slices.items():
-                bar.update(task, description=f"{cfg.label} {cfg.workload.name} c={c}")
-                records[c] = await run_level(client, cfg.model, io, chunk, c, cfg.timeout_s, done)
-    finally:
-        await client.close()
-    levels = [level_stats(c, recs) for c, recs in records.items()]
+                loop = f"rate={cfg.request_rate:g}/s max-in-flight={c}" if cfg.request_rate else f"c={c}"
+                bar.update(task, description=f"{cfg.label} {cfg.workload.name} {loop}")
+                if cfg.request_rate:
+                    records[c] = await open_loop(send, chunk, cfg.request_rate, cfg.seed, c, done)
+                else:
+                    records[c] = await closed_loop(send, chunk, c, done)
+    levels = [level_stats(c, recs, cfg.slo, cfg.request_rate) for c, recs in records.items()]
     run = RunInfo(
         label=cfg.label,
         url=cfg.url,
@@ -117,6 +170,7 @@ async def _run(cfg: BenchConfig) -> tuple[BenchReport, dict[int, list[RequestRec
         mode="warm" if cfg.warmup_requests else "cold",
         warmup_requests=cfg.warmup_requests,
         requests_per_level=cfg.requests_per_level,
+        api=cfg.api,
         extra=dict(cfg.extra),
     )
     return make_report(run, levels, records), records

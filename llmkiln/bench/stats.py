@@ -9,6 +9,11 @@ Definitions (all times from the client's clock, milliseconds in reports):
 - server TTFT / queue: from the server's perf fields (first token − arrival, first scheduled − arrival), when the
   server returns them: the engine's share of TTFT without client and transport time.
 - Throughput: completed requests and output tokens per second of the level's wall time (first send → last end).
+- Prefix hit rate: cached prompt tokens / prompt tokens over the level's successful requests (server-reported
+  prompt tokens when the server gives them, e.g. an OpenAI usage; the workload's count otherwise).
+- Goodput under an SLO (DistServe, vLLM's benchmark --goodput): requests per second of wall time that met every
+  per-request objective (TTFT ≤ slo.ttft_ms, TPOT ≤ slo.tpot_ms; failed requests never do); attainment is their
+  share of all requests; the percentile objectives (TTFT p95, TPOT p95 within the same limits) are reported too.
 Percentiles use linear interpolation between closest ranks (numpy's default), over successful requests only.
 """
 
@@ -113,6 +118,58 @@ class GroupStats(BaseModel):
     e2e_ms: Dist
 
 
+class Slo(BaseModel):
+    """Service-level objectives of one request (milliseconds)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_ms: float = 1000.0
+    tpot_ms: float = 100.0
+
+
+class Goodput(BaseModel):
+    """How much of a level's traffic met the SLO (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    slo: Slo
+    good_requests: int
+    goodput_rps: float
+    attainment: float  # good requests / all requests
+    ttft_p95_met: bool
+    tpot_p95_met: bool
+
+
+def goodput(records: Sequence[RequestRecord], slo: Slo, duration_s: float) -> Goodput:
+    """Goodput of one level's records under `slo`."""
+    ok = [r for r in records if r.ok]
+    good = [
+        r
+        for r in ok
+        if r.ttft_ms is not None
+        and r.ttft_ms <= slo.ttft_ms
+        and (r.tpot_ms is None or r.tpot_ms <= slo.tpot_ms)
+    ]
+    ttft, tpot = summarize(r.ttft_ms for r in ok), summarize(r.tpot_ms for r in ok)
+    return Goodput(
+        slo=slo,
+        good_requests=len(good),
+        goodput_rps=len(good) / duration_s if duration_s else 0.0,
+        attainment=len(good) / len(records) if records else 0.0,
+        ttft_p95_met=ttft.p95 is not None and ttft.p95 <= slo.ttft_ms,
+        tpot_p95_met=tpot.p95 is None or tpot.p95 <= slo.tpot_ms,
+    )
+
+
+def prefix_hit_rate(records: Sequence[RequestRecord]) -> float | None:
+    """Cached prompt tokens / prompt tokens of the successful records; None when the server reports no cache."""
+    ok = [r for r in records if r.ok and r.num_cached_tokens is not None]
+    prompt = sum(r.server.get("prompt_tokens", r.num_prompt_tokens) for r in ok)
+    if not ok or not prompt:
+        return None
+    return sum(r.num_cached_tokens or 0 for r in ok) / prompt
+
+
 class LevelStats(BaseModel):
     """Everything measured at one concurrency level."""
 
@@ -136,10 +193,18 @@ class LevelStats(BaseModel):
     output_tokens_mean: float | None
     cached_tokens_mean: float | None  # None when the server does not report it
     groups: dict[str, GroupStats]
+    prefix_hit_rate: float | None = None  # cached prompt tokens / prompt tokens (None: not reported)
+    request_rate: float | None = None  # open loop: Poisson arrivals per second (None: closed loop)
+    goodput: Goodput | None = None  # when an SLO was given
 
 
-def level_stats(concurrency: int, records: Sequence[RequestRecord]) -> LevelStats:
-    """Statistics of one concurrency level's records."""
+def level_stats(
+    concurrency: int,
+    records: Sequence[RequestRecord],
+    slo: Slo | None = None,
+    request_rate: float | None = None,
+) -> LevelStats:
+    """Statistics of one level's records (concurrency: the closed loop's, or the open loop's in-flight bound)."""
     ok = [r for r in records if r.ok]
     errors = [r.error or "no tokens received" for r in records if not r.ok]
     distinct: list[str] = []
@@ -181,4 +246,7 @@ def level_stats(concurrency: int, records: Sequence[RequestRecord]) -> LevelStat
         output_tokens_mean=float(np.mean([r.num_output_tokens for r in ok])) if ok else None,
         cached_tokens_mean=float(np.mean(cached)) if cached else None,
         groups=groups,
+        prefix_hit_rate=prefix_hit_rate(records),
+        request_rate=request_rate,
+        goodput=goodput(records, slo, duration) if slo is not None else None,
     )

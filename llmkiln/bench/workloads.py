@@ -1,8 +1,8 @@
 """Benchmark workloads: seeded request lists whose prompts have exact token lengths under the engine's tokenizer.
 
 Workloads
-- ``shared-prefix``: one (or a few) system prompts of exactly S tokens, each request appends a different user
-  turn of U tokens (U drawn uniformly from a range). Models chat, agents and RAG, where every request repeats a
+- ``shared-prefix``: one (or a few: K, each request draws one at random) system prompts of exactly S tokens,
+  each request appends a different user turn of U tokens (U drawn uniformly from a range). Models chat, agents and RAG, where every request repeats a
   long instruction block: the case prefix KV reuse is for.
 - ``unique``: prompts that share nothing beyond the first word, lengths drawn from a range.
 - ``mixed-long-short``: mostly short prompts with a long one every ``long_every`` requests (a few long among many
@@ -60,6 +60,11 @@ class BenchRequest:
     num_prompt_tokens: int  # content tokens (no special tokens) under the workload's tokenizer
     group: str  # "shared", "unique", "long", "short", or a jsonl group
     prefix_tokens: int = 0  # tokens shared with other requests (the system prompt), 0 when none
+    system_chars: int = 0  # the prompt's first characters that are its system prompt (0: none)
+
+    def split_system(self) -> tuple[str, str]:
+        """(system prompt, the rest): how a chat API receives the prompt (system message, user message)."""
+        return self.prompt[: self.system_chars], self.prompt[self.system_chars :]
 
 
 @dataclass(frozen=True)
@@ -218,13 +223,24 @@ def shared_prefix(tok: Tokenizer, spec: WorkloadSpec) -> list[BenchRequest]:
     # NOTE: the trailing newline is part of the system prompt; re-fit so the whole block is exactly S tokens.
     systems = [_exact(tok, s, spec.system_tokens, rng) for s in systems]
     out = []
+    # NOTE: with several system prompts each request draws one (seeded) rather than cycling through them, so
+    # that a round-robin router does not line up with the prompts by accident.
+    pick = random.Random(spec.seed + 1)
     for i in range(spec.num_requests):
-        system = systems[i % len(systems)]
+        k = pick.randrange(len(systems)) if len(systems) > 1 else 0
+        system = systems[k]
         u = _draw(rng, spec.user_tokens)
         user = fit_text(tok, system, u, rng, lead=_USER_HEAD.format(i=i))
+        group = "shared" if len(systems) == 1 else f"system-{k}"
         out.append(
             BenchRequest(
-                i, system + user, spec.output_tokens, spec.system_tokens + u, "shared", spec.system_tokens
+                i,
+                system + user,
+                spec.output_tokens,
+                spec.system_tokens + u,
+                group,
+                spec.system_tokens,
+                system_chars=len(system),
             )
         )
     return out

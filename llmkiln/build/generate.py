@@ -138,6 +138,19 @@ SPECS: dict[str, LlamaSpec] = {
         vocab_size=32000,
         max_position_embeddings=4096,
     ),
+    # The GPU smoke model: the smallest Llama TensorRT-LLM's kernels take. head_dim 64 is in the attention
+    # plugin's supported set (tiny-llama's 16 is not: "Head size 16 is not supported by MMHA"), and every GEMM
+    # dimension is a multiple of 16 as FP8 GEMMs want (hidden 256, q 4x64, kv 2x64, intermediate 704, vocab 1024).
+    "gpu-smoke-llama": LlamaSpec(
+        hidden_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        intermediate_size=704,
+        vocab_size=1024,
+        max_position_embeddings=1024,
+    ),
 }
 
 

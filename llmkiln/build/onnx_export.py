@@ -22,6 +22,7 @@ from typing import Any
 from llmkiln.build.logs import output_to
 from llmkiln.build.rope_fix import derive_position_ids, needs_separate_rope
 from llmkiln.build.stages import BuildContext
+from llmkiln.engine_dir import HF_CONFIG, EngineDir
 from llmkiln.errors import BadInput, BuildFailed
 from llmkiln.tokenizer_files import GENERATION_CONFIG, TOKENIZER_FILES, copy_tokenizer_files
 from llmkiln.versions import package_versions
@@ -29,8 +30,9 @@ from llmkiln.versions import package_versions
 # Files the builder writes; everything the engine needs from the export.
 EXPORT_FILES = ("model.onnx", "model.onnx.data", "genai_config.json")
 
-# Files copied verbatim from the source model when present (the tokenizer stage's).
-COPIED_SOURCE_FILES = (*TOKENIZER_FILES, GENERATION_CONFIG)
+# Files copied verbatim from the source model when present (the tokenizer stage's); config.json is what
+# OpenAI frontends that read Hugging Face folders (Dynamo) need besides the tokenizer.
+COPIED_SOURCE_FILES = (*TOKENIZER_FILES, GENERATION_CONFIG, HF_CONFIG)
 
 EXECUTION_PROVIDERS = {"onnx-cpu": "cpu", "onnx-gpu": "cuda"}
 
@@ -170,10 +172,11 @@ class OnnxExportStage:
 
 
 class TokenizerStage:
-    """Copy the source model's tokenizer files verbatim into the engine folder."""
+    """Copy the source model's tokenizer files and config.json into the engine folder, and write the effective
+    chat template (the recipe's `chat_template`, else the model's) into its tokenizer_config.json."""
 
     name = "tokenizer"
-    version = "1"
+    version = "2"
     cacheable = False
 
     def cache_key(self, ctx: BuildContext) -> dict[str, Any]:
@@ -186,4 +189,14 @@ class TokenizerStage:
                 f"{ctx.source.path} has no tokenizer.json; the CPU runtime reads the tokenizer with `tokenizers` "
                 "and needs it"
             )
-        return {"files": copied}
+        template = ctx.recipe.chat_template
+        EngineDir(out_dir).write_chat_template(template)
+        return {
+            "files": copied,
+            "chat_template": "recipe" if template else "model" if _has_template(out_dir) else None,
+        }
+
+
+def _has_template(folder: Path) -> bool:
+    template = EngineDir(folder).tokenizer_config().get("chat_template")
+    return isinstance(template, str) and bool(template)

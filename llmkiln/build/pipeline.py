@@ -132,6 +132,11 @@ def build_engine(
             return BuildResult(engine_dir, True, existing.to_json(), seconds)
 
         progress.start(recipe.name, str(engine_dir))
+        if source.generated is not None:
+            progress.info(
+                f"note: {source.generated} is a generated model with random weights: its engine runs and measures "
+                "like a real one, but its text is gibberish by design"
+            )
         _remove_stale(engines_root, recipe.name)
         # replace_dir: an older engine is moved aside, not deleted, until the new one is in place
         with atomic_dir(engine_dir, prefix=f".tmp-{recipe.name}@", mode=0o755) as tmp:

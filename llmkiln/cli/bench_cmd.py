@@ -21,7 +21,16 @@ from llmkiln.bench.report import (
     save_report,
     write_atomic,
 )
-from llmkiln.bench.runner import BenchConfig, parse_concurrency, requests_needed, run_bench
+from llmkiln.bench.runner import (
+    APIS,
+    DEFAULT_URLS,
+    BenchConfig,
+    parse_concurrency,
+    requests_needed,
+    run_bench,
+)
+from llmkiln.bench.scaleout import ScaleoutConfig, run_scaleout
+from llmkiln.bench.stats import Slo
 from llmkiln.bench.workloads import WorkloadSpec, build_workload, load_tokenizer, parse_range
 from llmkiln.errors import BadInput
 
@@ -31,7 +40,17 @@ WORKLOAD_CHOICES = ("shared-prefix", "unique", "mixed-long-short", "jsonl")
 def _run_options(f):
     opts = [
         click.option(
-            "--url", default="127.0.0.1:8001", show_default=True, help="Triton gRPC endpoint (loopback only)."
+            "--api",
+            type=click.Choice(APIS),
+            default="triton",
+            show_default=True,
+            help="triton: gRPC (tensorrtllm_backend I/O); chat / completions: an OpenAI endpoint (kiln serve --dynamo).",
+        ),
+        click.option(
+            "--url",
+            default=None,
+            help="Loopback only. triton: HOST:PORT (default 127.0.0.1:8001); OpenAI: base URL "
+            "(default http://127.0.0.1:8000/v1).",
         ),
         click.option("--model", default="llmkiln", show_default=True, help="Served model name."),
         click.option(
@@ -65,6 +84,25 @@ def _run_options(f):
             "--output-tokens", type=int, default=64, show_default=True, help="max_tokens per request."
         ),
         click.option("--system-tokens", type=int, default=1500, show_default=True, help="shared-prefix: S."),
+        click.option(
+            "--system-prompts",
+            type=int,
+            default=1,
+            show_default=True,
+            help="shared-prefix: K distinct system prompts (each request draws one).",
+        ),
+        click.option(
+            "--request-rate",
+            type=float,
+            default=None,
+            help="Open loop: Poisson arrivals at R requests/s (each --concurrency level bounds requests in flight).",
+        ),
+        click.option(
+            "--slo-ttft-ms", type=float, default=None, help="Report goodput: requests with TTFT <= this ..."
+        ),
+        click.option(
+            "--slo-tpot-ms", type=float, default=None, help="... and TPOT <= this (default 100 ms)."
+        ),
         click.option(
             "--user-tokens", default="50-200", show_default=True, help="shared-prefix: U (N or MIN-MAX)."
         ),
@@ -119,6 +157,7 @@ def _do_run(**kw: Any) -> None:
         seed=kw["seed"],
         output_tokens=kw["output_tokens"],
         system_tokens=kw["system_tokens"],
+        num_system_prompts=kw["system_prompts"],
         user_tokens=parse_range(kw["user_tokens"], "--user-tokens"),
         prompt_tokens=parse_range(kw["prompt_tokens"], "--prompt-tokens"),
         long_tokens=kw["long_tokens"],
@@ -128,8 +167,18 @@ def _do_run(**kw: Any) -> None:
     )
     tok = load_tokenizer(kw["tokenizer"]) if kw["tokenizer"] else None
     workload = build_workload(tok, spec)
+    slo = None
+    if kw["slo_ttft_ms"] is not None or kw["slo_tpot_ms"] is not None:
+        slo = Slo(
+            ttft_ms=1000.0 if kw["slo_ttft_ms"] is None else kw["slo_ttft_ms"],
+            tpot_ms=100.0 if kw["slo_tpot_ms"] is None else kw["slo_tpot_ms"],
+        )
     cfg = BenchConfig(
-        url=kw["url"],
+        url=kw["url"] or DEFAULT_URLS[kw["api"]],
+        api=kw["api"],
+        request_rate=kw["request_rate"],
+        slo=slo,
+        seed=kw["seed"],
         model=kw["model"],
         workload=workload,
         concurrency=levels,
@@ -165,6 +214,9 @@ def bench(ctx: click.Context, **kw: Any) -> None:
     \b
     kiln bench --url 127.0.0.1:8001 --model llmkiln --tokenizer engines/NAME \\
         --workload shared-prefix --concurrency 1,4,8,16 --requests 16 --warmup-requests 2 --out report.json
+    kiln bench --api chat --url http://127.0.0.1:8000/v1 --tokenizer engines/NAME --system-prompts 4 \\
+        --concurrency 8 --request-rate 2 --slo-ttft-ms 1000 --slo-tpot-ms 100
+    kiln bench scaleout        (make bench-scaleout: Dynamo, KV routing vs round-robin, one worker vs two)
     kiln bench compare A.json B.json
     kiln bench experiment [--quick]
     """
@@ -272,3 +324,25 @@ def experiment_cmd(
         else:
             shown = f"{value:.1f}"
         click.echo(f"  {'met    ' if t['met'] else 'NOT met'}  {what}: {shown} (limit {t['limit']})")
+
+
+@bench.command("scaleout")
+@click.option("--quick", is_flag=True, help="Short prompts, few requests (minutes, for checking the setup).")
+@click.option("--requests", "requests_", type=int, default=None, help="Requests per setup (default 32).")
+@click.option(
+    "--out-dir",
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Default bench/results/scaleout (--quick: bench/results/raw/scaleout-quick).",
+)
+@click.option("--engines-dir", type=click.Path(file_okay=False), default="engines", show_default=True)
+def scaleout_cmd(quick: bool, requests_: int | None, out_dir: str | None, engines_dir: str) -> None:
+    """`make bench-scaleout`: Dynamo, KV routing vs round-robin (two workers), one worker vs two."""
+    cfg = ScaleoutConfig.make(quick=quick, requests=requests_, out_dir=Path(out_dir) if out_dir else None)
+    cfg = replace(cfg, engines_root=Path(engines_dir))
+    path, summary = run_scaleout(cfg)
+    click.echo(f"\nwrote {path} (and the reports next to it)")
+    for t in summary["targets"]:
+        click.echo(f"  {'met    ' if t['met'] else 'NOT met'}  {t['target']}: {t['value']:.2f}")

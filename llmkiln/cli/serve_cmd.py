@@ -1,4 +1,5 @@
-"""`kiln repo` (write or check a Triton model repository) and `kiln serve` (run tritonserver on an engine)."""
+"""`kiln repo` (write or check a Triton model repository) and `kiln serve` (run tritonserver on an engine, or
+with --dynamo the Dynamo frontend and N llmkiln workers: an OpenAI-compatible endpoint with KV-aware routing)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from llmkiln.dynamo.cluster import ROUTER_MODES
+from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, serve_dynamo
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
 from llmkiln.serve.launch import ServeOptions, serve_engine
@@ -48,6 +51,45 @@ def repo(
 @click.option("--metrics-port", type=int, default=None, help="Default: the recipe's serve.metrics_port.")
 @click.option("--exit-timeout", type=int, default=None, help="Seconds in-flight requests get at shutdown.")
 @click.option("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level.")
+@click.option(
+    "--dynamo",
+    is_flag=True,
+    help="Scale out: Dynamo's OpenAI frontend + KV router in front of --workers workers.",
+)
+@click.option("--workers", type=int, default=2, show_default=True, help="--dynamo: llmkiln workers.")
+@click.option(
+    "--router-mode",
+    type=click.Choice(ROUTER_MODES),
+    default="kv",
+    show_default=True,
+    help="--dynamo: kv (to the worker holding the prompt's prefix) or round-robin / random.",
+)
+@click.option(
+    "--migration-limit",
+    type=int,
+    default=3,
+    show_default=True,
+    help="--dynamo: times a request whose worker died moves to another worker.",
+)
+@click.option(
+    "--threads-per-worker",
+    type=int,
+    default=0,
+    help="--dynamo: intra-op threads (default: cores // workers).",
+)
+@click.option(
+    "--grace-period",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="--dynamo: seconds a stopping worker keeps serving after it unregistered.",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="--dynamo: discovery folder (wiped at start) and logs (default: a temp folder, removed after).",
+)
 def serve(
     engine: Path,
     host: str,
@@ -56,8 +98,34 @@ def serve(
     metrics_port: int | None,
     exit_timeout: int | None,
     log_verbose: int,
+    dynamo: bool,
+    workers: int,
+    router_mode: str,
+    migration_limit: int,
+    threads_per_worker: int,
+    grace_period: float,
+    state_dir: Path | None,
 ) -> int:
-    """Serve ENGINE with tritonserver; ready only after warmup. Ctrl-C or SIGTERM shuts it down cleanly."""
+    """Serve ENGINE with tritonserver; ready only after warmup. Ctrl-C or SIGTERM shuts it down cleanly.
+
+    With --dynamo: the Dynamo frontend (OpenAI API: /v1/models, /v1/completions, /v1/chat/completions) and
+    --workers llmkiln workers, each warmed up before it registers; Ctrl-C or SIGTERM stops them all.
+    """
+    if dynamo:
+        return _serve_dynamo(
+            engine,
+            DynamoOptions(
+                workers=workers,
+                host=host,
+                http_port=http_port,
+                router_mode=router_mode,
+                migration_limit=migration_limit,
+                threads_per_worker=threads_per_worker,
+                state_dir=state_dir,
+                grace_period_s=grace_period,
+                drain_timeout_s=None if exit_timeout is None else float(exit_timeout),
+            ),
+        )
 
     def ready(server: TritonServer, model_name: str) -> None:
         ep = server.endpoints()
@@ -69,4 +137,26 @@ def serve(
     opts = ServeOptions(host, http_port, grpc_port, metrics_port, exit_timeout, log_verbose)
     code = serve_engine(engine, opts, on_ready=ready)
     click.echo(f"stopped (tritonserver exit code {code})", err=True)
+    return code
+
+
+def _serve_dynamo(engine: Path, opts: DynamoOptions) -> int:
+    def ready(launcher: DynamoLauncher, waited_s: float) -> None:
+        spec = launcher.spec
+        click.secho(
+            f"ready in {waited_s:.1f} s: {spec.workers} worker(s), router {spec.router_mode}",
+            fg="green",
+            err=True,
+        )
+        click.echo(
+            f"  OpenAI  {spec.url}   (POST {spec.url}/chat/completions, {spec.url}/completions)", err=True
+        )
+        for i in range(spec.workers):
+            click.echo(
+                f"  worker-{i} {spec.status_url(i)}/health  /metrics  ({spec.threads} thread(s))", err=True
+            )
+        click.echo(f"  logs    {spec.log_dir}", err=True)
+
+    code = serve_dynamo(engine, opts, on_ready=ready)
+    click.echo("stopped", err=True)
     return code

@@ -47,6 +47,10 @@ class EngineClosed(KilnError):
     """submit() after shutdown()."""
 
 
+class EngineFailed(EngineClosed):
+    """submit() after the scheduler thread died; the engine is unhealthy for good (start a new one)."""
+
+
 class Runner(Protocol):
     """What the engine needs from a runner (runner.OnnxRunner, or the tests' fake)."""
 
@@ -94,6 +98,7 @@ class LLMEngine:
         self._thread: threading.Thread | None = None
         self._stop = False
         self._closed = False
+        self._failure: str | None = None  # why the scheduler thread died (None: healthy)
         self.profiler: Profiler | None = None
         self.costs = StepCosts()  # running estimates for the TTFT-first scheduler
 
@@ -151,6 +156,22 @@ class LLMEngine:
         if self.profiler is not None:
             self.profiler.close()
 
+    @property
+    def healthy(self) -> bool:
+        """False once the scheduler thread died on an exception (every request then fails at once)."""
+        return self._failure is None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the engine is unhealthy (None while healthy)."""
+        return self._failure
+
+    @property
+    def num_in_flight(self) -> int:
+        """Requests submitted and not finished yet (queued or running)."""
+        with self._lock:
+            return len(self._handles)
+
     def __enter__(self) -> LLMEngine:
         return self.start()
 
@@ -176,6 +197,8 @@ class LLMEngine:
                 self.stats.requests_rejected += 1
             raise
         with self._lock:
+            if self._failure is not None:
+                raise EngineFailed(f"the engine failed and serves no more requests: {self._failure}")
             if self._closed:
                 raise EngineClosed("the engine was shut down; create a new one")
             rid = request_id if request_id is not None else f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
@@ -251,6 +274,25 @@ class LLMEngine:
 
     # ------------------------------------------------------------------ the scheduler thread
     def _loop(self) -> None:
+        try:
+            self._run_loop()
+        except Exception as exc:  # a bug in scheduling: fail everything now rather than leave callers hanging
+            self._fail_all(f"{type(exc).__name__}: {exc}")
+
+    def _fail_all(self, reason: str) -> None:
+        """The scheduler thread is dying: mark the engine unhealthy and fail every unfinished request."""
+        with self._lock:
+            self._failure = reason
+            self._inbox.clear()
+            handles = list(self._handles.values())
+            self._handles.clear()
+            self._rngs.clear()
+            self._num_queued = 0
+            self.stats.requests_failed += len(handles)
+        for handle in handles:
+            handle._push(TokenEvent(None, len(handle.output_ids), True, FinishReason.ERROR.value), reason)
+
+    def _run_loop(self) -> None:
         while True:
             with self._lock:
                 if self._stop:

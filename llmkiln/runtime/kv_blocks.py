@@ -9,6 +9,11 @@ match (collision guard).
 Life of a block: empty → `offer()` hands it out pinned and not ready (the runner writes it this step) →
 `commit()` makes it ready and unpins it → lookups pin it while a running sequence uses it → when no sequence
 pins it, it sits in the LRU and keeps its key until `offer()` needs the space (evicted).
+
+Listeners (`add_listener`) hear when blocks become visible (`commit`: each block's key, parent key and tokens, in
+chain order) and when keyed blocks leave the store (eviction by `offer`, `clear`). A KV-aware router mirrors a
+worker's store from these (llmkiln.dynamo.kv_events). They run on the thread that changes the store (the
+engine's scheduler thread): keep them short, e.g. put the events on a queue.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 HashFn = Callable[[int | None, tuple[int, ...]], int]
 
@@ -40,6 +46,23 @@ class Block:
     ready: bool = False
 
 
+@dataclass(frozen=True)
+class StoredBlock:
+    """A block that became visible to lookups: its chained key, its parent's key (None: first block), its tokens."""
+
+    key: int
+    parent: int | None
+    token_ids: tuple[int, ...]
+
+
+class BlockListener(Protocol):
+    """Hears the store's changes (see the module docstring)."""
+
+    def blocks_stored(self, blocks: Sequence[StoredBlock]) -> None: ...
+
+    def blocks_removed(self, keys: Sequence[int]) -> None: ...
+
+
 class BlockStore:
     """Metadata of `num_blocks` blocks of `tokens_per_block` tokens; LRU over blocks no sequence pins."""
 
@@ -57,6 +80,11 @@ class BlockStore:
         self.num_hits = 0
         self.num_hit_tokens = 0
         self.num_queried_tokens = 0
+        self._listeners: list[BlockListener] = []
+
+    def add_listener(self, listener: BlockListener) -> None:
+        """Report stored and removed blocks to `listener` from now on."""
+        self._listeners.append(listener)
 
     # ------------------------------------------------------------------ queries
     @property
@@ -168,6 +196,14 @@ class BlockStore:
         """The runner wrote these offered blocks: make them visible to lookups and unpin them."""
         for block_id in block_ids:
             self.blocks[block_id].ready = True
+        if self._listeners and block_ids:
+            stored = []
+            for block_id in block_ids:
+                b = self.blocks[block_id]
+                if b.key is not None:
+                    stored.append(StoredBlock(b.key, b.parent, b.token_ids))
+            for listener in self._listeners:
+                listener.blocks_stored(stored)
         self.unpin(block_ids)
 
     def _take(self) -> int | None:
@@ -175,10 +211,17 @@ class BlockStore:
             return self._empty.pop()
         if self._lru:
             block_id, _ = self._lru.popitem(last=False)
+            key = self.blocks[block_id].key
             self._forget(self.blocks[block_id])
             self.num_evicted += 1
+            self._removed([key] if key is not None else [])
             return block_id
         return None
+
+    def _removed(self, keys: list[int]) -> None:
+        if keys:
+            for listener in self._listeners:
+                listener.blocks_removed(keys)
 
     def _forget(self, block: Block) -> None:
         if block.key is not None and self._by_key.get(block.key) == block.block_id:
@@ -187,10 +230,14 @@ class BlockStore:
 
     def clear(self) -> None:
         """Drop every unpinned cached block (pinned ones stay)."""
+        removed = []
         for block_id in list(self._lru):
             self._lru.pop(block_id)
+            if self.blocks[block_id].key is not None:
+                removed.append(self.blocks[block_id].key)
             self._forget(self.blocks[block_id])
             self._empty.append(block_id)
+        self._removed(removed)
 
     def check_invariants(self) -> None:
         """Raise AssertionError-free RuntimeError if bookkeeping is inconsistent (used by tests)."""

@@ -10,6 +10,9 @@ They appear on the metrics endpoint (default :8002/metrics) next to Triton's own
   llmkiln_requests_rejected_total         counter    requests refused (queue full, prompt too long, bad input)
   llmkiln_warmup_requests_total           counter    warmup requests run before READY
   llmkiln_warmup_seconds                  gauge      wall time of the warmup phase
+  llmkiln_engine{metric="<name>"}         gauge      every LLMEngine.metrics() value (names: runtime.metrics.
+                                                     EngineMetric), e.g. mean_queue_time_ms, mean_prefill_step_ms,
+                                                     num_running, num_free_slots: what `kiln diagnose` reads
 """
 
 from __future__ import annotations
@@ -61,7 +64,10 @@ class ServeMetrics:
             ),
             family("llmkiln_warmup_seconds", "Wall time of the warmup phase, seconds", mf.GAUGE),
         ]
-        (f_prompt, f_hit, f_rate, f_blocks, f_queue, f_ttft, f_rej, f_wreq, f_wsec) = self._families
+        self._families.append(
+            family("llmkiln_engine", "Runtime engine metrics (LLMEngine.metrics()), by name", mf.GAUGE)
+        )
+        (f_prompt, f_hit, f_rate, f_blocks, f_queue, f_ttft, f_rej, f_wreq, f_wsec, f_engine) = self._families
         self.prompt_tokens = f_prompt.Metric(labels=labels)
         self.hit_tokens = f_hit.Metric(labels=labels)
         self.hit_rate = f_rate.Metric(labels=labels)
@@ -71,6 +77,7 @@ class ServeMetrics:
         self.rejected = f_rej.Metric(labels=labels)
         self.warmup_requests = f_wreq.Metric(labels=labels)
         self.warmup_seconds = f_wsec.Metric(labels=labels)
+        self.engine = {m: f_engine.Metric(labels={**labels, "metric": str(m)}) for m in EngineMetric}
         self._prompt = 0
         self._hit = 0
 
@@ -88,6 +95,9 @@ class ServeMetrics:
         """Refresh the gauges from LLMEngine.metrics() (keys: llmkiln.runtime.metrics.EngineMetric)."""
         self.blocks_used.set(values[EngineMetric.KV_BLOCKS_USED])
         self.queue_length.set(values[EngineMetric.QUEUE_LENGTH])
+        for name, metric in self.engine.items():
+            if name in values:
+                metric.set(values[name])
 
     def close(self) -> None:
         """Drop metrics before their families (the stub requires that order)."""
@@ -101,6 +111,7 @@ class ServeMetrics:
             "rejected",
             "warmup_requests",
             "warmup_seconds",
+            "engine",
         ):
             if hasattr(self, attr):
                 delattr(self, attr)

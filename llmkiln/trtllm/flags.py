@@ -156,7 +156,7 @@ def check_build_rules(flags: dict[str, str | bool], where: str = "trtllm-build a
         if required not in flags:
             raise BadInput(f"{where}: {required} is required")
     seq = int(flags.get("--max_seq_len", 0) or 0)
-    inp = int(flags.get("--max_input_len", 1024))
+    inp = int(flags.get("--max_input_len", 0) or 0)
     if seq and inp > seq:
         raise BadInput(f"{where}: --max_input_len {inp} exceeds --max_seq_len {seq}")
     if on("--use_fp8_context_fmha", "enable") and not on("--context_fmha", "enable"):

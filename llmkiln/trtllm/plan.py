@@ -67,32 +67,31 @@ def check_recipe(recipe: Recipe, where: str) -> None:
             f"{where}: field 'kv_cache.dtype' is {recipe.kv_cache.dtype!r}; backend trtllm builds an FP8 KV cache "
             "(ModelOpt kv_cache_quant_algo FP8): set kv_cache.dtype: fp8"
         )
-    if (recipe.kv_cache.prefix_reuse or t.enable_chunked_context) and not t.use_paged_context_fmha:
+    chunked = recipe.scheduler.chunked_prefill
+    if (recipe.kv_cache.prefix_reuse or chunked) and not t.use_paged_context_fmha:
         raise BadInput(
             f"{where}: field 'trtllm.use_paged_context_fmha' is false, but kv_cache.prefix_reuse / "
-            "trtllm.enable_chunked_context need it (TensorRT-LLM: paged context FMHA enables KV reuse and chunking)"
+            "scheduler.chunked_prefill need it (TensorRT-LLM: paged context FMHA enables KV reuse and chunking)"
         )
-    if not t.enable_chunked_context and recipe.scheduler.max_num_tokens < recipe.limits.max_input_len:
+    if recipe.scheduler.batching == "static" and (recipe.kv_cache.prefix_reuse or chunked):
         raise BadInput(
-            f"{where}: field 'scheduler.max_num_tokens' ({recipe.scheduler.max_num_tokens}) is below "
-            f"limits.max_input_len ({recipe.limits.max_input_len}) with trtllm.enable_chunked_context false: "
-            "TensorRT-LLM would reject longer prompts. Raise max_num_tokens or enable chunked context"
-        )
-    if t.batching_strategy == "V1" and (recipe.kv_cache.prefix_reuse or t.enable_chunked_context):
-        raise BadInput(
-            f"{where}: field 'trtllm.batching_strategy' V1 supports neither KV reuse nor chunked context"
+            f"{where}: field 'scheduler.batching' static (gpt_model_type V1) supports neither KV reuse "
+            "(kv_cache.prefix_reuse) nor chunked context (scheduler.chunked_prefill)"
         )
 
 
 def build_argv(recipe: Recipe) -> list[str]:
-    """The exact trtllm-build argv for the recipe (paths relative to the plan folder)."""
+    """The exact trtllm-build argv for the recipe (paths relative to the plan folder).
+
+    No --max_input_len: trtllm-build ignores it when remove_input_padding and context FMHA are on (in-flight
+    batching needs both), so prompts are bounded by --max_seq_len; llmkiln.trtllm.rules rejects a recipe that
+    sets limits.max_input_len for this backend instead of passing a flag that does nothing."""
     t = recipe.trtllm
     argv = [
         "trtllm-build",
         "--checkpoint_dir", CHECKPOINT_DIR,
         "--output_dir", ENGINE_DIR,
         "--max_batch_size", str(recipe.scheduler.max_batch_size),
-        "--max_input_len", str(recipe.limits.max_input_len),
         "--max_seq_len", str(recipe.limits.max_seq_len),
         "--max_num_tokens", str(recipe.scheduler.max_num_tokens),
         "--max_beam_width", str(t.max_beam_width),

@@ -41,6 +41,8 @@ PYTHON_MODELS = {
 UPSTREAM_DIR = "triton_backend/all_models/inflight_batcher_llm"
 EXECUTOR_WORKER = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
 WARMUP_DIR = "warmup"
+# scheduler.batching -> the tensorrtllm backend's gpt_model_type
+GPT_MODEL_TYPES = {"inflight": "inflight_fused_batching", "static": "V1"}
 
 
 @dataclass
@@ -94,7 +96,7 @@ def tensorrt_llm_parameters(spec: TrtllmRepoSpec) -> dict[str, str]:
     values = {
         "max_beam_width": str(t.max_beam_width),
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
-        "gpt_model_type": t.batching_strategy,
+        "gpt_model_type": GPT_MODEL_TYPES[r.scheduler.batching],
         "gpt_model_path": str(spec.engine_dir),
         "max_attention_window_size": str(r.limits.max_seq_len),
         "sink_token_length": "0",
@@ -109,7 +111,7 @@ def tensorrt_llm_parameters(spec: TrtllmRepoSpec) -> dict[str, str]:
         "request_stats_max_iterations": "0",
         "enable_kv_cache_reuse": _b(r.kv_cache.prefix_reuse),
         "normalize_log_probs": "true",
-        "enable_chunked_context": _b(t.enable_chunked_context),
+        "enable_chunked_context": _b(r.scheduler.chunked_prefill),
         "lora_cache_optimal_adapter_size": "8",
         "lora_cache_max_adapter_size": "64",
         "lora_cache_gpu_memory_fraction": "0.05",

@@ -96,7 +96,7 @@ def test_dry_run_prints_the_whole_plan_and_writes_nothing(tmp_path: Path) -> Non
 def test_7b_without_its_model_folder_is_bad_input(tmp_path: Path) -> None:
     r = _kiln("build", "7b-fp8", "--engines-dir", str(tmp_path / "e"))
     assert r.returncode == 2
-    assert "model.path" in r.stderr and "MODEL=/path" in r.stderr
+    assert "model.path" in r.stderr and "--model /path" in r.stderr
     assert not (tmp_path / "e" / ".pending").exists()
 
 

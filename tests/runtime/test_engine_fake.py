@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from llmkiln.runtime.engine import EngineClosed, LLMEngine
+from llmkiln.runtime.engine import EngineClosed, EngineFailed, LLMEngine
 from llmkiln.runtime.handle import RequestFailed
 from llmkiln.runtime.request import QueueFull, SamplingParams
 from llmkiln.runtime.scheduler import SchedulerConfig
@@ -187,3 +187,43 @@ def test_step_profile_records_every_step_and_request(tmp_path):
     for s in steps:
         parts = s["sched_us"] + s["load_us"] + s["save_us"] + s["sample_us"] + s["update_us"] + s["emit_us"]
         assert parts <= s["total_us"]
+
+
+def test_scheduler_thread_exception_fails_requests_and_marks_unhealthy():
+    """A bug in the scheduler thread (not the runner) must fail every caller, never leave one hanging."""
+    eng = make_engine(max_batch_size=1)
+    real = eng.scheduler.schedule
+    calls = {"n": 0}
+
+    def broken(now_ns=0, costs=None):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("scheduler bug")
+        return real(now_ns, costs)
+
+    eng.scheduler.schedule = broken
+    running = eng.submit(_prompt(20), SamplingParams(max_tokens=50))
+    waiting = eng.submit(_prompt(21), SamplingParams(max_tokens=50))
+    assert eng.healthy and eng.num_in_flight == 2
+    eng.start()
+    for h in (running, waiting):
+        assert h.wait(10) and h.finish_reason == "error"
+        with pytest.raises(RequestFailed, match="scheduler bug"):
+            h.result()
+    assert not eng.healthy and "scheduler bug" in eng.failure
+    assert eng.num_in_flight == 0 and eng.metrics()["requests_failed"] == 2
+    with pytest.raises(EngineFailed, match="scheduler bug"):
+        eng.submit(_prompt(22))
+    eng.shutdown(timeout_s=1)
+
+
+def test_num_in_flight_counts_queued_and_running():
+    eng = make_engine(max_batch_size=1)
+    assert eng.num_in_flight == 0
+    a = eng.submit(_prompt(30), SamplingParams(max_tokens=3))
+    eng.submit(_prompt(31), SamplingParams(max_tokens=3))
+    assert eng.num_in_flight == 2
+    eng.start()
+    a.result(timeout=10)
+    eng.shutdown()
+    assert eng.num_in_flight == 0

@@ -84,3 +84,48 @@ def test_unpin_more_than_pinned_raises():
     blocks = _store_prefix(store, [1, 1])
     with pytest.raises(RuntimeError):
         store.unpin(blocks)
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object]] = []
+
+    def blocks_stored(self, blocks):
+        self.events.append(("stored", [(b.key, b.parent, b.token_ids) for b in blocks]))
+
+    def blocks_removed(self, keys):
+        self.events.append(("removed", list(keys)))
+
+
+def test_listener_hears_stored_chains_and_removals():
+    store = BlockStore(3, 2)
+    rec = _Recorder()
+    store.add_listener(rec)
+    k1 = store.block_keys([1, 1, 2, 2], 2)
+    _store_prefix(store, [1, 1, 2, 2])
+    assert rec.events == [("stored", [(k1[0], None, (1, 1)), (k1[1], k1[0], (2, 2))])]
+    _store_prefix(store, [1, 1, 2, 2])  # already stored: nothing new
+    assert len(rec.events) == 1
+    key, block_id = store.offer(None, [7, 7])
+    store.unpin([block_id])  # an offered block abandoned before commit was never visible: no event
+    assert len(rec.events) == 1
+    k3 = store.block_keys([3, 3, 4, 4], 2)
+    _store_prefix(store, [3, 3, 4, 4])  # needs two blocks: one empty, then the LRU's oldest ([1, 1])
+    assert rec.events[1] == ("removed", [k1[0]])
+    assert rec.events[2] == ("stored", [(k3[0], None, (3, 3)), (k3[1], k3[0], (4, 4))])
+    store.clear()
+    assert rec.events[3][0] == "removed" and sorted(rec.events[3][1]) == sorted([k1[1], *k3])
+    assert store.num_cached == 0
+    store.check_invariants()
+
+
+def test_listener_keys_match_lookup_chain():
+    """The stored keys are the store's own chained keys: what a router needs as node ids."""
+    store = BlockStore(8, 4)
+    rec = _Recorder()
+    store.add_listener(rec)
+    tokens = list(range(10, 22))
+    _store_prefix(store, tokens)
+    ((_, blocks),) = rec.events
+    assert [b[0] for b in blocks] == store.block_keys(tokens, 3)
+    assert [b[1] for b in blocks] == [None, *store.block_keys(tokens, 2)]

@@ -168,6 +168,7 @@ def test_metrics_endpoint_shows_custom_metrics(served: TritonServer):
         "llmkiln_queue_length",
         "llmkiln_ttft_ms_count",
         "llmkiln_ttft_ms_bucket",
+        'llmkiln_engine{metric="mean_queue_time_ms"',
     ):
         assert any(k.startswith(name) for k in values), name
     assert metric(values, "llmkiln_ttft_ms_count") >= 20

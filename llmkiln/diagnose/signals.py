@@ -1,0 +1,60 @@
+"""The figures a diagnosis reads, whatever they came from (metrics or a bench report), each with its source."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One number and where it came from (a metric name and formula, or a report field)."""
+
+    value: float
+    source: str
+
+
+@dataclass
+class Signals:
+    """Every field is optional: a source fills what it can; a table row needs its own figures or says 'no data'.
+
+    Times in milliseconds. Cumulative metrics are averages since the server started."""
+
+    ttft_mean_ms: Figure | None = None
+    ttft_p50_ms: Figure | None = None
+    ttft_p95_ms: Figure | None = None
+    ttft_p99_ms: Figure | None = None
+    ttft_max_ms: Figure | None = None
+    first_ttft_ms: Figure | None = None  # the first request's TTFT (cold start), when known
+    queue_ms: Figure | None = None  # mean (or median) wait before a request's first scheduling
+    prefill_step_ms: Figure | None = None
+    decode_step_ms: Figure | None = None
+    tpot_p50_ms: Figure | None = None
+    itl_p95_ms: Figure | None = None
+    utilization: Figure | None = None  # busy sequence slots / slots (0-1)
+    max_batch_size: Figure | None = None
+    queue_length: Figure | None = None
+    hit_rate: Figure | None = None  # prefix-cache hit tokens / prompt tokens
+    prompt_tokens_mean: Figure | None = None
+    kv_blocks_used: Figure | None = None
+    kv_blocks_total: Figure | None = None
+    kv_blocks_evicted: Figure | None = None
+    requests: Figure | None = None
+    rejected: Figure | None = None
+    warmup_requests: Figure | None = None
+    throughput_drop: Figure | None = None  # 1 - out tok/s at the highest load / best out tok/s (bench)
+    notes: list[str] = field(default_factory=list)
+
+    def merge(self, other: Signals) -> Signals:
+        """self, with other's figures where self has none."""
+        out = Signals(notes=[*self.notes, *other.notes])
+        for f in fields(self):
+            if f.name != "notes":
+                setattr(out, f.name, getattr(self, f.name) or getattr(other, f.name))
+        return out
+
+    def known(self) -> dict[str, Figure]:
+        return {
+            f.name: v
+            for f in fields(self)
+            if f.name != "notes" and isinstance(v := getattr(self, f.name), Figure)
+        }

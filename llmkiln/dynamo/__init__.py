@@ -1,0 +1,13 @@
+"""Scale-out serving on NVIDIA Dynamo: an OpenAI-compatible frontend with a KV-aware router in front of N llmkiln
+workers (each one runs the CPU runtime in-process), plus the Kubernetes deployment written from a recipe.
+
+- `worker`: the Dynamo engine class (`python -m llmkiln.dynamo.worker`); imports `dynamo`, so only worker
+  processes load it.
+- `kv_events`: the prefix block store's stored/removed blocks → Dynamo KV events (for the KV router).
+- `cluster`: the process layout of one launch (frontend + N workers, environment, discovery folder);
+  `launcher`: starts, supervises and stops it (`kiln serve ENGINE --dynamo`).
+- `deploy`: `kiln deploy dynamo RECIPE -o DIR` (DynamoGraphDeployment, TensorRT-LLM LLM-API arguments).
+
+Facts about Dynamo 1.6.1 on a CPU host that this package relies on: ../shared/reference/dynamo.md and
+docs/serve.md ("Scale out with Dynamo").
+"""

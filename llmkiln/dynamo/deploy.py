@@ -1,0 +1,360 @@
+"""`kiln deploy dynamo RECIPE -o DIR`: the Kubernetes DynamoGraphDeployment for a recipe's engine.
+
+Written (atomically, as one folder):
+- `dynamo-graph-deployment.yaml`: `apiVersion: nvidia.com/v1beta1`, `kind: DynamoGraphDeployment` with a
+  `Frontend` component (`python3 -m dynamo.frontend`, KV router, migration) and an `LlmkilnWorker` component
+  (`python3 -m llmkiln.dynamo.worker`, `replicas` workers, CPU and memory requests = limits, the engine folder
+  mounted read-only from a PersistentVolumeClaim). Layout as in the upstream v1beta1 examples (the ai-dynamo
+  wheel ships them: dynamo/profiler/templates/dgd/<backend>/agg.yaml): components[] with name, type
+  (frontend | worker), replicas, podTemplate.spec.containers[] (name main, image, command, args, resources).
+  Discovery is the operator's business in a cluster (it sets the backend); nothing here pins it.
+- `README.md`: what to copy where and how to apply it.
+
+Recipes on TensorRT-LLM's LLM-API path (backend trtllm-llmapi) get a `TrtllmWorker` component instead:
+`python3 -m dynamo.trtllm --model <checkpoint> --served-model-name NAME --extra-engine-args /config/llm_api.yaml
+--publish-kv-events`, GPUs = tp × pp, the upstream tensorrtllm-runtime image; the `--extra-engine-args` YAML is
+`llm_api_options(recipe)` (llmkiln.trtllm.llmapi, the one recipe → LLM(**kwargs) mapping), written as
+`llm_api.yaml` and as the ConfigMap `llm-api-configmap.yaml` mounted at /config. The checkpoint is the ModelOpt
+unified HF checkpoint inside the engine folder (`--checkpoint`, default <recipe>/hf_checkpoint on the volume).
+onnx-gpu and Triton-engine trtllm recipes cannot run under Dynamo's workers (dynamo.trtllm 1.6.1 loads HF
+checkpoints on the PyTorch backend, not trtllm-build engines).
+
+`check_layout(doc)` compares a document with the wheel's agg template (apiVersion, kind, the component and
+container fields used); the tests also validate it with the wheel's own pydantic model of a DGD.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llmkiln.atomic import atomic_dir, replace_dir
+from llmkiln.engine_dir import EngineDir, default_engines_root
+from llmkiln.errors import BadInput
+from llmkiln.recipe import Recipe, load_recipe
+from llmkiln.trtllm.llmapi import llm_api_options
+from llmkiln.versions import package_versions
+
+API_VERSION = "nvidia.com/v1beta1"
+KIND = "DynamoGraphDeployment"
+DGD_FILE = "dynamo-graph-deployment.yaml"
+ENGINES_MOUNT = "/engines"
+MIB = 2**20
+# What a worker process needs besides its KV pools, store and weights (Python, onnxruntime, Dynamo runtime):
+# measured ~90-110 MB RSS for a Dynamo worker before its model (../shared/reference/dynamo.md), plus slack.
+WORKER_BASE_MIB = 512
+FRONTEND_MEMORY = "1Gi"
+TEMPLATE = ("profiler", "templates", "dgd", "trtllm", "agg.yaml")  # in the ai-dynamo wheel
+TRTLLM_IMAGE = "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.6.1"  # as in the upstream v1beta1 examples
+LLM_API_FILE = "llm_api.yaml"
+CONFIGMAP_FILE = "llm-api-configmap.yaml"
+CONFIG_MOUNT = "/config"
+_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class DeployOptions:
+    """`kiln deploy dynamo` options."""
+
+    replicas: int = 2
+    threads_per_worker: int = 2  # CPU request/limit and intra-op threads of each worker
+    image: str | None = None  # default llmkiln:<version> (an image with llmkiln and ai-dynamo installed)
+    engine_pvc: str = "llmkiln-engines"  # PVC holding the engines root (engines/<recipe>/ ...)
+    name: str | None = None  # metadata.name; default llmkiln-<recipe>
+    namespace: str | None = None
+    router_mode: str = "kv"
+    migration_limit: int = 3
+    http_port: int = 8000
+    engines_root: Path | None = None  # to size memory from the built engine (optional)
+    checkpoint: str | None = (
+        None  # trtllm-llmapi: checkpoint folder on the volume (default <recipe>/hf_checkpoint)
+    )
+
+
+def _k8s_name(text: str) -> str:
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63].strip("-")
+    if not _DNS1123.match(name):
+        raise BadInput(f"cannot make a Kubernetes name from {text!r}; give --name")
+    return name
+
+
+def worker_memory_mib(recipe: Recipe, engine: EngineDir | None) -> int:
+    """Memory a worker needs: its KV slot pools (from the engine's shapes), the prefix store's byte budget,
+    the weights, and a base. Without a built engine the pools and weights are unknown: BadInput."""
+    if engine is None or not engine.has_onnx_model():
+        raise BadInput(
+            f"recipe {recipe.name}: build the engine first (`kiln build {recipe.name}`); the deployment mounts "
+            "that folder and sizes the workers' memory from it"
+        )
+    info = engine.genai_config()
+    per_token = 2 * info.num_layers * info.kv_heads * info.head_size * 4  # fp32 slot pools (k and v)
+    pools = recipe.scheduler.max_batch_size * recipe.limits.max_seq_len * per_token
+    store = recipe.kv_cache.max_bytes if recipe.kv_cache.prefix_reuse else 0
+    weights = sum(f.stat().st_size for f in engine.path.glob("model.onnx*") if f.is_file())
+    return WORKER_BASE_MIB + -(-(pools + store + weights) // MIB)
+
+
+def configmap_name(doc: dict[str, Any]) -> str:
+    return f"{doc['metadata']['name']}-llm-api"[:63].rstrip("-")
+
+
+def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) -> dict[str, Any]:
+    """The DynamoGraphDeployment document: llmkiln CPU workers (onnx-cpu) or dynamo.trtllm (trtllm-llmapi)."""
+    if recipe.backend not in ("onnx-cpu", "trtllm-llmapi"):
+        raise BadInput(
+            f"recipe {recipe.name}: backend {recipe.backend!r} cannot run in llmkiln's Dynamo workers (onnx-cpu) "
+            "nor in dynamo.trtllm (which loads HF checkpoints on TensorRT-LLM's PyTorch backend: use a "
+            "trtllm-llmapi recipe)"
+        )
+    if opts.replicas < 1 or opts.threads_per_worker < 1:
+        raise BadInput(
+            f"--replicas and --threads-per-worker must be >= 1, got {opts.replicas}, {opts.threads_per_worker}"
+        )
+    version = package_versions(("llmkiln",)).get("llmkiln") or "latest"
+    trt = recipe.backend == "trtllm-llmapi"
+    image = opts.image or (TRTLLM_IMAGE if trt else f"llmkiln:{version}")
+    metadata: dict[str, Any] = {"name": _k8s_name(opts.name or f"llmkiln-{recipe.name}")}
+    if opts.namespace:
+        metadata["namespace"] = _k8s_name(opts.namespace)
+    frontend = {
+        "name": "Frontend",
+        "type": "frontend",
+        "replicas": 1,
+        "podTemplate": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": image,
+                        "command": ["python3"],
+                        "args": [
+                            "-m",
+                            "dynamo.frontend",
+                            "--http-port",
+                            str(opts.http_port),
+                            "--router-mode",
+                            opts.router_mode,
+                            "--migration-limit",
+                            str(opts.migration_limit),
+                            *(
+                                ["--no-router-track-active-blocks"]  # CPU workers: see llmkiln.dynamo.cluster
+                                if opts.router_mode == "kv" and not trt
+                                else []
+                            ),
+                        ],
+                        "resources": {
+                            "requests": {"cpu": "1", "memory": FRONTEND_MEMORY},
+                            "limits": {"cpu": "1", "memory": FRONTEND_MEMORY},
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    doc = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": {"components": [frontend]}}
+    worker = (
+        trtllm_worker(recipe, image, opts, configmap_name(doc))
+        if trt
+        else cpu_worker(recipe, engine, image, opts)
+    )
+    doc["spec"]["components"].append(worker)
+    return doc
+
+
+def cpu_worker(recipe: Recipe, engine: EngineDir | None, image: str, opts: DeployOptions) -> dict[str, Any]:
+    """The llmkiln worker component (CPU requests = limits = its intra-op threads; memory from the engine)."""
+    memory = f"{worker_memory_mib(recipe, engine)}Mi"
+    threads = str(opts.threads_per_worker)
+    engine_path = f"{ENGINES_MOUNT}/{recipe.name}"
+    return {
+        "name": "LlmkilnWorker",
+        "type": "worker",
+        "replicas": opts.replicas,
+        "podTemplate": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": image,
+                        "command": ["python3"],
+                        "args": [
+                            "-m",
+                            "llmkiln.dynamo.worker",
+                            "--engine",
+                            engine_path,
+                            "--served-model-name",
+                            recipe.serve.model_name,
+                            "--threads",
+                            threads,
+                            "--drain-timeout",
+                            str(recipe.serve.exit_timeout_s),
+                        ],
+                        "resources": {
+                            "requests": {"cpu": threads, "memory": memory},
+                            "limits": {"cpu": threads, "memory": memory},
+                        },
+                        "volumeMounts": [{"name": "engines", "mountPath": ENGINES_MOUNT, "readOnly": True}],
+                    }
+                ],
+                "volumes": [_engines_volume(opts)],
+            }
+        },
+    }
+
+
+def _engines_volume(opts: DeployOptions) -> dict[str, Any]:
+    return {"name": "engines", "persistentVolumeClaim": {"claimName": opts.engine_pvc, "readOnly": True}}
+
+
+def trtllm_args(recipe: Recipe, opts: DeployOptions) -> list[str]:
+    """`python -m dynamo.trtllm` arguments for an LLM-API recipe (flag names of ai-dynamo 1.6.1's
+    dynamo/trtllm/backend_args.py; --model was --model-path before)."""
+    checkpoint = opts.checkpoint or f"{recipe.name}/hf_checkpoint"
+    return [
+        "--model",
+        f"{ENGINES_MOUNT}/{checkpoint}",
+        "--served-model-name",
+        recipe.serve.model_name,
+        "--extra-engine-args",
+        f"{CONFIG_MOUNT}/{LLM_API_FILE}",
+        "--publish-kv-events",
+    ]
+
+
+def trtllm_worker(recipe: Recipe, image: str, opts: DeployOptions, configmap: str) -> dict[str, Any]:
+    """The dynamo.trtllm worker component: GPUs = tp × pp, the LLM-API YAML from a ConfigMap."""
+    gpus = str(recipe.trtllm.tp_size * recipe.trtllm.pp_size)
+    return {
+        "name": "TrtllmWorker",
+        "type": "worker",
+        "replicas": opts.replicas,
+        "podTemplate": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": image,
+                        "command": ["python3", "-m", "dynamo.trtllm"],
+                        "args": trtllm_args(recipe, opts),
+                        "resources": {"limits": {"nvidia.com/gpu": gpus}},
+                        "volumeMounts": [
+                            {"name": "engines", "mountPath": ENGINES_MOUNT, "readOnly": True},
+                            {"name": "llm-api", "mountPath": CONFIG_MOUNT, "readOnly": True},
+                        ],
+                    }
+                ],
+                "volumes": [_engines_volume(opts), {"name": "llm-api", "configMap": {"name": configmap}}],
+            }
+        },
+    }
+
+
+def llm_api_configmap(recipe: Recipe, name: str, namespace: str | None) -> dict[str, Any]:
+    """The ConfigMap holding llm_api.yaml (= llm_api_options(recipe))."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    text = yaml.safe_dump(llm_api_options(recipe), sort_keys=False)
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {LLM_API_FILE: text}}
+
+
+def shipped_template() -> dict[str, Any]:
+    """The v1beta1 agg blueprint the ai-dynamo wheel ships (read as a file; nothing of dynamo is imported)."""
+    path = resources.files("dynamo")
+    for part in TEMPLATE:
+        path = path.joinpath(part)
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise BadInput(f"{path}: not a YAML mapping")
+    return data
+
+
+def check_layout(doc: dict[str, Any], template: dict[str, Any] | None = None) -> None:
+    """BadInput unless `doc` has the template's apiVersion and kind, components of its types, and only container
+    fields the template uses plus the Kubernetes ones we add (env, volumeMounts, ports)."""
+    t = template if template is not None else shipped_template()
+    problems = []
+    for key in ("apiVersion", "kind"):
+        if doc.get(key) != t.get(key):
+            problems.append(f"{key}: {doc.get(key)!r}, the shipped template has {t.get(key)!r}")
+    t_components = t["spec"]["components"]
+    types = {c["type"] for c in t_components}
+    comp_keys = set().union(*(c.keys() for c in t_components))
+    cont_keys = set().union(*(k.keys() for c in t_components for k in c["podTemplate"]["spec"]["containers"]))
+    cont_keys |= {"env", "volumeMounts", "ports"}
+    components = doc.get("spec", {}).get("components")
+    if not isinstance(components, list) or not components:
+        problems.append("spec.components: expected a non-empty list")
+        components = []
+    for i, c in enumerate(components):
+        where = f"spec.components[{i}]"
+        if c.get("type") not in types:
+            problems.append(f"{where}.type: {c.get('type')!r} is not one of {sorted(types)}")
+        if set(c) - comp_keys:
+            problems.append(f"{where}: fields {sorted(set(c) - comp_keys)} are not in the template")
+        if not isinstance(c.get("replicas"), int) or c["replicas"] < 1:
+            problems.append(f"{where}.replicas: expected an integer >= 1")
+        for j, k in enumerate(c.get("podTemplate", {}).get("spec", {}).get("containers", [])):
+            extra = set(k) - cont_keys
+            if extra:
+                problems.append(f"{where}.containers[{j}]: fields {sorted(extra)} are not in the template")
+    if {c.get("type") for c in components} != {"frontend", "worker"}:
+        problems.append("expected one frontend and one worker component")
+    if problems:
+        raise BadInput(
+            "the DynamoGraphDeployment does not match the shipped v1beta1 layout:\n  " + "\n  ".join(problems)
+        )
+
+
+def write_deployment(recipe_name: str, out_dir: Path, opts: DeployOptions, force: bool = False) -> Path:
+    """Write the deployment folder for a recipe (see the module docstring); returns the DGD file."""
+    recipe, _ = load_recipe(recipe_name)
+    root = opts.engines_root if opts.engines_root is not None else default_engines_root()
+    engine = EngineDir((root / recipe.name).resolve())
+    doc = deployment(recipe, engine if engine.exists() else None, opts)
+    check_layout(doc)
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+        raise BadInput(f"-o {out_dir}: the folder is not empty; give --force to replace it")
+    with atomic_dir(out_dir, publish=replace_dir) as tmp:  # non-empty folders were refused above
+        (tmp / DGD_FILE).write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        if recipe.backend == "trtllm-llmapi":
+            options = llm_api_options(recipe)
+            (tmp / LLM_API_FILE).write_text(yaml.safe_dump(options, sort_keys=False), encoding="utf-8")
+            cm = llm_api_configmap(recipe, configmap_name(doc), doc["metadata"].get("namespace"))
+            (tmp / CONFIGMAP_FILE).write_text(yaml.safe_dump(cm, sort_keys=False), encoding="utf-8")
+        (tmp / "README.md").write_text(readme(recipe, doc, opts), encoding="utf-8")
+    return out_dir / DGD_FILE
+
+
+def readme(recipe: Recipe, doc: dict[str, Any], opts: DeployOptions) -> str:
+    name = doc["metadata"]["name"]
+    if recipe.backend == "trtllm-llmapi":
+        args = " ".join(doc["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["args"])
+        return f"""# {name}: recipe `{recipe.name}` on NVIDIA Dynamo with TensorRT-LLM (LLM API, PyTorch backend)
+
+1. Build the checkpoint (`kiln build {recipe.name}`) and copy the engine folder into the PersistentVolumeClaim
+   `{opts.engine_pvc}` (mounted read-only at `{ENGINES_MOUNT}`).
+2. `kubectl apply -f {CONFIGMAP_FILE} -f {DGD_FILE}` (the Dynamo operator installed; GPU nodes).
+
+Worker: `python3 -m dynamo.trtllm {args}`; `{LLM_API_FILE}` (also in the ConfigMap) is
+`llm_api_options(recipe)`, TensorRT-LLM's LLM(**kwargs). Written by `kiln deploy dynamo` on a CPU host: checked
+against the v1beta1 layout the ai-dynamo wheel ships, not run on a GPU here.
+"""
+    return f"""# {name}: recipe `{recipe.name}` on NVIDIA Dynamo (Kubernetes)
+
+1. Build the engine (`kiln build {recipe.name}`) and copy `engines/{recipe.name}/` into the PersistentVolumeClaim
+   `{opts.engine_pvc}` (it is mounted read-only at `{ENGINES_MOUNT}`; the worker reads `{ENGINES_MOUNT}/{recipe.name}`).
+2. Use an image with llmkiln and ai-dynamo 1.6.1 installed (`make setup` does it in a venv); set it in
+   `{DGD_FILE}` (now `{doc["spec"]["components"][0]["podTemplate"]["spec"]["containers"][0]["image"]}`).
+3. With the Dynamo operator installed: `kubectl apply -f {DGD_FILE}`; the OpenAI API is the Frontend
+   component's port {opts.http_port}.
+
+{opts.replicas} worker(s), {opts.threads_per_worker} CPU(s) each (= their onnxruntime intra-op threads); router
+`{opts.router_mode}`, migration limit {opts.migration_limit}. Written by `kiln deploy dynamo`; checked against
+the v1beta1 layout shipped in the ai-dynamo wheel, not applied to a cluster here.
+"""

@@ -1,0 +1,373 @@
+"""Start, supervise and stop one Dynamo launch (llmkiln.dynamo.cluster): `kiln serve ENGINE --dynamo`.
+
+`DynamoLauncher.start()` wipes the launch's discovery folder, starts the frontend and the N workers (each in its
+own session, so a terminal's Ctrl-C reaches only kiln, which stops them in order), and `wait_ready()` returns
+once the frontend lists the model and N generate instances — a worker registers only after its warmup, so no
+request reaches a cold worker. `stop()` sends SIGTERM to every process (workers unregister, finish what is in
+flight, exit), SIGKILLs what is still alive after the timeout, and removes the discovery folder: no process and
+no discovery file is left. `serve_forever()` adds the signals and supervision: a worker that dies is restarted
+(up to `max_restarts` times), a frontend that dies ends the launch with an error.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from llmkiln.dynamo.cluster import ClusterSpec
+from llmkiln.dynamo.metrics import parse_exposition
+from llmkiln.engine_dir import resolve_engine
+from llmkiln.errors import BadInput, KilnError
+from llmkiln.serve.server import port_free
+
+STOP_MARGIN_S = 10.0
+
+
+class LaunchFailed(KilnError):
+    """A process of the launch exited or never became ready; the message carries its last log lines."""
+
+
+@dataclass
+class Proc:
+    """One process of the launch and the tail of its log."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    log_path: Path
+    popen: subprocess.Popen[bytes] | None = None
+    lines: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=200))
+    restarts: int = 0
+    _reader: threading.Thread | None = None
+
+    def start(self, echo: IO[str] | None) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.popen = subprocess.Popen(
+            self.command,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._read, args=(echo,), name=f"{self.name}-log", daemon=True)
+        self._reader.start()
+
+    def _read(self, echo: IO[str] | None) -> None:
+        assert self.popen is not None and self.popen.stdout is not None
+        with self.log_path.open("a", encoding="utf-8") as log:
+            for raw in iter(self.popen.stdout.readline, b""):
+                line = raw.decode("utf-8", errors="replace")
+                self.lines.append(line.rstrip("\n"))
+                log.write(line)
+                log.flush()
+                if echo is not None:
+                    echo.write(f"[{self.name}] {line}")
+                    echo.flush()
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen is not None else None
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def returncode(self) -> int | None:
+        return self.popen.poll() if self.popen is not None else None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            assert self.popen is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, sig)
+
+    def wait(self, timeout_s: float) -> bool:
+        if self.popen is None:
+            return True
+        try:
+            self.popen.wait(timeout=max(0.0, timeout_s))
+        except subprocess.TimeoutExpired:
+            return False
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        return True
+
+    def tail(self, n: int = 25) -> str:
+        return "\n".join(list(self.lines)[-n:])
+
+
+class DynamoLauncher:
+    """One launch: a frontend and N workers (see the module docstring)."""
+
+    def __init__(self, spec: ClusterSpec, echo: IO[str] | None = None, max_restarts: int = 3) -> None:
+        spec.check()
+        self.spec = spec
+        self.echo = echo
+        self.max_restarts = max_restarts
+        self.frontend = Proc("frontend", spec.frontend_command(), spec.env(), spec.log_dir / "frontend.log")
+        self.workers = [
+            Proc(
+                f"worker-{i}", spec.worker_commandline(), spec.worker_env(i), spec.log_dir / f"worker-{i}.log"
+            )
+            for i in range(spec.workers)
+        ]
+        self.stopping = threading.Event()
+
+    @property
+    def procs(self) -> list[Proc]:
+        return [self.frontend, *self.workers]
+
+    @property
+    def url(self) -> str:
+        return self.spec.url
+
+    # -- start -----------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        s = self.spec
+        ports = [("--http-port", s.http_port)] + [("worker status port", p) for p in s.status_ports]
+        for what, port in ports:
+            if not port_free(s.host, port):
+                raise BadInput(f"{what} {port}: the port is already in use on {s.host}; pick another port")
+        # Stale discovery state (a crashed launch's workers) would be routed to: start from an empty folder.
+        shutil.rmtree(s.discovery_dir, ignore_errors=True)
+        s.discovery_dir.mkdir(parents=True)
+        s.log_dir.mkdir(parents=True, exist_ok=True)
+        for proc in self.procs:
+            proc.start(self.echo)
+
+    def wait_ready(self, timeout_s: float = 300.0) -> float:
+        """Block until the frontend serves the model with every worker registered; returns seconds waited."""
+        t0 = time.monotonic()
+        while True:
+            for proc in self.procs:
+                if not proc.alive():
+                    raise LaunchFailed(self._failure(proc, "exited before the launch was ready"))
+            if self.ready_instances() >= self.spec.workers:
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout_s:
+                raise LaunchFailed(
+                    f"not ready after {timeout_s:.0f} s ({self.ready_instances()} of {self.spec.workers} workers "
+                    f"registered); logs in {self.spec.log_dir}"
+                )
+            if self.stopping.wait(0.25):
+                raise LaunchFailed("stopped before the launch was ready")
+
+    def ready_instances(self) -> int:
+        """Generate instances the frontend knows, once it also lists a model (0 while it does not answer)."""
+        try:
+            models = _get_json(f"{self.url}/models")
+            health = _get_json(self.url.removesuffix("/v1") + "/health")
+        except (urllib.error.URLError, OSError, ValueError):
+            return 0
+        if not models.get("data"):
+            return 0
+        return sum(1 for i in health.get("instances", []) if i.get("endpoint") == "generate")
+
+    # -- observe ---------------------------------------------------------------------------------------------
+    def worker_metrics(self, index: int) -> dict[str, float]:
+        """llmkiln_* metrics of one worker (its status port /metrics), names without the prefix."""
+        with urllib.request.urlopen(f"{self.spec.status_url(index)}/metrics", timeout=5) as r:
+            return parse_exposition(r.read().decode("utf-8"))
+
+    def worker_health(self, index: int) -> dict[str, Any]:
+        """The worker's /health answer (status 'ready' when serving; an error status or no answer otherwise)."""
+        try:
+            with urllib.request.urlopen(f"{self.spec.status_url(index)}/health", timeout=5) as r:
+                return dict(json.loads(r.read()))
+        except urllib.error.HTTPError as exc:
+            body = exc.read()
+            try:
+                data = json.loads(body) if body else {}
+            except ValueError:
+                data = {"body": body.decode("utf-8", "replace")}
+            return {**(data if isinstance(data, dict) else {}), "http_status": exc.code}
+        except (urllib.error.URLError, OSError) as exc:
+            return {"status": "unreachable", "error": str(exc)}
+
+    # -- stop ------------------------------------------------------------------------------------------------
+    def stop(self, timeout_s: float | None = None) -> dict[str, int | None]:
+        """SIGTERM everything, wait (grace period + drain + margin), SIGKILL stragglers, remove discovery files.
+        Returns each process's exit code."""
+        self.stopping.set()
+        s = self.spec
+        timeout_s = s.grace_period_s + s.drain_timeout_s + STOP_MARGIN_S if timeout_s is None else timeout_s
+        for proc in self.procs:
+            proc.signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for proc in self.procs:
+            if not proc.wait(deadline - time.monotonic()):
+                proc.lines.append(f"llmkiln: {proc.name} did not stop within {timeout_s:.0f} s: killed")
+                proc.signal(signal.SIGKILL)
+                proc.wait(10)
+        shutil.rmtree(s.discovery_dir, ignore_errors=True)
+        return {p.name: p.returncode() for p in self.procs}
+
+    def leftover_pids(self) -> list[int]:
+        """Pids of this launch's processes still alive (empty after stop())."""
+        return [p.pid for p in self.procs if p.pid is not None and p.alive()]
+
+    def __enter__(self) -> DynamoLauncher:
+        try:
+            self.start()
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- supervise -------------------------------------------------------------------------------------------
+    def supervise_once(self) -> None:
+        """Restart workers that died (LaunchFailed once one died too often, or when the frontend died)."""
+        if self.stopping.is_set():
+            return
+        if not self.frontend.alive():
+            raise LaunchFailed(self._failure(self.frontend, "exited"))
+        for proc in self.workers:
+            if proc.alive() or self.stopping.is_set():
+                continue
+            if proc.restarts >= self.max_restarts:
+                raise LaunchFailed(self._failure(proc, f"exited {proc.restarts + 1} times"))
+            proc.restarts += 1
+            proc.lines.append(f"llmkiln: {proc.name} exited with code {proc.returncode()}: restarting it")
+            if self.echo is not None:
+                self.echo.write(f"llmkiln: {proc.name} exited with code {proc.returncode()}: restarting it\n")
+            proc.start(self.echo)
+
+    def _failure(self, proc: Proc, what: str) -> str:
+        return (
+            f"{proc.name} {what} (exit code {proc.returncode()}). Last lines (full log: {proc.log_path}):\n"
+            f"{proc.tail()}"
+        )
+
+
+def serve_forever(
+    launcher: DynamoLauncher, on_ready: Callable[[DynamoLauncher, float], None] | None = None
+) -> int:
+    """Run the launch until SIGINT/SIGTERM; returns 0 after a requested stop, raises LaunchFailed otherwise."""
+
+    def request_stop(signum: int, _frame: object) -> None:
+        launcher.stopping.set()
+
+    old = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        launcher.start()
+        try:
+            waited = launcher.wait_ready()
+        except LaunchFailed:
+            if launcher.stopping.is_set():  # interrupted while loading: a requested stop
+                return 0
+            raise
+        if on_ready is not None:
+            on_ready(launcher, waited)
+        while not launcher.stopping.wait(0.5):
+            launcher.supervise_once()
+        return 0
+    finally:
+        launcher.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _get_json(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=2) as r:
+        data = json.loads(r.read())
+    return data if isinstance(data, dict) else {}
+
+
+@dataclass
+class DynamoOptions:
+    """`kiln serve ENGINE --dynamo` options; None = the default noted."""
+
+    workers: int = 2
+    host: str = "127.0.0.1"
+    http_port: int | None = None  # the recipe's serve.http_port
+    router_mode: str = "kv"
+    migration_limit: int = 3
+    threads_per_worker: int = 0  # available cores // workers
+    state_dir: Path | None = None  # a fresh temp folder, removed after a clean stop
+    grace_period_s: float = 5.0
+    drain_timeout_s: float | None = None  # the recipe's serve.exit_timeout_s
+    overrides: dict[str, Any] = field(default_factory=dict)
+    engines_root: Path | None = None
+    frontend_args: tuple[str, ...] = ()  # more dynamo.frontend flags
+
+
+def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> ClusterSpec:
+    """The launch for an engine folder (or a recipe name under the engines root), with free status ports."""
+    folder = resolve_engine(engine, opts.engines_root).require()
+    if folder.hf_config_file() is None or not folder.chat_template():
+        raise BadInput(
+            f"{folder.path}: the Dynamo frontend needs config.json and a chat template in tokenizer_config.json; "
+            f"this engine was built before they were part of the engine folder: rebuild it with "
+            f"`kiln build {folder.recipe().name} --force`"
+        )
+    serve = folder.recipe().serve
+    return ClusterSpec(
+        engine=folder.path,
+        state_dir=state_dir,
+        workers=opts.workers,
+        host=opts.host,
+        http_port=serve.http_port if opts.http_port is None else opts.http_port,
+        router_mode=opts.router_mode,  # type: ignore[arg-type]  # checked by ClusterSpec.check
+        migration_limit=opts.migration_limit,
+        threads_per_worker=opts.threads_per_worker,
+        overrides=dict(opts.overrides),
+        grace_period_s=opts.grace_period_s,
+        drain_timeout_s=float(serve.exit_timeout_s if opts.drain_timeout_s is None else opts.drain_timeout_s),
+        status_ports=tuple(status_ports(opts.workers, opts.host)),
+        frontend_args=tuple(opts.frontend_args),
+    )
+
+
+# Dynamo 1.6.1 parses DYN_SYSTEM_PORT as a signed 16-bit integer: the status ports must be below 32768, where the
+# OS's ephemeral ports (what free_ports hands out) usually are not.
+STATUS_PORT_RANGE = (20000, 32767)
+
+
+def status_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """`n` distinct ports below 32768 that are free now, from a random start in STATUS_PORT_RANGE."""
+    lo, hi = STATUS_PORT_RANGE
+    start = random.randrange(lo, hi)
+    out: list[int] = []
+    for offset in range(hi - lo):
+        port = lo + (start - lo + offset) % (hi - lo)
+        if port_free(host, port):
+            out.append(port)
+            if len(out) == n:
+                return out
+    raise KilnError(f"no {n} free ports in {lo}-{hi} on {host} for the workers' status servers")
+
+
+def serve_dynamo(
+    engine: str | Path,
+    opts: DynamoOptions,
+    echo: IO[str] | None = None,
+    on_ready: Callable[[DynamoLauncher, float], None] | None = None,
+) -> int:
+    """Serve `engine` through Dynamo until SIGINT/SIGTERM. A temp state folder is removed after a clean stop
+    (kept, with the logs, after a failure)."""
+    own = opts.state_dir is None
+    state = Path(tempfile.mkdtemp(prefix="llmkiln-dynamo-")) if own else Path(opts.state_dir or ".")
+    launcher = DynamoLauncher(make_spec(engine, opts, state), echo=echo)
+    code = serve_forever(launcher, on_ready)
+    if own:
+        shutil.rmtree(state, ignore_errors=True)
+    return code

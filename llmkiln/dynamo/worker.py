@@ -1,0 +1,346 @@
+"""The llmkiln Dynamo worker: one engine folder served by the CPU runtime in-process, behind Dynamo's frontend.
+
+    python -m llmkiln.dynamo.worker --engine engines/NAME [--threads 1] [--overrides JSON] [--no-kv-events]
+
+`kiln serve ENGINE --dynamo` starts these (llmkiln.dynamo.launcher) with the environment of its launch
+(llmkiln.dynamo.cluster: file discovery, loopback addresses). Life of a worker, driven by Dynamo's Rust
+`Worker` (dynamo.common.backend): `from_args` → `start` (load the engine with the worker's intra-op thread cap,
+run the recipe's warmup, then return the registration: context length, KV block size, block count) →
+`generate` per request → on SIGTERM: unregister, grace period (the router stops sending here), `cleanup`, which
+drains: it ends as soon as `is_quiescent` (nothing in flight) instead of waiting out a fixed budget. The
+frontend tokenizes and applies the chat template (from the engine folder's tokenizer_config.json), so
+`generate` receives token ids and yields token ids.
+
+Faults: a request the runtime rejects is an InvalidArgument (the client sees a 4xx); a request that fails in the
+runtime ends with an error. When the engine's scheduler thread dies the engine is unhealthy: every request in
+flight fails at once, /health on the worker's status port turns unhealthy (health_check_payload canaries fail)
+and the worker stops itself, which unregisters it, so the router sends nothing more to it.
+
+This module imports `dynamo`; nothing else in llmkiln imports it (the launcher only starts processes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dynamo._core import Context
+from dynamo.common.backend import EngineConfig, GenerateChunk, GenerateRequest, LlmRegistration, WorkerConfig
+from dynamo.common.backend import LLMEngine as DynamoEngine
+from dynamo.common.backend.health_check import build_health_check_payload
+from dynamo.common.backend.publisher import KvEventSource, PushSource
+from dynamo.common.backend.run import run
+from dynamo.llm.exceptions import EngineShutdown, InvalidArgument, Unknown
+
+from llmkiln.dynamo.kv_events import KvEventBridge
+from llmkiln.dynamo.metrics import exposition
+from llmkiln.engine_dir import resolve_engine
+from llmkiln.errors import KilnError
+from llmkiln.runtime.engine import EngineClosed, LLMEngine
+from llmkiln.runtime.handle import RequestHandle
+from llmkiln.runtime.loader import load_engine
+from llmkiln.runtime.request import RequestRejected, SamplingParams
+
+log = logging.getLogger("llmkiln.dynamo.worker")
+
+NAMESPACE = "llmkiln"
+COMPONENT = "backend"
+ENDPOINT = "generate"
+HEALTH_POLL_S = 0.2
+DRAIN_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class WorkerArgs:
+    """The worker's command line."""
+
+    engine: Path
+    served_model_name: str | None
+    namespace: str
+    component: str
+    endpoint: str
+    threads: int
+    overrides: dict[str, Any]
+    kv_events: bool
+    warmup: bool
+    drain_timeout_s: float
+
+    @classmethod
+    def parse(cls, argv: list[str] | None) -> WorkerArgs:
+        p = argparse.ArgumentParser(
+            prog="python -m llmkiln.dynamo.worker", description=__doc__.split("\n")[0]
+        )
+        p.add_argument("--engine", required=True, help="Engine folder (built by `kiln build`).")
+        p.add_argument("--served-model-name", default=None, help="Default: the recipe's serve.model_name.")
+        p.add_argument("--namespace", default=NAMESPACE)
+        p.add_argument("--component", default=COMPONENT)
+        p.add_argument("--endpoint", default=ENDPOINT)
+        p.add_argument(
+            "--threads", type=int, default=0, help="onnxruntime intra-op threads (0: the recipe's setting)."
+        )
+        p.add_argument(
+            "--overrides",
+            default="{}",
+            help='Nested recipe fields as JSON, e.g. {"kv_cache": {"max_bytes": 1}}.',
+        )
+        p.add_argument("--no-kv-events", action="store_true", help="Publish no KV events (no KV routing).")
+        p.add_argument("--no-warmup", action="store_true", help="Register without running the warmup.")
+        p.add_argument(
+            "--drain-timeout",
+            type=float,
+            default=30.0,
+            help="At shutdown, seconds requests in flight get to finish (the drain ends as soon as none is left).",
+        )
+        a = p.parse_args(argv)
+        overrides = json.loads(a.overrides)
+        if not isinstance(overrides, dict):
+            p.error(f"--overrides must be a JSON object, got {a.overrides!r}")
+        if a.threads < 0:
+            p.error(f"--threads must be >= 0, got {a.threads}")
+        return cls(
+            engine=Path(a.engine),
+            served_model_name=a.served_model_name,
+            namespace=a.namespace,
+            component=a.component,
+            endpoint=a.endpoint,
+            threads=a.threads,
+            overrides=overrides,
+            kv_events=not a.no_kv_events,
+            warmup=not a.no_warmup,
+            drain_timeout_s=a.drain_timeout,
+        )
+
+    def engine_overrides(self) -> dict[str, Any]:
+        """The recipe overrides, with the thread cap in scheduler.intra_op_threads."""
+        out = {k: dict(v) if isinstance(v, dict) else v for k, v in self.overrides.items()}
+        if self.threads:
+            out.setdefault("scheduler", {})["intra_op_threads"] = self.threads
+        return out
+
+
+class KilnWorker(DynamoEngine):
+    """Dynamo engine contract over llmkiln's LLMEngine (see the module docstring)."""
+
+    def __init__(self, args: WorkerArgs) -> None:
+        self.args = args
+        self.folder = resolve_engine(args.engine).require()
+        self.engine: LLMEngine | None = None
+        self.bridge = KvEventBridge()
+        self._handles: dict[str, RequestHandle] = {}
+        self._watch: asyncio.Task[None] | None = None
+        self.warmup_s = 0.0
+
+    # ------------------------------------------------------------------ lifecycle
+    @classmethod
+    async def from_args(cls, argv: list[str] | None = None) -> tuple[KilnWorker, WorkerConfig]:
+        args = WorkerArgs.parse(argv)
+        worker = cls(args)
+        recipe = worker.folder.recipe(args.engine_overrides())
+        config = WorkerConfig(
+            namespace=args.namespace,
+            component=args.component,
+            endpoint=args.endpoint,
+            model_name=str(worker.folder.path),
+            served_model_name=args.served_model_name or recipe.serve.model_name,
+            endpoint_types="chat,completions",
+            discovery_backend=os.environ.get("DYN_DISCOVERY_BACKEND", "file"),
+            request_plane="tcp",
+            event_plane="zmq",
+            enable_kv_routing=args.kv_events,
+        )
+        return worker, config
+
+    async def start(self, worker_id: int) -> EngineConfig:
+        """Load and warm the engine; registration (and so the first request) only follows once this returns."""
+        del worker_id
+        if self.folder.hf_config_file() is None:
+            raise KilnError(
+                f"{self.folder.path}: no config.json; engines built before Dynamo support lack it: rebuild with "
+                "`kiln build --force`"
+            )
+        engine = await asyncio.to_thread(load_engine, self.folder, self.args.engine_overrides())
+        self.engine = engine
+        if engine.block_store is not None and self.args.kv_events:
+            engine.block_store.add_listener(self.bridge)
+        engine.start()
+        if self.args.warmup:
+            self.warmup_s = await asyncio.to_thread(self._warmup, engine)
+        self._watch = asyncio.get_running_loop().create_task(self._watch_health())
+        recipe = engine.config
+        kv = recipe.kv_cache
+        log.info(
+            "engine %s ready (intra-op threads %s, warmup %.2f s)",
+            self.folder.path,
+            recipe.scheduler.intra_op_threads or "default",
+            self.warmup_s,
+        )
+        return EngineConfig(
+            model=str(self.folder.path),
+            served_model_name=None,
+            llm=LlmRegistration(
+                context_length=recipe.limits.max_seq_len,
+                kv_cache_block_size=kv.tokens_per_block,
+                total_kv_blocks=max(1, engine.block_store.num_blocks if engine.block_store else 1),
+                max_num_seqs=recipe.scheduler.max_batch_size,
+                max_num_batched_tokens=recipe.scheduler.max_num_tokens,
+            ),
+        )
+
+    def _warmup(self, engine: LLMEngine) -> float:
+        """The recipe's warmup requests (prompts × count), or one short prompt: first runs allocate buffers."""
+        t0 = time.perf_counter()
+        w = self.folder.recipe().warmup
+        prompts = list(w.prompts) * w.count or ["Hello"]
+        params = SamplingParams(max_tokens=w.max_tokens)
+        for prompt in prompts:
+            engine.submit(prompt, params).result(timeout=600)
+        return time.perf_counter() - t0
+
+    async def _watch_health(self) -> None:
+        """When the engine turns unhealthy, stop this worker: it unregisters, so no request is routed here."""
+        while self.engine is not None and self.engine.healthy:
+            await asyncio.sleep(HEALTH_POLL_S)
+        if self.engine is not None:
+            log.error("engine failed (%s): stopping this worker", self.engine.failure)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    async def kv_event_sources(self) -> list[KvEventSource]:
+        if not self.args.kv_events or self.engine is None or self.engine.block_store is None:
+            return []
+        return [PushSource(on_ready=self.bridge.start, dp_rank=0)]
+
+    async def health_check_payload(self) -> dict[str, Any] | None:
+        assert self.engine is not None
+        bos = self.folder.genai_config().bos_token_id
+        return build_health_check_payload(bos_token_id=1 if bos is None else bos)
+
+    async def register_prometheus(self, metrics: Any) -> None:
+        """llmkiln_* gauges (the runtime's metrics) on the worker's status port /metrics."""
+        metrics.register_prometheus_expfmt_callback(self._exposition)
+
+    def _exposition(self) -> str:
+        if self.engine is None:
+            return ""
+        return exposition(self.engine.metrics(), self.engine.healthy, self.warmup_s)
+
+    async def is_quiescent(self) -> bool:
+        """Nothing queued or running: a drain may end now instead of waiting out its budget."""
+        return self.engine is None or self.engine.num_in_flight == 0
+
+    async def abort(self, context: Context) -> None:
+        handle = self._handles.get(context.id())
+        if handle is not None:
+            handle.cancel()
+
+    async def cleanup(self) -> None:
+        """The drain of an aggregated worker: after the grace period (it is unregistered, nothing new comes),
+        let the requests in flight finish, ending as soon as `is_quiescent` (at most --drain-timeout), then
+        stop the engine (what is still running is cancelled). Safe to call twice and after a failed start."""
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        deadline = time.monotonic() + self.args.drain_timeout_s
+        while not await self.is_quiescent() and time.monotonic() < deadline:
+            await asyncio.sleep(DRAIN_POLL_S)
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            left = engine.num_in_flight
+            await asyncio.to_thread(engine.shutdown, 0.0)
+            log.info("engine stopped (%d request(s) cancelled at shutdown)", left)
+        self.bridge.close()
+
+    # ------------------------------------------------------------------ requests
+    async def generate(
+        self, request: GenerateRequest, context: Context
+    ) -> AsyncGenerator[GenerateChunk, None]:
+        engine = self.engine
+        if engine is None:
+            raise EngineShutdown("the worker is not running")
+        token_ids = [int(t) for t in request["token_ids"]]
+        params = sampling_params(request, len(token_ids), engine.config.limits.max_seq_len)
+        rid = context.id()
+        try:
+            handle = engine.submit(token_ids, params, request_id=rid)
+        except RequestRejected as exc:
+            raise InvalidArgument(str(exc)) from None
+        except EngineClosed as exc:
+            raise EngineShutdown(str(exc)) from None
+        self._handles[rid] = handle
+        n_out = 0
+        try:
+            async for event in handle.aiter():
+                if not event.finished:
+                    n_out += 1
+                    yield {"token_ids": [event.token_id], "index": 0}
+                    continue
+                if event.finish_reason == "error":
+                    failed = EngineShutdown if not engine.healthy else Unknown
+                    raise failed(f"llmkiln engine: {handle.error}")
+                ids = [] if event.token_id is None else [event.token_id]
+                n_out += len(ids)
+                yield {
+                    "token_ids": ids,
+                    "index": 0,
+                    "finish_reason": event.finish_reason or "stop",
+                    "completion_usage": usage(len(token_ids), n_out, handle.num_cached_tokens),
+                }
+                return
+        finally:
+            self._handles.pop(rid, None)
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    """OpenAI usage, with the prompt tokens served from the prefix cache."""
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
+
+
+def sampling_params(request: GenerateRequest, prompt_len: int, max_seq_len: int) -> SamplingParams:
+    """Dynamo's preprocessed request → SamplingParams (the runtime's validator; InvalidArgument on bad values).
+
+    max_tokens defaults to what is left of the context. The model's end-of-sequence ids arrive as
+    stop_token_ids_hidden: the runtime stops on them by itself (its genai_config), so they are ignored here
+    unless ignore_eos asks to generate through them.
+    """
+    so = request.get("sampling_options") or {}
+    sc = request.get("stop_conditions") or {}
+    max_tokens = sc.get("max_tokens")
+    if max_tokens is None:
+        max_tokens = max(1, max_seq_len - prompt_len)
+    stop = tuple(int(t) for t in (sc.get("stop_token_ids") or ()))
+    temperature = so.get("temperature")
+    top_p = so.get("top_p")
+    top_k = so.get("top_k")
+    try:
+        return SamplingParams(
+            max_tokens=int(max_tokens),
+            temperature=0.0 if temperature is None else float(temperature),
+            top_p=1.0 if top_p is None else float(top_p),
+            top_k=0 if top_k is None or int(top_k) < 0 else int(top_k),
+            seed=so.get("seed"),
+            stop_token_ids=stop,
+            ignore_eos=bool(sc.get("ignore_eos") or False),
+        )
+    except RequestRejected as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
+def main(argv: list[str] | None = None) -> None:
+    run(KilnWorker, argv)
+
+
+if __name__ == "__main__":
+    main()

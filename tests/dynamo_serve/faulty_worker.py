@@ -1,0 +1,34 @@
+"""A llmkiln Dynamo worker whose scheduler thread raises once a trigger file exists (fault tests only).
+
+Run as `python tests/dynamo/faulty_worker.py ARGS...` (the launcher's worker command in tests). The trigger is
+$LLMKILN_TEST_FAULT_DIR/fault-<status port>, so a test can break one chosen worker of a launch.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dynamo.common.backend.run import run
+
+from llmkiln.dynamo.worker import KilnWorker
+
+
+class FaultyWorker(KilnWorker):
+    async def start(self, worker_id: int):
+        config = await super().start(worker_id)
+        trigger = Path(os.environ["LLMKILN_TEST_FAULT_DIR"]) / f"fault-{os.environ['DYN_SYSTEM_PORT']}"
+        assert self.engine is not None
+        real = self.engine.scheduler.schedule
+
+        def schedule(now_ns: int = 0):
+            if trigger.exists():
+                raise RuntimeError("injected scheduler fault")
+            return real(now_ns)
+
+        self.engine.scheduler.schedule = schedule
+        return config
+
+
+if __name__ == "__main__":
+    run(FaultyWorker)

@@ -1,0 +1,78 @@
+"""The launch layout: every address on the host given, file discovery, the core share, the commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmkiln.dynamo.cluster import ClusterSpec, available_cores
+from llmkiln.dynamo.launcher import DynamoOptions, make_spec, status_ports
+from llmkiln.errors import BadInput
+
+
+def spec(**kw) -> ClusterSpec:
+    base = dict(engine=Path("/e"), state_dir=Path("/s"), workers=2, status_ports=(20001, 20002))
+    base.update(kw)
+    return ClusterSpec(**base)
+
+
+def test_every_process_gets_file_discovery_and_loopback_addresses():
+    s = spec()
+    s.check()
+    env = s.worker_env(1)
+    assert env["DYN_DISCOVERY_BACKEND"] == "file" and env["DYN_FILE_KV"] == "/s/discovery"
+    for key in (
+        "DYN_TCP_RPC_HOST",
+        "DYN_TCP_RESPONSE_STREAM_HOST",
+        "DYN_EVENT_PLANE_HOST",
+        "DYN_SYSTEM_HOST",
+    ):
+        assert env[key] == "127.0.0.1"
+    assert env["DYN_SYSTEM_PORT"] == "20002"
+    fe = s.frontend_command()
+    assert (
+        fe[fe.index("--http-host") + 1] == "127.0.0.1" and fe[fe.index("--discovery-backend") + 1] == "file"
+    )
+    assert fe[fe.index("--router-mode") + 1] == "kv" and fe[fe.index("--migration-limit") + 1] == "3"
+    assert "--no-router-track-active-blocks" in fe  # CPU workers: resident KV blocks are not load
+    assert "--no-router-track-active-blocks" not in spec(router_mode="round-robin").frontend_command()
+    assert spec(frontend_args=("--router-temperature", "0.5")).frontend_command()[-2:] == [
+        "--router-temperature",
+        "0.5",
+    ]
+    assert spec(host="::1").url.startswith("http://[::1]:")
+
+
+def test_workers_share_the_cores():
+    assert spec().threads == max(1, available_cores() // 2)
+    assert spec(threads_per_worker=3).threads == 3
+    cmd = spec(
+        workers=1, status_ports=(20001,), overrides={"kv_cache": {"max_bytes": 1024}}
+    ).worker_commandline()
+    assert cmd[cmd.index("--threads") + 1] == str(available_cores())
+    assert cmd[cmd.index("--overrides") + 1] == '{"kv_cache": {"max_bytes": 1024}}'
+
+
+def test_bad_settings_are_bad_input():
+    with pytest.raises(BadInput, match="--workers"):
+        spec(workers=0, status_ports=()).check()
+    with pytest.raises(BadInput, match="--router-mode"):
+        spec(router_mode="fastest").check()
+    with pytest.raises(BadInput, match="--migration-limit"):
+        spec(migration_limit=-1).check()
+
+
+def test_status_ports_fit_dynamo_i16():
+    ports = status_ports(3)
+    assert len(set(ports)) == 3 and all(20000 <= p < 32768 for p in ports)
+
+
+def test_an_engine_without_config_json_is_refused(tmp_path, stories_engine):
+    import shutil
+
+    old = tmp_path / "old-engine"
+    shutil.copytree(stories_engine, old)
+    (old / "config.json").unlink()
+    with pytest.raises(BadInput, match="rebuild it"):
+        make_spec(old, DynamoOptions(), tmp_path / "state")

@@ -1,0 +1,168 @@
+"""`kiln deploy dynamo`: the DynamoGraphDeployment, validated on CPU against what the ai-dynamo wheel ships — its
+v1beta1 agg templates (dynamo/profiler/templates/dgd/*/agg.yaml) and its pydantic model of a DGD
+(dynamo.profiler.utils.config.Config)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmkiln.cli.main import main
+from llmkiln.dynamo.deploy import DGD_FILE, DeployOptions, check_layout, deployment, write_deployment
+from llmkiln.engine_dir import EngineDir
+from llmkiln.errors import BadInput
+from llmkiln.recipe import load_recipe
+
+DYNAMO_ROOT = Path(importlib.util.find_spec("dynamo").submodule_search_locations[0])
+
+# The wheel's DGD model lives in dynamo.profiler.utils.config, whose imports reach dynamo.planner's package
+# __init__ (which needs scikit-learn, a planner-only dependency not installed): the check runs in a child
+# process where dynamo.planner is a bare package, so only the modules config.py needs are loaded.
+VALIDATE = """
+import json, sys, types
+from pathlib import Path
+root = Path(sys.argv[1])
+planner = types.ModuleType("dynamo.planner"); planner.__path__ = [str(root / "planner")]
+sys.modules["dynamo.planner"] = planner
+import yaml
+from dynamo.profiler.utils.config import Config
+doc = yaml.safe_load(open(sys.argv[2]))
+cfg = Config.model_validate(doc)
+again = cfg.model_dump()
+print(json.dumps({"types": [c.component_type for c in cfg.spec.components], "same": again == doc}))
+"""
+
+
+def validate_with_wheel_model(path: Path) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", VALIDATE, str(DYNAMO_ROOT), str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def engines_root(engine_factory) -> Path:
+    return engine_factory("stories-fp32").parent
+
+
+def test_writes_a_valid_dgd_for_a_cpu_recipe(engines_root, tmp_path):
+    out = tmp_path / "deploy"
+    path = write_deployment("stories-fp32", out, DeployOptions(replicas=3, engines_root=engines_root))
+    doc = yaml.safe_load(path.read_text())
+    assert doc["apiVersion"] == "nvidia.com/v1beta1" and doc["kind"] == "DynamoGraphDeployment"
+    frontend, worker = doc["spec"]["components"]
+    assert (frontend["type"], worker["type"], worker["replicas"]) == ("frontend", "worker", 3)
+    main_c = worker["podTemplate"]["spec"]["containers"][0]
+    assert main_c["args"][:2] == ["-m", "llmkiln.dynamo.worker"]
+    assert main_c["args"][main_c["args"].index("--engine") + 1] == "/engines/stories-fp32"
+    assert main_c["resources"]["requests"] == main_c["resources"]["limits"]
+    assert main_c["resources"]["requests"]["cpu"] == "2"
+    assert main_c["args"][main_c["args"].index("--threads") + 1] == "2"
+    volume = worker["podTemplate"]["spec"]["volumes"][0]
+    assert volume["persistentVolumeClaim"] == {"claimName": "llmkiln-engines", "readOnly": True}
+    assert main_c["volumeMounts"][0] == {"name": "engines", "mountPath": "/engines", "readOnly": True}
+    assert (out / "README.md").is_file()
+    checked = validate_with_wheel_model(path)
+    assert checked == {"types": ["frontend", "worker"], "same": True}
+
+
+@pytest.mark.parametrize("backend", ["trtllm", "vllm", "sglang"])
+def test_layout_matches_every_shipped_agg_template(engines_root, backend):
+    recipe, _ = load_recipe("stories-fp32")
+    doc = deployment(recipe, EngineDir(engines_root / "stories-fp32"), DeployOptions())
+    template = yaml.safe_load((DYNAMO_ROOT / "profiler/templates/dgd" / backend / "agg.yaml").read_text())
+    check_layout(doc, template)
+    bad = json.loads(json.dumps(doc))
+    bad["spec"]["components"][1]["type"] = "decoder"
+    bad["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["privileged"] = True
+    with pytest.raises(BadInput, match="decoder") as err:
+        check_layout(bad, template)
+    assert "privileged" in str(err.value)
+
+
+def test_memory_covers_pools_store_and_weights(engines_root):
+    recipe, _ = load_recipe("stories-fp32")
+    doc = deployment(recipe, EngineDir(engines_root / "stories-fp32"), DeployOptions())
+    memory = doc["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["resources"]["limits"][
+        "memory"
+    ]
+    assert int(memory.removesuffix("Mi")) * 2**20 > recipe.kv_cache.max_bytes
+
+
+def test_refusals(engines_root, tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("keep")
+    with pytest.raises(BadInput, match="not empty"):
+        write_deployment("stories-fp32", tmp_path / "full", DeployOptions(engines_root=engines_root))
+    assert (tmp_path / "full" / "x").read_text() == "keep"
+    with pytest.raises(BadInput, match="use a trtllm-llmapi recipe"):
+        write_deployment("tiny-trtllm-fp8", tmp_path / "t", DeployOptions(engines_root=engines_root))
+    with pytest.raises(BadInput, match="build the engine first"):
+        write_deployment("stories-int8", tmp_path / "u", DeployOptions(engines_root=tmp_path / "none"))
+    assert not (tmp_path / "t").exists() and not (tmp_path / "u").exists()
+
+
+def test_cli(engines_root, tmp_path, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(
+            [
+                "deploy",
+                "dynamo",
+                "stories-fp32",
+                "-o",
+                str(tmp_path / "d"),
+                "--replicas",
+                "4",
+                "--engines-dir",
+                str(engines_root),
+                "--image",
+                "registry.local/llmkiln:test",
+            ]
+        )
+    assert done.value.code == 0
+    doc = yaml.safe_load((tmp_path / "d" / DGD_FILE).read_text())
+    assert doc["spec"]["components"][1]["replicas"] == 4
+    assert (
+        doc["spec"]["components"][0]["podTemplate"]["spec"]["containers"][0]["image"]
+        == "registry.local/llmkiln:test"
+    )
+
+
+def test_llm_api_recipe_gets_dynamo_trtllm_and_its_extra_engine_args(tmp_path):
+    """trtllm-llmapi: `python -m dynamo.trtllm` with flags the wheel's parser defines, and the YAML is
+    llm_api_options(recipe) (checked on CPU; not run on a GPU here)."""
+    from llmkiln.dynamo.deploy import CONFIGMAP_FILE, LLM_API_FILE
+    from llmkiln.trtllm.llmapi import llm_api_options
+
+    out = tmp_path / "trt"
+    path = write_deployment(
+        "tiny-trtllm-llmapi", out, DeployOptions(replicas=1, engines_root=tmp_path / "none")
+    )
+    doc = yaml.safe_load(path.read_text())
+    worker = doc["spec"]["components"][1]
+    main_c = worker["podTemplate"]["spec"]["containers"][0]
+    assert main_c["command"] == ["python3", "-m", "dynamo.trtllm"]
+    args = main_c["args"]
+    parser_source = (DYNAMO_ROOT / "trtllm" / "backend_args.py").read_text()
+    for flag in (a for a in args if a.startswith("--")):
+        assert f'"{flag}"' in parser_source, flag
+    assert args[args.index("--extra-engine-args") + 1] == f"/config/{LLM_API_FILE}"
+    assert main_c["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    recipe, _ = load_recipe("tiny-trtllm-llmapi")
+    assert yaml.safe_load((out / LLM_API_FILE).read_text()) == llm_api_options(recipe)
+    cm = yaml.safe_load((out / CONFIGMAP_FILE).read_text())
+    assert cm["kind"] == "ConfigMap" and yaml.safe_load(cm["data"][LLM_API_FILE]) == llm_api_options(recipe)
+    assert worker["podTemplate"]["spec"]["volumes"][1] == {
+        "name": "llm-api",
+        "configMap": {"name": cm["metadata"]["name"]},
+    }
+    assert validate_with_wheel_model(path) == {"types": ["frontend", "worker"], "same": True}
