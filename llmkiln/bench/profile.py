@@ -32,8 +32,8 @@ HOPS = (
     ("queue", "submitted → first scheduled (tokenization included)"),
     ("prefill", "first scheduled → first token sampled (own prefill + other work in those steps)"),
     ("to_stream", "first token sampled → seen by the request's stream (event loop)"),
-    ("to_triton", "seen → first response handed to Triton (detokenize, build, send)"),
-    ("to_client", "handed to Triton → received by the client (gRPC)"),
+    ("to_triton", "seen → first response ready for Triton (detokenize)"),
+    ("to_client", "→ received by the client (response built, sent through the stub, Triton, gRPC)"),
 )
 
 
@@ -106,6 +106,7 @@ class LevelProfile(BaseModel):
     saves: int
     hops_ms: dict[str, Dist]  # per-request TTFT breakdown, see HOPS
     own_prefill_ms: Dist  # the request's own prefill runs (the rest of `prefill` is other work)
+    send_ms: Dist  # per streamed response: time the serving loop spent inside the stub's send()
     ttft_ms: Dist  # the client's TTFT of the same requests
 
 
@@ -183,7 +184,13 @@ def level_profile(
     by_id = {str(r.index): r for r in records if r.ok}
     for rid in ids:
         e, sv, c = data.requests.get(rid), data.serves.get(rid), by_id[rid]
-        if e is None or sv is None or not e.get("first_token") or not sv.get("first_sent"):
+        if (
+            e is None
+            or sv is None
+            or not e.get("first_token")
+            or not sv.get("first_sent")
+            or not c.send_wall_ns
+        ):
             continue
         client_first = c.send_wall_ns + (c.token_ns[0] - c.send_ns)
         stamps = [
@@ -210,6 +217,11 @@ def level_profile(
         saves=sum(s["saves"] for s in steps),
         hops_ms={k: summarize(v) for k, v in hops.items()},
         own_prefill_ms=summarize(own[i] for i in ids if i in own),
+        send_ms=summarize(
+            data.serves[i]["send_us"] / 1000 / data.serves[i]["sends"]
+            for i in ids
+            if i in data.serves and data.serves[i].get("sends")
+        ),
         ttft_ms=summarize(r.ttft_ms for r in records if r.ok),
     )
 
@@ -266,4 +278,9 @@ def markdown_profile(prof: LevelProfile) -> str:
     lines.append(f"| (own prefill runs, inside `prefill`) | {_f(d.p50)} | {_f(d.p95)} | {_f(d.mean)} |")
     d = prof.ttft_ms
     lines.append(f"| client TTFT (sum of the hops) | {_f(d.p50)} | {_f(d.p95)} | {_f(d.mean)} |")
+    d = prof.send_ms
+    lines.append(
+        f"| (per streamed response: the serving loop inside the stub's send(), per-request means) "
+        f"| {_f(d.p50, 2)} | {_f(d.p95, 2)} | {_f(d.mean, 2)} |"
+    )
     return "\n".join(lines) + "\n"

@@ -223,7 +223,7 @@ class ServeCore:
         pieces: list[str] = []
         n_tokens = 0
         stopped = False
-        first_seen_ns = first_sent_ns = 0
+        first_seen_ns = first_sent_ns = send_ns = sends = 0
         async for ev in handle.aiter():
             if not first_seen_ns:
                 first_seen_ns = time.time_ns()
@@ -241,9 +241,12 @@ class ServeCore:
                 text += stops.finish()
             final = ev.finished or stopped
             if req.stream and (text or final):
-                self._send(sender, text, final=final and not req.return_perf_metrics)
                 if not first_sent_ns:
                     first_sent_ns = time.time_ns()
+                t_send = time.perf_counter_ns()
+                self._send(sender, text, final=final and not req.return_perf_metrics)
+                send_ns += time.perf_counter_ns() - t_send
+                sends += 1
             pieces.append(text)
             if final:
                 break
@@ -266,6 +269,8 @@ class ServeCore:
                     "submit": stamps[1],
                     "first_seen": first_seen_ns,
                     "first_sent": first_sent_ns,
+                    "send_us": send_ns // 1000,  # time inside the stub's response sends (all but the last)
+                    "sends": sends,
                     "done": time.time_ns(),
                     "tokens": n_tokens,
                 }
