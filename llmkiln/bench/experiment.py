@@ -25,7 +25,7 @@ from rich.console import Console
 from tokenizers import Tokenizer
 
 from llmkiln.backends import build
-from llmkiln.bench.floor import FloorResult, suffix_prefill_floor
+from llmkiln.bench.floor import FloorMeter, FloorResult
 from llmkiln.bench.peers import PEERS, run_peer
 from llmkiln.bench.profile import profile_levels
 from llmkiln.bench.report import BenchReport, print_report, save_records, save_report, write_atomic
@@ -163,19 +163,21 @@ def run_experiment(cfg: ExperimentConfig, console: Console | None = None) -> tup
         workloads[name] = (build_workload(tok, spec), levels, per)
 
     reports: dict[str, dict[str, BenchReport]] = {}
-    records: dict[str, dict[str, dict[int, list[RequestRecord]]]] = {}
-    for recipe, engine_dir in engines.items():
-        reports[recipe], records[recipe] = _serve_and_bench(cfg, recipe, engine_dir, workloads, out, console)
-
     extras = Extras()
-    if cfg.floor and "shared-prefix" in workloads and 1 in workloads["shared-prefix"][1]:
-        wl = workloads["shared-prefix"][0]
-        console.rule(f"{cfg.optimized}: suffix-only prefill floor of the shared-prefix c=1 requests")
-        extras.floor = suffix_prefill_floor(
-            engines[cfg.optimized], wl.requests, records[cfg.optimized]["shared-prefix"][1]
-        )
-        console.print(_floor_line(extras.floor))
-        write_atomic(out / cfg.optimized / "floor.json", extras.floor.model_dump_json(indent=2) + "\n")
+    for recipe, engine_dir in engines.items():
+        meter = None
+        if recipe == cfg.optimized and cfg.floor and "shared-prefix" in workloads:
+            # the suffix-only prefill floor, measured between the c=1 requests (llmkiln.bench.floor)
+            meter = FloorMeter(engine_dir, workloads["shared-prefix"][0].requests)
+        try:
+            reports[recipe] = _serve_and_bench(cfg, recipe, engine_dir, workloads, out, console, meter)
+        finally:
+            if meter is not None:
+                meter.close()
+        if meter is not None and meter.times:
+            extras.floor = meter.result()
+            console.print(_floor_line(extras.floor))
+            write_atomic(out / cfg.optimized / "floor.json", extras.floor.model_dump_json(indent=2) + "\n")
     if cfg.tradeoff_slos and "shared-prefix" in workloads:
         extras.tradeoff = _tradeoff(cfg, tok, engines[cfg.optimized], out, console)
 
@@ -216,8 +218,10 @@ def _serve_and_bench(
     workloads: dict[str, tuple[Workload, tuple[int, ...], int]],
     out: Path,
     console: Console,
-) -> tuple[dict[str, BenchReport], dict[str, dict[int, list[RequestRecord]]]]:
-    """One server for the recipe, every workload against it; the optimized one runs with the step profile on."""
+    meter: FloorMeter | None = None,
+) -> dict[str, BenchReport]:
+    """One server for the recipe, every workload against it; the optimized one runs with the step profile on.
+    `meter` times each shared-prefix c=1 request's suffix-only prefill right after it was served."""
     reports: dict[str, BenchReport] = {}
     records: dict[str, dict[int, list[RequestRecord]]] = {}
     profile = out / "raw" / f"{recipe}-profile.jsonl"
@@ -241,6 +245,8 @@ def _serve_and_bench(
                 timeout_s=cfg.timeout_s,
                 extra={"recipe": recipe, "engine_dir": str(engine_dir), "server_ready_s": served.ready_s},
             )
+            if meter is not None and name == "shared-prefix":
+                bench.on_record = lambda c, rec, m=meter: m.measure(rec) if c == 1 else None
             report, recs = run_bench(bench)
             print_report(report, console)
             save_records(recs, out / "raw" / f"{recipe}-{name}.jsonl")
@@ -249,7 +255,7 @@ def _serve_and_bench(
         if env:  # the server has stopped: its profile file is complete
             report.profile = profile_levels(records[name], profile)
         save_report(report, out / recipe / f"{name}.json")
-    return reports, records
+    return reports
 
 
 def _tradeoff(

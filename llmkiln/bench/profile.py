@@ -42,8 +42,9 @@ class ProfileData:
     """The records of one profile file, by kind (requests and serve records keyed by request id)."""
 
     steps: list[dict[str, Any]] = field(default_factory=list)
-    requests: dict[str, dict[str, Any]] = field(default_factory=dict)
-    serves: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # by request id; a server may see an id more than once (each workload of a run counts from 0)
+    requests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    serves: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def read_profile(path: str | Path) -> ProfileData:
@@ -60,9 +61,9 @@ def read_profile(path: str | Path) -> ProfileData:
         if kind == "step":
             data.steps.append(rec)
         elif kind == "request":
-            data.requests[rec["id"]] = rec
+            data.requests.setdefault(rec["id"], []).append(rec)
         elif kind == "serve":
-            data.serves[rec["id"]] = rec
+            data.serves.setdefault(rec["id"], []).append(rec)
     return data
 
 
@@ -159,12 +160,32 @@ def _runs(steps: Sequence[dict[str, Any]], kind: str) -> RunStats:
     )
 
 
+def _near(recs: list[dict[str, Any]], key: str, t_ns: int) -> dict[str, Any] | None:
+    """The record whose `key` stamp is closest after t_ns (the client's send of that request)."""
+    after = [r for r in recs if r.get(key) and r[key] >= t_ns - 1_000_000]
+    return min(after, key=lambda r: r[key]) if after else None
+
+
 def level_profile(
     concurrency: int, records: Sequence[RequestRecord], data: ProfileData
 ) -> LevelProfile | None:
-    """The profile of the steps and requests of one level (None when the file has none of its requests)."""
-    ids = [str(r.index) for r in records if r.ok]
-    reqs = [data.requests[i] for i in ids if i in data.requests]
+    """The profile of the steps and requests of one level (None when the file has none of its requests).
+
+    Requests are matched by id and, since ids repeat across the workloads of one server, by time: the engine
+    and serve records of a request are the first ones after the client sent it."""
+    ok = [r for r in records if r.ok and r.send_wall_ns]
+    engine: dict[str, dict[str, Any]] = {}
+    serve: dict[str, dict[str, Any]] = {}
+    for r in ok:
+        rid = str(r.index)
+        e = _near(data.requests.get(rid, []), "arrival", r.send_wall_ns)
+        sv = _near(data.serves.get(rid, []), "received", r.send_wall_ns)
+        if e is not None:
+            engine[rid] = e
+        if sv is not None:
+            serve[rid] = sv
+    ids = list(engine)
+    reqs = list(engine.values())
     if not reqs:
         return None
     start = min(r["arrival"] for r in reqs)
@@ -181,16 +202,10 @@ def level_profile(
             for rid in run[4]:
                 own[rid] = own.get(rid, 0.0) + _ms(run[3]) / len(run[4])
     hops: dict[str, list[float]] = {name: [] for name, _ in HOPS}
-    by_id = {str(r.index): r for r in records if r.ok}
+    by_id = {str(r.index): r for r in ok}
     for rid in ids:
-        e, sv, c = data.requests.get(rid), data.serves.get(rid), by_id[rid]
-        if (
-            e is None
-            or sv is None
-            or not e.get("first_token")
-            or not sv.get("first_sent")
-            or not c.send_wall_ns
-        ):
+        e, sv, c = engine[rid], serve.get(rid), by_id[rid]
+        if sv is None or not e.get("first_token") or not sv.get("first_sent"):
             continue
         client_first = c.send_wall_ns + (c.token_ns[0] - c.send_ns)
         stamps = [
@@ -218,9 +233,7 @@ def level_profile(
         hops_ms={k: summarize(v) for k, v in hops.items()},
         own_prefill_ms=summarize(own[i] for i in ids if i in own),
         send_ms=summarize(
-            data.serves[i]["send_us"] / 1000 / data.serves[i]["sends"]
-            for i in ids
-            if i in data.serves and data.serves[i].get("sends")
+            serve[i]["send_us"] / 1000 / serve[i]["sends"] for i in serve if serve[i].get("sends")
         ),
         ttft_ms=summarize(r.ttft_ms for r in records if r.ok),
     )

@@ -236,8 +236,9 @@ def _absolute_md(
                 "",
                 f"Floor: each c=1 request's uncached suffix ({_fmt_ms(f.suffix_tokens.p50)} tokens p50) prefilled "
                 f"on its cached past ({_fmt_ms(f.cached_tokens.p50)} tokens) in-process, batch 1, last-position "
-                f"logits only, best of 2: p50 {_fmt_ms(f.prefill_ms.p50)} ms, p95 {_fmt_ms(f.prefill_ms.p95)} ms "
-                f"({f.requests} requests, measured after the servers stopped).",
+                f"logits only, timed right after the server answered it (before the next request): p50 "
+                f"{_fmt_ms(f.prefill_ms.p50)} ms, p95 {_fmt_ms(f.prefill_ms.p95)} ms ({f.requests} requests); "
+                f"per request, served TTFT ÷ its floor: p50 {f.ratios.p50 or 0:.2f}×, p95 {f.ratios.p95 or 0:.2f}×.",
             ]
         prof = opt.profile.get(PROFILE_LEVEL)
         if prof is not None:

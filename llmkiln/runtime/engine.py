@@ -34,7 +34,7 @@ from llmkiln.runtime.request import (
     TokenEvent,
 )
 from llmkiln.runtime.sampling import make_rng, sample_token
-from llmkiln.runtime.scheduler import Scheduler, SchedulerConfig, SchedulerOutput, StepCosts
+from llmkiln.runtime.scheduler import BlockCopy, Scheduler, SchedulerConfig, SchedulerOutput, StepCosts
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -325,12 +325,15 @@ class LLMEngine:
                 prof.flush()  # idle: a good moment to write the buffered records
             return False
         trace = StepTrace(now) if prof is not None else None
+        # Prompt blocks are copied into the store after this step's tokens are out: not on the TTFT path.
+        saves, plan.saves = plan.saves, []
         t0 = now_ns()
         try:
             logits = self.runner.execute(plan, trace) if trace is not None else self.runner.execute(plan)
             t_sample = now_ns()
             sampled = {rid: self._sample(rid, logits[rid]) for rid in plan.sampled_request_ids()}
         except Exception as exc:  # fail the running requests, keep serving the rest
+            plan.saves = saves
             failed = self.scheduler.abandon(plan, time.time_ns())
             with self._lock:
                 self.stats.requests_failed += len(failed)
@@ -355,6 +358,8 @@ class LLMEngine:
                 if handle is not None:
                     batch.append((handle, event))
         push_events(batch)
+        if saves:
+            self._save(saves, trace)
         if trace is not None and prof is not None:
             t_end = now_ns()
             trace.schedule_ns = t0 - t_start
@@ -366,6 +371,21 @@ class LLMEngine:
             trace.running = self.scheduler.num_running
             prof.step(trace)
         return True
+
+    def _save(self, saves: list[BlockCopy], trace: StepTrace | None) -> None:
+        """Copy the step's completed prompt blocks into the store and publish them (or drop them if that fails:
+        a block is visible to lookups only once written)."""
+        t = now_ns()
+        try:
+            self.runner.execute(SchedulerOutput(saves=saves))
+        except Exception as exc:
+            self.scheduler.release_saves(saves, written=False)
+            if self.profiler is not None:
+                self.profiler.request({"id": "-", "save_error": repr(exc)})
+        else:
+            self.scheduler.release_saves(saves, written=True)
+        if trace is not None:
+            trace.saves, trace.save_ns = len(saves), now_ns() - t
 
     def _learn_costs(self, plan: SchedulerOutput, elapsed_ns: int) -> None:
         """Exponential averages of a prefill step's time per token and a decode step's time (pure steps only)."""

@@ -415,6 +415,16 @@ class Scheduler:
             events.append((request, self._append(request, sampled[item.request_id], now_ns)))
         return events
 
+    def release_saves(self, saves: list[BlockCopy], written: bool) -> None:
+        """The engine ran a step's saves after its update: publish the blocks, or free them when not written."""
+        if self.block_store is None or not saves:
+            return
+        ids = [s.block_id for s in saves]
+        if written:
+            self.block_store.commit(ids)
+        else:
+            self.block_store.unpin(ids)
+
     def abandon(self, out: SchedulerOutput, now_ns: int = 0) -> list[Request]:
         """The runner failed on this plan: release its offered blocks and fail every running request."""
         if self.block_store is not None and out.saves:

@@ -36,6 +36,7 @@ def test_summary_targets_and_ratios(tmp_path, report_factory):
                 cached_tokens=summarize([1488, 1488]),
                 ttft_ms=summarize([200.0, 200.0]),
                 ratio_p50=200.0 / 170.0,
+                ratios=summarize([200.0 / 150.0, 200.0 / 190.0]),
             ),
             tradeoff=[
                 TradeoffPoint(

@@ -122,7 +122,8 @@ def test_runner_failure_fails_running_requests_and_engine_keeps_serving():
     calls = {"n": 0}
 
     def flaky(plan, trace=None):
-        calls["n"] += 1
+        if plan.prefills or plan.decodes:  # not the store copies run after a step's events
+            calls["n"] += 1
         if calls["n"] == 2:
             raise RuntimeError("boom")
         return real(plan, trace)
