@@ -107,6 +107,11 @@ class KvCache(Strict):
         description="Byte budget of the prefix block store (CPU); checked against this machine's memory at build.",
     )
     prefix_reuse: bool = Field(True, description="Reuse KV of byte-identical token prefixes across requests.")
+    slot_reuse: bool = Field(
+        True,
+        description="CPU, with prefix_reuse: a free slot keeps the KV of its last prompt, and a new prompt sharing "
+        "a prefix with it starts there (token-exact, beyond whole blocks, no block copies).",
+    )
     free_gpu_memory_fraction: Annotated[float, Field(gt=0, le=1)] = Field(
         0.9, description="TRT-LLM: fraction of free GPU memory given to the KV cache."
     )
@@ -145,6 +150,17 @@ class Scheduler(Strict):
     intra_op_threads: NonNegInt = Field(
         0, description="onnxruntime intra-op threads; 0 = onnxruntime's default."
     )
+    ttft_first: bool = Field(
+        False,
+        description="CPU runtime, inflight: run waiting prompts' prefill (one run per step) ahead of decode steps "
+        "while no running request's time per output token would exceed tpot_slo_ms; false: every step decodes "
+        "every running sequence first, then prefills within max_num_tokens.",
+    )
+    tpot_slo_ms: Annotated[float, Field(gt=0)] = Field(
+        100.0,
+        description="ttft_first: the mean time per output token a running request may reach before its next "
+        "decode goes ahead of waiting prefills.",
+    )
 
     @model_validator(mode="after")
     def _budget(self) -> Scheduler:
@@ -152,6 +168,10 @@ class Scheduler(Strict):
             raise ValueError(
                 f"scheduler.max_prefill_tokens ({self.max_prefill_tokens}) must not exceed "
                 f"scheduler.max_num_tokens ({self.max_num_tokens})"
+            )
+        if self.ttft_first and self.batching != "inflight":
+            raise ValueError(
+                "scheduler.ttft_first needs scheduler.batching: inflight (static batching runs a batch to the end)"
             )
         return self
 

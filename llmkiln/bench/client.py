@@ -149,6 +149,7 @@ async def run_one(
             "request_id": str(req.index),
         }
 
+    rec.send_wall_ns = time.time_ns()
     rec.send_ns = time.perf_counter_ns()
     last_ns = rec.send_ns
     stream = client.stream_infer(requests(), stream_timeout=timeout_s)

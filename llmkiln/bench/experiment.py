@@ -2,11 +2,15 @@
 
 One engine (bench-llama-125m, fp32, 4096 context) and two recipes that differ only in runtime settings:
 bench-baseline (no prefix reuse, no chunked prefill, static batching) and bench-optimized (prefix reuse, chunked
-prefill, in-flight batching). Each is served by tritonserver on free loopback ports and measured with the same
-seeded workloads: shared-prefix over the concurrency sweep, unique and mixed-long-short at one level. Then the
-peers (onnxruntime-genai og.Engine and og.Generator, transformers) run the shared-prefix requests of that level
-in-process on the same ONNX file / source weights. Results go to OUT_DIR: one JSON report per (system, workload),
-raw per-request JSONL under OUT_DIR/raw/ (git-ignored), PNG plots, summary.json and SUMMARY.md.
+prefill, in-flight batching, TTFT-first scheduling). Each is served by tritonserver on free loopback ports and
+measured with the same seeded workloads: shared-prefix over the concurrency sweep (every request fresh: no
+prompt repeats an earlier one), unique and mixed-long-short at one level; the optimized server runs with the
+runtime's step profile on (its reports carry per-level profiles). Then, in the same run: the suffix-only
+prefill floor of the shared-prefix c=1 requests (llmkiln.bench.floor), the TTFT vs TPOT trade-off of the
+TTFT-first scheduler over `tpot_slo_ms` settings (llmkiln.bench.tradeoff), and the peers (onnxruntime-genai
+og.Engine and og.Generator, transformers) on the shared-prefix requests of the side level, in-process on the
+same ONNX file / source weights. Results go to OUT_DIR: one JSON report per (system, workload), raw per-request
+JSONL under OUT_DIR/raw/ (git-ignored), PNG plots, summary.json and SUMMARY.md.
 """
 
 from __future__ import annotations
@@ -18,23 +22,29 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
+from tokenizers import Tokenizer
 
 from llmkiln.backends import build
+from llmkiln.bench.floor import FloorMeter, FloorResult
 from llmkiln.bench.peers import PEERS, run_peer
+from llmkiln.bench.profile import profile_levels
 from llmkiln.bench.report import BenchReport, print_report, save_records, save_report, write_atomic
 from llmkiln.bench.runner import BenchConfig, level_slices, requests_needed, run_bench
 from llmkiln.bench.serving import serve_engine
-from llmkiln.bench.summary import summarize_experiment
-from llmkiln.bench.workloads import WorkloadSpec, build_workload, load_tokenizer
+from llmkiln.bench.stats import RequestRecord
+from llmkiln.bench.summary import Extras, summarize_experiment
+from llmkiln.bench.tradeoff import TradeoffPoint, run_tradeoff
+from llmkiln.bench.workloads import Workload, WorkloadSpec, build_workload, load_tokenizer
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
+from llmkiln.runtime.profile import PROFILE_ENV
 
 WORKLOAD_NAMES = ("shared-prefix", "unique", "mixed-long-short")
 
 
 @dataclass
 class ExperimentConfig:
-    """Sizes of the experiment. The defaults take ≈ 15 minutes on 2 idle cores."""
+    """Sizes of the experiment. The defaults take ≈ 20 minutes on 2 idle cores."""
 
     out_dir: Path = Path("bench/results")
     engines_root: Path = Path("engines")
@@ -42,19 +52,24 @@ class ExperimentConfig:
     optimized: str = "bench-optimized"
     seed: int = 0
     levels: tuple[int, ...] = (1, 4, 8, 16)
-    requests: int = 8  # per shared-prefix level (at least the level's concurrency)
+    requests: int = 32  # per shared-prefix level (at least the level's concurrency; 32 for a p95 at c=8)
     warmup: int = 2  # per workload and server, not measured (primes the prefix cache: warm mode)
     side_concurrency: int = 8  # unique, mixed-long-short and the peers run at this level
-    side_requests: int = 8  # unique requests; mixed-long-short gets twice as many
+    side_requests: int = 16  # unique requests; mixed-long-short gets twice as many
     system_tokens: int = 1500
-    user_tokens: tuple[int, int] = (50, 200)
-    output_tokens: int = 64
+    user_tokens: tuple[int, int] = (80, 120)
+    output_tokens: int = 32
     prompt_tokens: tuple[int, int] = (1550, 1700)
     long_tokens: int = 2048
     short_tokens: tuple[int, int] = (32, 128)
     long_every: int = 8
     peers: tuple[str, ...] = PEERS
     workloads: tuple[str, ...] = WORKLOAD_NAMES
+    floor: bool = True  # the suffix-only prefill floor of the shared-prefix c=1 requests
+    # TTFT vs TPOT: the optimized engine served with each setting (None = decode-first), fresh requests
+    tradeoff_slos: tuple[float | None, ...] = (None, 50.0, 100.0, 200.0, 400.0)
+    tradeoff_levels: tuple[int, ...] = (4, 8, 16)
+    tradeoff_requests: int = 16
     timeout_s: float = 900.0
     quick: bool = False
     extra: dict = field(default_factory=dict)
@@ -67,6 +82,7 @@ class ExperimentConfig:
         out_dir: Path | None = None,
         peers: bool = True,
         only: tuple[str, ...] = (),
+        tradeoff: bool = True,
     ) -> ExperimentConfig:
         cfg = cls()
         if quick:
@@ -86,6 +102,9 @@ class ExperimentConfig:
                 long_tokens=1024,
                 short_tokens=(16, 64),
                 long_every=4,
+                tradeoff_slos=(None, 100.0),
+                tradeoff_levels=(4,),
+                tradeoff_requests=4,
                 out_dir=Path("bench/results/raw/quick"),  # git-ignored: a check, not a result
             )
         if requests is not None:
@@ -96,6 +115,8 @@ class ExperimentConfig:
             cfg = replace(cfg, out_dir=Path(out_dir))
         if not peers:
             cfg = replace(cfg, peers=())
+        if not tradeoff:
+            cfg = replace(cfg, tradeoff_slos=())
         if only:
             cfg = replace(cfg, workloads=tuple(w for w in WORKLOAD_NAMES if w in only))
         return cfg
@@ -142,28 +163,23 @@ def run_experiment(cfg: ExperimentConfig, console: Console | None = None) -> tup
         workloads[name] = (build_workload(tok, spec), levels, per)
 
     reports: dict[str, dict[str, BenchReport]] = {}
+    extras = Extras()
     for recipe, engine_dir in engines.items():
-        reports[recipe] = {}
-        console.rule(f"{recipe}: serving {engine_dir}")
-        with serve_engine(engine_dir) as served:
-            console.print(f"ready in {served.ready_s:.1f} s at {served.url}")
-            for name, (wl, levels, per) in workloads.items():
-                bench = BenchConfig(
-                    url=served.url,
-                    model=served.model,
-                    workload=wl,
-                    concurrency=levels,
-                    requests_per_level=per,
-                    warmup_requests=cfg.warmup,
-                    label=recipe,
-                    timeout_s=cfg.timeout_s,
-                    extra={"recipe": recipe, "engine_dir": str(engine_dir), "server_ready_s": served.ready_s},
-                )
-                report, records = run_bench(bench)
-                print_report(report, console)
-                save_report(report, out / recipe / f"{name}.json")
-                save_records(records, out / "raw" / f"{recipe}-{name}.jsonl")
-                reports[recipe][name] = report
+        meter = None
+        if recipe == cfg.optimized and cfg.floor and "shared-prefix" in workloads:
+            # the suffix-only prefill floor, measured between the c=1 requests (llmkiln.bench.floor)
+            meter = FloorMeter(engine_dir, workloads["shared-prefix"][0].requests)
+        try:
+            reports[recipe] = _serve_and_bench(cfg, recipe, engine_dir, workloads, out, console, meter)
+        finally:
+            if meter is not None:
+                meter.close()
+        if meter is not None and meter.times:
+            extras.floor = meter.result()
+            console.print(_floor_line(extras.floor))
+            write_atomic(out / cfg.optimized / "floor.json", extras.floor.model_dump_json(indent=2) + "\n")
+    if cfg.tradeoff_slos and "shared-prefix" in workloads:
+        extras.tradeoff = _tradeoff(cfg, tok, engines[cfg.optimized], out, console)
 
     peer_reports: dict[str, BenchReport] = {}
     if cfg.peers and "shared-prefix" in workloads:
@@ -188,11 +204,97 @@ def run_experiment(cfg: ExperimentConfig, console: Console | None = None) -> tup
     cfg_dump["wall_s"] = time.perf_counter() - t_start
     cfg_dump["loadavg_start"] = load_start
     summary, markdown = summarize_experiment(
-        cfg_dump, cfg.baseline, cfg.optimized, reports, peer_reports, out
+        cfg_dump, cfg.baseline, cfg.optimized, reports, peer_reports, out, extras
     )
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     write_atomic(out / "SUMMARY.md", markdown)
     return out / "SUMMARY.md", summary
+
+
+def _serve_and_bench(
+    cfg: ExperimentConfig,
+    recipe: str,
+    engine_dir: Path,
+    workloads: dict[str, tuple[Workload, tuple[int, ...], int]],
+    out: Path,
+    console: Console,
+    meter: FloorMeter | None = None,
+) -> dict[str, BenchReport]:
+    """One server for the recipe, every workload against it; the optimized one runs with the step profile on.
+    `meter` times each shared-prefix c=1 request's suffix-only prefill right after it was served."""
+    reports: dict[str, BenchReport] = {}
+    records: dict[str, dict[int, list[RequestRecord]]] = {}
+    profile = out / "raw" / f"{recipe}-profile.jsonl"
+    env = {}
+    if recipe == cfg.optimized:
+        profile.parent.mkdir(parents=True, exist_ok=True)
+        profile.unlink(missing_ok=True)
+        env = {PROFILE_ENV: str(profile.resolve())}
+    console.rule(f"{recipe}: serving {engine_dir}")
+    with serve_engine(engine_dir, env=env) as served:
+        console.print(f"ready in {served.ready_s:.1f} s at {served.url}")
+        for name, (wl, levels, per) in workloads.items():
+            bench = BenchConfig(
+                url=served.url,
+                model=served.model,
+                workload=wl,
+                concurrency=levels,
+                requests_per_level=per,
+                warmup_requests=cfg.warmup,
+                label=recipe,
+                timeout_s=cfg.timeout_s,
+                extra={"recipe": recipe, "engine_dir": str(engine_dir), "server_ready_s": served.ready_s},
+            )
+            if meter is not None and name == "shared-prefix":
+                bench.on_record = lambda c, rec, m=meter: m.measure(rec) if c == 1 else None
+            report, recs = run_bench(bench)
+            print_report(report, console)
+            save_records(recs, out / "raw" / f"{recipe}-{name}.jsonl")
+            reports[name], records[name] = report, recs
+    for name, report in reports.items():
+        if env:  # the server has stopped: its profile file is complete
+            report.profile = profile_levels(records[name], profile)
+        save_report(report, out / recipe / f"{name}.json")
+    return reports
+
+
+def _tradeoff(
+    cfg: ExperimentConfig, tok: Tokenizer, engine_dir: Path, out: Path, console: Console
+) -> list[TradeoffPoint]:
+    spec, _, _ = cfg.spec("shared-prefix")
+    per_setting = requests_needed(cfg.tradeoff_requests, cfg.tradeoff_levels, cfg.warmup)
+    # fresh user turns (another seed) after the same system prompt; one slice per setting
+    spec = replace(spec, seed=cfg.seed + 1, num_requests=per_setting * len(cfg.tradeoff_slos))
+    wl = build_workload(tok, spec)
+    console.rule(f"TTFT vs TPOT: {cfg.optimized}, settings {cfg.tradeoff_slos}, c={cfg.tradeoff_levels}")
+    points, reps = run_tradeoff(
+        engine_dir,
+        wl,
+        cfg.tradeoff_slos,
+        cfg.tradeoff_levels,
+        cfg.tradeoff_requests,
+        cfg.warmup,
+        cfg.timeout_s,
+    )
+    for slo, rep in zip(cfg.tradeoff_slos, reps.values(), strict=True):
+        print_report(rep, console)
+        save_report(
+            rep, out / "tradeoff" / ("decode-first.json" if slo is None else f"tpot-slo-{slo:g}ms.json")
+        )
+    write_atomic(
+        out / cfg.optimized / "tradeoff.json",
+        json.dumps([p.model_dump() for p in points], indent=2) + "\n",
+    )
+    return points
+
+
+def _floor_line(f: FloorResult) -> str:
+    if f.prefill_ms.p50 is None or f.ttft_ms.p50 is None or f.ratio_p50 is None:
+        return f"suffix-only prefill floor: no successful c=1 requests ({f.requests})"
+    return (
+        f"suffix-only prefill floor p50 {f.prefill_ms.p50:.1f} ms ({f.suffix_tokens.p50:.0f} tokens on "
+        f"{f.cached_tokens.p50:.0f} cached); served TTFT p50 {f.ttft_ms.p50:.1f} ms = {f.ratio_p50:.2f}x the floor"
+    )
 
 
 def _source_dir(engine_dir: Path) -> Path | None:

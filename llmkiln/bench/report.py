@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from llmkiln.bench.profile import LevelProfile
 from llmkiln.bench.stats import Dist, LevelStats, RequestRecord
 from llmkiln.errors import BadInput
 
@@ -51,6 +52,7 @@ class BenchReport(BaseModel):
     run: RunInfo
     levels: list[LevelStats]
     ttft_samples_ms: dict[str, list[float]] = Field(default_factory=dict)  # str(concurrency) -> per request
+    profile: dict[str, LevelProfile] = Field(default_factory=dict)  # str(concurrency) -> step profile
 
     def level(self, concurrency: int) -> LevelStats | None:
         return next((lv for lv in self.levels if lv.concurrency == concurrency), None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -64,6 +64,9 @@ class BenchConfig:
     request_rate: float | None = None  # requests/s: open loop (Poisson); None: closed loop
     slo: Slo | None = None  # report goodput under this SLO
     seed: int = 0  # of the open loop's arrivals
+    # called with (concurrency, record) as each measured request ends, before the loop sends the next one
+    # (the experiment measures each c=1 request's prefill floor between requests)
+    on_record: Callable[[int, RequestRecord], None] | None = None
 
     def check(self) -> None:
         if self.api not in APIS:
@@ -152,15 +155,23 @@ async def _run(cfg: BenchConfig) -> tuple[BenchReport, dict[int, list[RequestRec
             def done(_: RequestRecord) -> None:
                 bar.advance(task)
 
+            def level_done(c: int) -> Callable[[RequestRecord], None]:
+                def on_done(rec: RequestRecord) -> None:
+                    done(rec)
+                    if cfg.on_record is not None:
+                        cfg.on_record(c, rec)
+
+                return on_done
+
             if warm:
                 await closed_loop(send, warm, max(cfg.concurrency), done)
             for c, chunk in slices.items():
                 loop = f"rate={cfg.request_rate:g}/s max-in-flight={c}" if cfg.request_rate else f"c={c}"
                 bar.update(task, description=f"{cfg.label} {cfg.workload.name} {loop}")
                 if cfg.request_rate:
-                    records[c] = await open_loop(send, chunk, cfg.request_rate, cfg.seed, c, done)
+                    records[c] = await open_loop(send, chunk, cfg.request_rate, cfg.seed, c, level_done(c))
                 else:
-                    records[c] = await closed_loop(send, chunk, c, done)
+                    records[c] = await closed_loop(send, chunk, c, level_done(c))
     levels = [level_stats(c, recs, cfg.slo, cfg.request_rate) for c, recs in records.items()]
     run = RunInfo(
         label=cfg.label,

@@ -6,8 +6,9 @@ import contextlib
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from llmkiln.engine_dir import EngineDir
 from llmkiln.serve.repository import spec_from_engine, write_repository
@@ -30,10 +31,14 @@ def serve_engine(
     model_name: str = "llmkiln",
     ready_timeout_s: float = 600.0,
     echo: bool = False,
+    overrides: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Served]:
     """Write a model repository for `engine_dir` in a temp folder, start tritonserver on 127.0.0.1, stop it after.
 
-    Readiness includes the recipe's warmup (Triton runs it before the model is READY).
+    Readiness includes the recipe's warmup (Triton runs it before the model is READY). `overrides`: nested
+    recipe fields for the served engine (e.g. {"scheduler": {"tpot_slo_ms": 50}}); `env`: extra environment
+    of the server and its python backend (e.g. LLMKILN_PROFILE).
     """
     engine_dir = Path(engine_dir).resolve()
     with tempfile.TemporaryDirectory(prefix="llmkiln-bench-") as tmp:
@@ -41,6 +46,8 @@ def serve_engine(
         folder.verify()  # never benchmark a corrupted engine (IntegrityError names the file)
         spec = spec_from_engine(folder, model_name)
         spec.drain_file = Path(tmp) / "drain"
+        if overrides:
+            spec = replace(spec, engine_overrides=overrides)
         repo = Path(tmp) / "repo"
         write_repository(spec, repo)
         ports = free_ports(3)
@@ -53,6 +60,7 @@ def serve_engine(
             workdir=Path(tmp) / "work",
             exit_timeout_s=10,
             drain_file=Path(tmp) / "drain",
+            env=dict(env or {}),
         )
         server = TritonServer(cfg, echo=sys.stderr if echo else None)
         server.start()

@@ -36,6 +36,7 @@ class RequestRecord:
     group: str
     send_ns: int
     token_ns: list[int] = field(default_factory=list)  # arrival of each streamed token
+    send_wall_ns: int = 0  # time.time_ns() at send (to line up with server-side stamps in a profile)
     end_ns: int | None = None
     num_prompt_tokens: int = 0  # content tokens as the workload counted them
     num_output_tokens: int = 0

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from llmkiln.bench.compare import compare, find, fmt_change
+from llmkiln.bench.floor import FloorResult
 from llmkiln.bench.peers import ratios
 from llmkiln.bench.plots import bars, ttft_cdf
+from llmkiln.bench.profile import markdown_profile
 from llmkiln.bench.report import BenchReport, machine_info, markdown_table
+from llmkiln.bench.tradeoff import TradeoffPoint, tradeoff_markdown
 
 # (workload, concurrency or None = the side level, metric, stat, limit, sense): change must be <= limit ("le").
 TARGETS = (
@@ -24,6 +28,24 @@ TARGETS = (
         "short requests' TTFT p95 clearly better (≤ −20%)",
     ),
 )
+# Absolute targets of the optimized engine on shared-prefix (issue 15): (concurrency, metric, stat, limit, sense).
+ABS_TARGETS = (
+    (8, "ttft_ms", "p50", 500.0, "le", "TTFT p50 ≤ 500 ms"),
+    (8, "ttft_ms", "p95", 900.0, "le", "TTFT p95 ≤ 900 ms"),
+    (8, "output_token_throughput", "value", 95.0, "ge", "output tokens/s ≥ 95"),
+)
+FLOOR_LIMIT = 1.1  # c=1 TTFT p50 within this factor of the suffix-only prefill floor p50
+PROFILE_LEVEL = "8"  # the level whose step profile SUMMARY.md shows
+
+
+@dataclass
+class Extras:
+    """Measurements beside the baseline/optimized comparison, from the same run."""
+
+    floor: FloorResult | None = None
+    tradeoff: list[TradeoffPoint] = field(default_factory=list)
+
+
 PEER_TARGETS = (
     ("ttft_p50", 0.25, "le", "TTFT p50 ≤ 0.25×"),
     ("output_token_throughput", 1.5, "ge", "output tok/s ≥ 1.5×"),
@@ -41,8 +63,10 @@ def summarize_experiment(
     reports: dict[str, dict[str, BenchReport]],
     peers: dict[str, BenchReport],
     out: Path,
+    extras: Extras | None = None,
 ) -> tuple[dict[str, Any], str]:
     """(summary.json content, SUMMARY.md text); writes the PNG plots into `out`."""
+    extras = extras or Extras()
     base, opt = reports.get(baseline, {}), reports.get(optimized, {})
     summary: dict[str, Any] = {
         "config": cfg,
@@ -125,6 +149,7 @@ def summarize_experiment(
         )
         md.append(f"| {wl} c={c}: {text} | {fmt_change(value)} | {'yes' if met else 'no'} |")
 
+    md += _absolute_md(opt.get("shared-prefix"), extras, summary, optimized)
     if peers and "shared-prefix" in opt:
         md += _peers_md(opt["shared-prefix"], base.get("shared-prefix"), peers, summary, optimized, baseline)
         c = next(iter(peers.values())).levels[0].concurrency
@@ -155,6 +180,81 @@ def summarize_experiment(
         md += [f"### peer {name}", "", markdown_table(rep), ""]
     summary["plots"] = plots
     return summary, "\n".join(md) + "\n"
+
+
+def _absolute_md(
+    opt: BenchReport | None, extras: Extras, summary: dict[str, Any], optimized: str
+) -> list[str]:
+    """Absolute targets on shared-prefix, the suffix-only floor, the TTFT/TPOT trade-off, the step profile."""
+    md: list[str] = []
+    if opt is not None:
+        md += ["", f"## Absolute targets: {optimized}, shared-prefix (issue 15)", ""]
+        md += ["| target | measured | met |", "|---|---:|:---:|"]
+        for c, metric, stat, limit, sense, text in ABS_TARGETS:
+            lv = opt.level(c)
+            if lv is None:
+                continue
+            value = (
+                lv.output_token_throughput
+                if metric == "output_token_throughput"
+                else getattr(getattr(lv, metric), stat)
+            )
+            met = value is not None and (value <= limit if sense == "le" else value >= limit)
+            summary["targets"].append(
+                {
+                    "workload": "shared-prefix",
+                    "concurrency": c,
+                    "metric": metric,
+                    "stat": stat,
+                    "limit": limit,
+                    "value": value,
+                    "met": met,
+                }
+            )
+            md.append(f"| c={c}: {text} | {_fmt_ms(value)} | {'yes' if met else 'no'} |")
+        f = extras.floor
+        if f is not None and f.ratio_p50 is not None:
+            met = f.ratio_p50 <= FLOOR_LIMIT
+            summary["floor"] = f.model_dump()
+            summary["targets"].append(
+                {
+                    "workload": "shared-prefix",
+                    "concurrency": 1,
+                    "metric": "ttft_over_floor",
+                    "stat": "p50",
+                    "limit": FLOOR_LIMIT,
+                    "value": f.ratio_p50,
+                    "met": met,
+                }
+            )
+            md.append(
+                f"| c=1: TTFT p50 within {FLOOR_LIMIT}× of the suffix-only prefill floor "
+                f"({_fmt_ms(f.ttft_ms.p50)} ms vs floor {_fmt_ms(f.prefill_ms.p50)} ms) | {f.ratio_p50:.2f}× "
+                f"| {'yes' if met else 'no'} |"
+            )
+            md += [
+                "",
+                f"Floor: each c=1 request's uncached suffix ({_fmt_ms(f.suffix_tokens.p50)} tokens p50) prefilled "
+                f"on its cached past ({_fmt_ms(f.cached_tokens.p50)} tokens) in-process, batch 1, last-position "
+                f"logits only, timed right after the server answered it (before the next request): p50 "
+                f"{_fmt_ms(f.prefill_ms.p50)} ms, p95 {_fmt_ms(f.prefill_ms.p95)} ms ({f.requests} requests); "
+                f"per request, served TTFT ÷ its floor: p50 {f.ratios.p50 or 0:.2f}×, p95 {f.ratios.p95 or 0:.2f}×.",
+            ]
+        prof = opt.profile.get(PROFILE_LEVEL)
+        if prof is not None:
+            md += ["", f"## Step profile: {optimized}, shared-prefix, concurrency {prof.concurrency}", ""]
+            md += [markdown_profile(prof)]
+    if extras.tradeoff:
+        summary["tradeoff"] = [p.model_dump() for p in extras.tradeoff]
+        md += ["", "## TTFT vs TPOT: the TTFT-first scheduler over `scheduler.tpot_slo_ms`", ""]
+        md += [
+            "Shared-prefix, fresh requests per setting and level, the optimized engine served once per setting "
+            "(decode-first = `ttft_first: false`); times in ms.",
+            "",
+            *tradeoff_markdown(extras.tradeoff),
+            "",
+        ]
+    return md
 
 
 def _only_level(rep: BenchReport, c: int) -> BenchReport:

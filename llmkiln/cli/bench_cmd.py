@@ -302,6 +302,7 @@ def soak_cmd(engine: str, minutes: float, concurrency: int, max_tokens: int, out
 )
 @click.option("--engines-dir", type=click.Path(file_okay=False), default="engines", show_default=True)
 @click.option("--no-peers", is_flag=True, help="Skip onnxruntime-genai and transformers.")
+@click.option("--no-tradeoff", is_flag=True, help="Skip the TTFT vs TPOT sweep over scheduler.tpot_slo_ms.")
 @click.option(
     "--only",
     type=click.Choice(["shared-prefix", "unique", "mixed-long-short"]),
@@ -309,12 +310,23 @@ def soak_cmd(engine: str, minutes: float, concurrency: int, max_tokens: int, out
     help="Run only these workloads (repeatable).",
 )
 def experiment_cmd(
-    quick: bool, requests_: int | None, out_dir: str, engines_dir: str, no_peers: bool, only: tuple[str, ...]
+    quick: bool,
+    requests_: int | None,
+    out_dir: str,
+    engines_dir: str,
+    no_peers: bool,
+    no_tradeoff: bool,
+    only: tuple[str, ...],
 ) -> None:
     """`make bench-ttft`: baseline vs optimized recipe on one engine, each served by tritonserver."""
 
     cfg = ExperimentConfig.make(
-        quick=quick, requests=requests_, out_dir=Path(out_dir), peers=not no_peers, only=only
+        quick=quick,
+        requests=requests_,
+        out_dir=Path(out_dir),
+        peers=not no_peers,
+        only=only,
+        tradeoff=not no_tradeoff,
     )
     cfg = replace(cfg, engines_root=Path(engines_dir))
     path, summary = run_experiment(cfg)
@@ -323,8 +335,15 @@ def experiment_cmd(
         what = f"{t['workload']} c={t['concurrency']} {t.get('peer', '')} {t['metric']} {t.get('stat', '')}".replace(
             "  ", " "
         )
-        value = t.get("change", t.get("ratio"))
-        shown = "n/a" if value is None else (f"{value * 100:+.1f}%" if "change" in t else f"{value:.2f}x")
+        value = t.get("change", t.get("ratio", t.get("value")))
+        if value is None:
+            shown = "n/a"
+        elif "change" in t:
+            shown = f"{value * 100:+.1f}%"
+        elif "ratio" in t or t["metric"] == "ttft_over_floor":
+            shown = f"{value:.2f}x"
+        else:
+            shown = f"{value:.1f}"
         click.echo(f"  {'met    ' if t['met'] else 'NOT met'}  {what}: {shown} (limit {t['limit']})")
 
 

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "serve": "llmkiln.cli.serve_cmd:serve",
     "deploy": "llmkiln.cli.deploy_cmd:deploy",
     "bench": "llmkiln.cli.bench_cmd:bench",
+    "profile": "llmkiln.cli.profile_cmd:profile",
     "quality-diff": "llmkiln.cli.quality_cmd:quality_diff",
     "calibrate": "llmkiln.cli.quality_cmd:calibrate",
     "lint-prompts": "llmkiln.cli.lint_cmd:lint_prompts_cmd",

@@ -20,8 +20,9 @@ import numpy as np
 from llmkiln.errors import KilnError
 from llmkiln.recipe import Recipe
 from llmkiln.runtime import metrics as metrics_mod
-from llmkiln.runtime.handle import RequestHandle
+from llmkiln.runtime.handle import RequestHandle, push_events
 from llmkiln.runtime.kv_blocks import BlockStore
+from llmkiln.runtime.profile import Profiler, StepTrace, now_ns
 from llmkiln.runtime.request import (
     BadRequestParams,
     FinishReason,
@@ -33,10 +34,13 @@ from llmkiln.runtime.request import (
     TokenEvent,
 )
 from llmkiln.runtime.sampling import make_rng, sample_token
-from llmkiln.runtime.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from llmkiln.runtime.scheduler import BlockCopy, Scheduler, SchedulerConfig, SchedulerOutput, StepCosts
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
+
+
+_EMA = 0.25  # weight of the newest step in the step-cost estimates
 
 
 class EngineClosed(KilnError):
@@ -54,7 +58,7 @@ class Runner(Protocol):
     num_blocks: int
     vocab_size: int
 
-    def execute(self, plan: SchedulerOutput) -> dict[str, np.ndarray]: ...
+    def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]: ...
 
     def close(self) -> None: ...
 
@@ -95,6 +99,14 @@ class LLMEngine:
         self._stop = False
         self._closed = False
         self._failure: str | None = None  # why the scheduler thread died (None: healthy)
+        self.profiler: Profiler | None = None
+        self.costs = StepCosts()  # running estimates for the TTFT-first scheduler
+
+    def enable_profile(self, path: str | Path) -> Profiler:
+        """Append a step profile to `path` from now on (runtime/profile.py; `kiln profile` reads it)."""
+        if self.profiler is None:
+            self.profiler = Profiler(path)
+        return self.profiler
 
     # ------------------------------------------------------------------ text
     def encode(self, text: str) -> list[int]:
@@ -141,6 +153,8 @@ class LLMEngine:
             self._cancel_now(rid)
         self._closed = True
         self.runner.close()
+        if self.profiler is not None:
+            self.profiler.close()
 
     @property
     def healthy(self) -> bool:
@@ -298,19 +312,28 @@ class LLMEngine:
 
     def step(self) -> bool:
         """Run one iteration. Returns False when there was nothing to run (tests may call it without a thread)."""
+        prof = self.profiler
+        t_start = now_ns()
         self._drain()
         now = time.time_ns()
-        plan = self.scheduler.schedule(now)
+        plan = self.scheduler.schedule(now, self.costs)
         if plan.admitted:
             with self._lock:
                 self._num_queued -= len(plan.admitted)
         if plan.is_empty:
+            if prof is not None:
+                prof.flush()  # idle: a good moment to write the buffered records
             return False
-        t0 = time.perf_counter_ns()
+        trace = StepTrace(now) if prof is not None else None
+        # Prompt blocks are copied into the store after this step's tokens are out: not on the TTFT path.
+        saves, plan.saves = plan.saves, []
+        t0 = now_ns()
         try:
-            logits = self.runner.execute(plan)
+            logits = self.runner.execute(plan, trace) if trace is not None else self.runner.execute(plan)
+            t_sample = now_ns()
             sampled = {rid: self._sample(rid, logits[rid]) for rid in plan.sampled_request_ids()}
         except Exception as exc:  # fail the running requests, keep serving the rest
+            plan.saves = saves
             failed = self.scheduler.abandon(plan, time.time_ns())
             with self._lock:
                 self.stats.requests_failed += len(failed)
@@ -319,18 +342,63 @@ class LLMEngine:
                     request.request_id, TokenEvent(None, len(request.output_ids), True, "error"), repr(exc)
                 )
             return True
-        elapsed = time.perf_counter_ns() - t0
+        t_update = now_ns()
+        elapsed = t_update - t0
+        self._learn_costs(plan, elapsed)
         events = self.scheduler.update_from_output(plan, sampled, time.time_ns())
+        t_emit = now_ns()
         with self._lock:
             self.stats.record_step(plan, elapsed, len(sampled))
+        batch: list[tuple[RequestHandle, TokenEvent]] = []
         for request, event in events:
             if event.finished:
                 self._finish_handle(request.request_id, event)
             else:
                 handle = self._handles.get(request.request_id)
                 if handle is not None:
-                    handle._push(event)
+                    batch.append((handle, event))
+        push_events(batch)
+        if saves:
+            self._save(saves, trace)
+        if trace is not None and prof is not None:
+            t_end = now_ns()
+            trace.schedule_ns = t0 - t_start
+            trace.sample_ns = t_update - t_sample
+            trace.update_ns = t_emit - t_update
+            trace.emit_ns = t_end - t_emit
+            trace.total_ns = t_end - t_start
+            trace.waiting = self.scheduler.num_waiting
+            trace.running = self.scheduler.num_running
+            prof.step(trace)
         return True
+
+    def _save(self, saves: list[BlockCopy], trace: StepTrace | None) -> None:
+        """Copy the step's completed prompt blocks into the store and publish them (or drop them if that fails:
+        a block is visible to lookups only once written)."""
+        t = now_ns()
+        try:
+            self.runner.execute(SchedulerOutput(saves=saves))
+        except Exception as exc:
+            self.scheduler.release_saves(saves, written=False)
+            if self.profiler is not None:
+                self.profiler.request({"id": "-", "save_error": repr(exc)})
+        else:
+            self.scheduler.release_saves(saves, written=True)
+        if trace is not None:
+            trace.saves, trace.save_ns = len(saves), now_ns() - t
+
+    def _learn_costs(self, plan: SchedulerOutput, elapsed_ns: int) -> None:
+        """Exponential averages of a prefill step's time per token and a decode step's time (pure steps only)."""
+        c = self.costs
+        if plan.prefills and not plan.decodes:
+            per_token = elapsed_ns / plan.num_tokens
+            old = c.prefill_ns_per_token
+            self.costs = StepCosts(per_token if not old else old + _EMA * (per_token - old), c.decode_ns)
+        elif plan.decodes and not plan.prefills:
+            old = c.decode_ns
+            self.costs = StepCosts(
+                c.prefill_ns_per_token, elapsed_ns if not old else old + _EMA * (elapsed_ns - old)
+            )
 
     def _sample(self, request_id: str, row: np.ndarray) -> int:
         p = self.scheduler.requests[request_id].params
@@ -365,6 +433,20 @@ class LLMEngine:
                 self.stats.requests_finished += 1
         if handle is not None:
             handle._push(event, error)
+            if self.profiler is not None:
+                t = handle.timings
+                self.profiler.request(
+                    {
+                        "id": request_id,
+                        "arrival": t.arrival_ns,
+                        "scheduled": t.first_scheduled_ns,
+                        "first_token": t.first_token_ns,
+                        "finish": t.finish_ns,
+                        "prompt": handle.num_prompt_tokens,
+                        "cached": handle.num_cached_tokens,
+                        "reason": event.finish_reason,
+                    }
+                )
 
     # ------------------------------------------------------------------ observability
     def metrics(self) -> dict[str, float]:

@@ -65,19 +65,20 @@ class RequestHandle:
 
     # ------------------------------------------------------------------ engine side
     def _push(self, event: TokenEvent, error: str | None = None) -> None:
+        push_events([(self, event)], error)
+
+    def _append(
+        self, event: TokenEvent, error: str | None
+    ) -> list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[TokenEvent]]]:
+        """Record the event; returns the async listeners to hand it to (none once the stream ended)."""
         with self._cond:
             if self._events and self._events[-1].finished:
-                return
+                return []
             if error is not None:
                 self.error = error
             self._events.append(event)
             self._cond.notify_all()
-            listeners = list(self._listeners)
-        for loop, queue in listeners:
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, event)
-            except RuntimeError:  # the consumer's loop is closed
-                pass
+            return list(self._listeners)
 
     # ------------------------------------------------------------------ caller side
     def cancel(self) -> None:
@@ -134,3 +135,22 @@ class RequestHandle:
     def _raise_if_failed(self) -> None:
         if self.error is not None:
             raise RequestFailed(f"request {self.request_id} failed: {self.error}")
+
+
+def push_events(items: list[tuple[RequestHandle, TokenEvent]], error: str | None = None) -> None:
+    """Hand a step's events to their streams: one wake-up per event loop, not one per event (each
+    call_soon_threadsafe is a syscall and a GIL hand-over to the serving loop)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[TokenEvent], TokenEvent]]] = {}
+    for handle, event in items:
+        for loop, queue in handle._append(event, error):
+            by_loop.setdefault(loop, []).append((queue, event))
+    for loop, deliveries in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_deliver, deliveries)
+        except RuntimeError:  # the consumer's loop is closed
+            pass
+
+
+def _deliver(deliveries: list[tuple[asyncio.Queue[TokenEvent], TokenEvent]]) -> None:
+    for queue, event in deliveries:
+        queue.put_nowait(event)

@@ -9,6 +9,8 @@ are used instead; scales calibrated for the other 8-bit dtype are converted thro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import ml_dtypes
 import numpy as np
 
@@ -96,6 +98,25 @@ class BlockData:
         self.values[block_id] = q
         if self.scales is not None and scales is not None:
             self.scales[block_id] = scales
+
+    def write_many(self, block_ids: Sequence[int], kv: np.ndarray) -> None:
+        """Write n blocks at once: kv (n, L, 2, kv_heads, tokens, head_dim); the same values as n `write`s."""
+        ids = np.asarray(block_ids, np.intp)
+        if self.raw:
+            self.values[ids] = kv
+            return
+        q, scales = quantize(kv, self.dtype, self.static)
+        self.values[ids] = q
+        if self.scales is not None and scales is not None:
+            self.scales[ids] = scales
+
+    def read_many(self, block_ids: Sequence[int]) -> np.ndarray:
+        """n blocks at once, (n, L, 2, kv_heads, tokens, head_dim); the same values as n `read`s."""
+        ids = np.asarray(block_ids, np.intp)
+        if self.raw:
+            return self.values[ids]
+        scales = self.scales[ids] if self.scales is not None else None
+        return dequantize(self.values[ids], scales, self.dtype)
 
     def read(self, block_id: int) -> np.ndarray:
         if self.raw:

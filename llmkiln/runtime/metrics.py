@@ -63,8 +63,9 @@ class EngineMetric(enum.StrEnum):
     UPTIME_S = "uptime_s"
     PREFIX_CACHE_LOOKUPS = "prefix_cache_lookups"
     PREFIX_CACHE_HITS = "prefix_cache_hits"
+    # prompt tokens served without compute: cached blocks, or beyond them the prefix a slot still holds
     PREFIX_CACHE_HIT_TOKENS = "prefix_cache_hit_tokens"
-    PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"  # lookups with a hit / lookups
+    PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"  # admissions with cached tokens / lookups
     PREFIX_CACHE_TOKEN_HIT_RATE = "prefix_cache_token_hit_rate"  # hit tokens / prompt tokens looked up
     KV_BLOCKS_TOTAL = "kv_blocks_total"
     KV_BLOCKS_USED = "kv_blocks_used"  # blocks holding a cached prefix (pinned or not)
@@ -106,10 +107,12 @@ def snapshot(
         M.TOKENS_PER_S: stats.generated_tokens / (busy_ns / 1e9) if busy_ns else 0.0,
         M.UPTIME_S: (time.time_ns() - stats.started_ns) / 1e9,
         M.PREFIX_CACHE_LOOKUPS: lookups,
-        M.PREFIX_CACHE_HITS: store.num_hits if store else 0,
-        M.PREFIX_CACHE_HIT_TOKENS: store.num_hit_tokens if store else 0,
-        M.PREFIX_CACHE_HIT_RATE: (store.num_hits / lookups) if store and lookups else 0.0,
-        M.PREFIX_CACHE_TOKEN_HIT_RATE: (store.num_hit_tokens / queried) if store and queried else 0.0,
+        M.PREFIX_CACHE_HITS: scheduler.num_cache_hits if store else 0,
+        M.PREFIX_CACHE_HIT_TOKENS: scheduler.cached_tokens_total if store else 0,
+        M.PREFIX_CACHE_HIT_RATE: (scheduler.num_cache_hits / lookups) if store and lookups else 0.0,
+        M.PREFIX_CACHE_TOKEN_HIT_RATE: (scheduler.cached_tokens_total / queried)
+        if store and queried
+        else 0.0,
         M.KV_BLOCKS_TOTAL: store.num_blocks if store else 0,
         M.KV_BLOCKS_USED: store.num_cached if store else 0,
         M.KV_BLOCKS_FREE: store.num_free if store else 0,

@@ -24,7 +24,8 @@ from llmkiln.errors import BadInput
 from llmkiln.kv_scales import KvScales
 from llmkiln.runtime import last_logits
 from llmkiln.runtime.kv_quant import BlockData, bytes_per_block
-from llmkiln.runtime.scheduler import PrefillChunk, SchedulerOutput
+from llmkiln.runtime.profile import StepTrace, now_ns
+from llmkiln.runtime.scheduler import BlockCopy, PrefillChunk, SchedulerOutput
 
 _POOL_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int8)": np.int8}
 _RAW_NAMES = {"float16": "fp16", "int8": "int8"}
@@ -59,6 +60,10 @@ class OnnxRunner:
             opts.intra_op_num_threads = intra_op_threads
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
+        import os as _os  # TEMP experiment
+
+        if _os.environ.get("I15_SPIN") is not None:
+            opts.add_session_config_entry("session.intra_op.allow_spinning", _os.environ["I15_SPIN"])
         path = Path(engine_dir) / info.model_file
         rewritten = last_logits.rewrite(path, info.logits_name) if last_logits_only else None
         if rewritten is not None:
@@ -81,6 +86,20 @@ class OnnxRunner:
         self.v = [np.empty(shape, self.pool_dtype) for _ in range(L)]
         for arr in (*self.k, *self.v):
             arr.fill(0)  # NOTE: touch every page now; fresh pages make the first prefill ~1.6x slower
+        # Block views of the pools, (slots, kv_heads, blocks, tokens_per_block, head_dim): a run of cached blocks
+        # moves between a slot and the store in one strided copy per layer and K/V (views of contiguous arrays).
+        bs = tokens_per_block
+        self._block_views = (
+            [
+                (
+                    k.reshape(num_slots, info.kv_heads, max_len // bs, bs, info.head_size),
+                    v.reshape(num_slots, info.kv_heads, max_len // bs, bs, info.head_size),
+                )
+                for k, v in zip(self.k, self.v, strict=True)
+            ]
+            if max_len % bs == 0
+            else None
+        )
         self.slot_len = [0] * num_slots
         raw = None if self.pool_dtype == np.float32 else self.pool_dtype
         store_dtype = kv_dtype if raw is None else _RAW_NAMES[raw.name]
@@ -104,22 +123,42 @@ class OnnxRunner:
         self.session = None  # type: ignore[assignment]
 
     # ------------------------------------------------------------------ plan execution
-    def execute(self, plan: SchedulerOutput) -> dict[str, np.ndarray]:
-        """Run one step: loads, prefills, decodes, saves. Returns the last-position logits row per sampled request."""
+    def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]:
+        """Run one step: loads, prefills, decodes, saves. Returns the last-position logits row per sampled request.
+
+        With a `trace`, the time of each phase (and of each prefill run) is recorded in it."""
         out: dict[str, np.ndarray] = {}
-        for load in plan.loads:
-            self._load_block(load.block_id, load.slot, load.start)
+        t = now_ns()
+        for slot, start, ids in self._block_runs(plan.loads):
+            self._load_blocks(ids, slot, start)
         fresh, single = self._group_prefills(plan.prefills)
+        if trace is not None:
+            trace.loads, trace.load_ns = len(plan.loads), now_ns() - t
         for group in fresh:
+            t = now_ns()
             out.update(self._prefill_fresh(group))
+            if trace is not None:
+                n = sum(len(c.token_ids) for c in group)
+                trace.prefills.append((len(group), n, 0, now_ns() - t, tuple(c.request_id for c in group)))
         for chunk in single:
+            t = now_ns()
             logits = self._prefill_slot(chunk)
             if chunk.sample:
                 out[chunk.request_id] = logits
+            if trace is not None:
+                n = len(chunk.token_ids)
+                trace.prefills.append((1, n, chunk.start, now_ns() - t, (chunk.request_id,)))
         if plan.decodes:
-            out.update(self._decode(plan))
-        for save in plan.saves:
-            self._save_block(save.block_id, save.slot, save.start)
+            t = now_ns()
+            decoded, rows, width = self._decode(plan)
+            out.update(decoded)
+            if trace is not None:
+                trace.decode = (len(plan.decodes), rows, width, now_ns() - t)
+        t = now_ns()
+        for slot, start, ids in self._block_runs(plan.saves):
+            self._save_blocks(ids, slot, start)
+        if trace is not None:
+            trace.saves, trace.save_ns = len(plan.saves), now_ns() - t
         return out
 
     def _group_prefills(
@@ -234,7 +273,8 @@ class OnnxRunner:
             out[c.request_id] = self._row(logits, b, n - 1)
         return out
 
-    def _decode(self, plan: SchedulerOutput) -> dict[str, np.ndarray]:
+    def _decode(self, plan: SchedulerOutput) -> tuple[dict[str, np.ndarray], int, int]:
+        """One decode run; returns the logits rows, the rows run and the context width."""
         items = {d.slot: d for d in plan.decodes}
         lo, hi = min(items), max(items) + 1
         ids = np.zeros((hi - lo, 1), np.int64)
@@ -254,23 +294,48 @@ class OnnxRunner:
         for s, item in items.items():
             self.slot_len[s] = item.position + 1
             out[item.request_id] = self._row(logits, s - lo, 0)
-        return out
+        return out, hi - lo, mask.shape[1]
 
     # ------------------------------------------------------------------ prefix store copies
-    def _load_block(self, block_id: int, slot: int, start: int) -> None:
-        kv = self.blocks.read(block_id)
-        end = start + self.tokens_per_block
-        for layer in range(self.info.num_layers):
-            self.k[layer][slot, :, start:end] = kv[layer, 0]
-            self.v[layer][slot, :, start:end] = kv[layer, 1]
-        self.slot_len[slot] = end
+    def _block_runs(self, copies: list[BlockCopy]) -> list[tuple[int, int, list[int]]]:
+        """(slot, start, block ids) for each run of consecutive blocks of one slot, in plan order."""
+        runs: list[tuple[int, int, list[int]]] = []
+        bs = self.tokens_per_block
+        for c in copies:
+            if runs and runs[-1][0] == c.slot and runs[-1][1] + len(runs[-1][2]) * bs == c.start:
+                runs[-1][2].append(c.block_id)
+            else:
+                runs.append((c.slot, c.start, [c.block_id]))
+        return runs
 
-    def _save_block(self, block_id: int, slot: int, start: int) -> None:
-        end = start + self.tokens_per_block
-        kv = np.stack(
-            [
-                np.stack((self.k[layer][slot, :, start:end], self.v[layer][slot, :, start:end]))
-                for layer in range(self.info.num_layers)
-            ]
-        )
-        self.blocks.write(block_id, kv)
+    def _load_blocks(self, block_ids: list[int], slot: int, start: int) -> None:
+        n, bs = len(block_ids), self.tokens_per_block
+        kv = self.blocks.read_many(block_ids)  # (n, L, 2, heads, bs, head_dim)
+        if self._block_views is not None:
+            b0 = start // bs
+            for layer, (kb, vb) in enumerate(self._block_views):
+                kb[slot, :, b0 : b0 + n] = kv[:, layer, 0].transpose(1, 0, 2, 3)
+                vb[slot, :, b0 : b0 + n] = kv[:, layer, 1].transpose(1, 0, 2, 3)
+        else:
+            for i in range(n):
+                s, e = start + i * bs, start + (i + 1) * bs
+                for layer in range(self.info.num_layers):
+                    self.k[layer][slot, :, s:e] = kv[i, layer, 0]
+                    self.v[layer][slot, :, s:e] = kv[i, layer, 1]
+        self.slot_len[slot] = start + n * bs
+
+    def _save_blocks(self, block_ids: list[int], slot: int, start: int) -> None:
+        n, bs, info = len(block_ids), self.tokens_per_block, self.info
+        kv = np.empty((n, info.num_layers, 2, info.kv_heads, bs, info.head_size), self.pool_dtype)
+        if self._block_views is not None:
+            b0 = start // bs
+            for layer, (kb, vb) in enumerate(self._block_views):
+                kv[:, layer, 0] = kb[slot, :, b0 : b0 + n].transpose(1, 0, 2, 3)
+                kv[:, layer, 1] = vb[slot, :, b0 : b0 + n].transpose(1, 0, 2, 3)
+        else:
+            for i in range(n):
+                s, e = start + i * bs, start + (i + 1) * bs
+                for layer in range(info.num_layers):
+                    kv[i, layer, 0] = self.k[layer][slot, :, s:e]
+                    kv[i, layer, 1] = self.v[layer][slot, :, s:e]
+        self.blocks.write_many(block_ids, kv)

@@ -23,9 +23,9 @@ def sample_token(
     rng: np.random.Generator | None = None,
 ) -> int:
     """Pick the next token id from one row of logits (shape [vocab])."""
+    if temperature == 0.0 or top_k == 1:  # argmax of the float32 row: the same id, no float64 copy
+        return int(np.argmax(logits))
     row = np.asarray(logits, dtype=np.float64).reshape(-1)
-    if temperature == 0.0 or top_k == 1:
-        return int(np.argmax(row))
     rng = rng if rng is not None else make_rng(None)
     scaled = row / temperature
     if 0 < top_k < scaled.size:

@@ -10,6 +10,17 @@ Budget of a step: `max_num_tokens` tokens; decodes (1 each) first, then the chun
 then admissions in policy order while slots and budget last. A chunk is at most `max_prefill_tokens` tokens when
 chunked prefill is on; with it off a prompt is prefilled whole. Static batching admits only when nothing runs,
 once `max_batch_size` requests wait or the oldest has waited `static_batch_timeout_ms`.
+
+TTFT-first (`scheduler.ttft_first`, stall-free batching in the Sarathi-Serve / vLLM sense, but with prefill
+ahead): a step is either one prefill run or one decode batch. Prefill goes first while no running request's
+time per output token, (its next token's projected time − its first token's time) / tokens after the first,
+would exceed `tpot_slo_ms` if this prefill ran before its next decode; the projection uses the engine's running
+estimates of step costs (`StepCosts`). When it would, the step decodes every running sequence instead, and the
+step after a forced decode prefills regardless, so prompts never starve (worst case: decode and prefill steps
+alternate, as in the decode-first mode). One run per step lets each prompt's first token out as soon as its
+own prefill is done. The run is picked among running prompts and admittable waiting ones: those whose rest
+fits one chunk first (in policy order), then multi-chunk prompts; prompts without a cached prefix that fit one
+chunk are batched into one run up to `max_prefill_tokens` tokens.
 """
 
 from __future__ import annotations
@@ -96,6 +107,14 @@ class DecodeItem:
     position: int
 
 
+@dataclass(frozen=True)
+class StepCosts:
+    """The engine's running estimates of what a step costs (ns), for the TTFT-first decisions."""
+
+    prefill_ns_per_token: float = 0.0
+    decode_ns: float = 0.0
+
+
 @dataclass
 class SchedulerOutput:
     """One step's plan, executed in this order: loads, prefills, decodes, saves."""
@@ -128,10 +147,16 @@ class Scheduler:
         self.waiting: list[Request] = []  # sorted by policy key
         self.slots: list[Request | None] = [None] * config.scheduler.max_batch_size
         self._free_slots = list(range(config.scheduler.max_batch_size))
+        # Prompt tokens whose KV a free slot still holds from its last request (prefill-computed or loaded):
+        # a new prompt sharing a prefix with it starts there, with no block copies at all.
+        self._resident: list[list[int]] = [[] for _ in range(config.scheduler.max_batch_size)]
         self.requests: dict[str, Request] = {}
         self._arrivals = 0
         self.num_admitted = 0
         self.queue_ns_total = 0
+        self.num_cache_hits = 0  # admissions that started on cached tokens (blocks or a resident prefix)
+        self.cached_tokens_total = 0  # prompt tokens admissions did not compute
+        self._forced_decode = False  # ttft_first: the last step was a decode forced by the TPOT bound
 
     # ------------------------------------------------------------------ state
     @property
@@ -181,8 +206,10 @@ class Scheduler:
         return oldest + self.config.scheduler.static_batch_timeout_ms * 1_000_000
 
     # ------------------------------------------------------------------ planning
-    def schedule(self, now_ns: int = 0) -> SchedulerOutput:
+    def schedule(self, now_ns: int = 0, costs: StepCosts | None = None) -> SchedulerOutput:
         cfg = self.config
+        if cfg.scheduler.ttft_first:
+            return self._schedule_ttft_first(now_ns, costs or StepCosts())
         out = SchedulerOutput()
         budget = cfg.scheduler.max_num_tokens
         running = sorted(self.running(), key=lambda r: r.arrival_seq)
@@ -199,7 +226,7 @@ class Scheduler:
                     break
                 request = self.waiting[0]
                 hits = self._lookup(request)
-                remaining = request.num_prompt_tokens - len(hits) * cfg.kv_cache.tokens_per_block
+                remaining = request.num_prompt_tokens - self._admission_start(request, hits)
                 if not cfg.scheduler.chunked_prefill and remaining > budget and not out.is_empty:
                     break
                 self.waiting.pop(0)
@@ -207,6 +234,72 @@ class Scheduler:
                 budget -= self._plan_chunk(request, budget, out)
         out.decodes.sort(key=lambda d: d.slot)
         return out
+
+    def _schedule_ttft_first(self, now_ns: int, costs: StepCosts) -> SchedulerOutput:
+        """One prefill run, or one decode batch when the TPOT bound says so (see the module docstring)."""
+        out = SchedulerOutput()
+        running = sorted(self.running(), key=lambda r: r.arrival_seq)
+        decoding = [r for r in running if r.prefill_done]
+        picked = self._pick_prefill_run(running)
+        if picked and decoding and not self._forced_decode:
+            tokens = sum(n for _, _, n in picked)
+            projected = now_ns + tokens * costs.prefill_ns_per_token + costs.decode_ns
+            slo_ns = self.config.scheduler.tpot_slo_ms * 1e6
+            first = [r.timings.first_token_ns for r in decoding]
+            late = any(
+                t is not None and (projected - t) / len(r.output_ids) > slo_ns
+                for r, t in zip(decoding, first, strict=True)
+            )
+            if late:
+                picked = []
+        if not picked:
+            self._forced_decode = bool(decoding) and self._has_prefill_work(running)
+            for r in decoding:
+                out.decodes.append(DecodeItem(r.request_id, r.slot, r.last_token_id(), r.num_computed_tokens))
+            out.decodes.sort(key=lambda d: d.slot)
+            return out
+        self._forced_decode = False
+        for request, hits, _ in picked:
+            if request.status is RequestStatus.WAITING:
+                self.waiting.remove(request)
+                self._admit(request, hits, now_ns, out)
+            self._plan_chunk(request, self.config.scheduler.max_prefill_tokens, out)
+        return out
+
+    def _has_prefill_work(self, running: list[Request]) -> bool:
+        return any(not r.prefill_done for r in running) or bool(self.waiting and self._free_slots)
+
+    def _pick_prefill_run(self, running: list[Request]) -> list[tuple[Request, list[int], int]]:
+        """The prefill run of a TTFT-first step: [(request, cached block hits, tokens)], nothing planned yet.
+
+        Candidates: running prompts, then waiting ones that would get a free slot (policy order). Those whose
+        rest fits one chunk go first. A candidate with a past (a later chunk or a cached prefix) runs alone; one
+        without a past is batched with the next such candidates while `max_prefill_tokens` lasts."""
+        cfg = self.config.scheduler
+        chunk = cfg.max_prefill_tokens if cfg.chunked_prefill else None
+        cands: list[tuple[Request, list[int], int, int]] = []  # (request, hits, start, rest)
+        for r in running:
+            if not r.prefill_done:
+                cands.append((r, [], r.num_computed_tokens, r.num_prompt_tokens - r.num_computed_tokens))
+        for r in self.waiting[: len(self._free_slots)]:
+            hits = self._lookup(r)
+            start = self._admission_start(r, hits)
+            cands.append((r, hits, start, r.num_prompt_tokens - start))
+        if not cands:
+            return []
+        # stable sort: prompts finishing in one chunk before multi-chunk ones, otherwise the order above
+        cands.sort(key=lambda c: chunk is not None and c[3] > chunk)
+        first, hits, start, rest = cands[0]
+        size = rest if chunk is None else min(rest, chunk)
+        picked = [(first, hits, size)]
+        if start > 0 or size < rest:
+            return picked
+        budget = cfg.max_prefill_tokens - size
+        for r, h, st, n in cands[1:]:
+            if st == 0 and n <= budget and (chunk is None or n <= chunk):
+                picked.append((r, h, n))
+                budget -= n
+        return picked
 
     def _may_admit(self, now_ns: int) -> bool:
         cfg = self.config
@@ -224,8 +317,28 @@ class Scheduler:
             return []
         return self.block_store.lookup(request.prompt_ids, request.num_prompt_tokens - 1, record=False)
 
+    def _best_slot(self, request: Request) -> tuple[int, int]:
+        """(free slot, prompt tokens it still holds for this request): the longest resident prefix wins, then the
+        lowest slot. At most num_prompt_tokens - 1 (one token must be computed to get logits)."""
+        kv = self.config.kv_cache
+        limit = request.num_prompt_tokens - 1 if kv.prefix_reuse and kv.slot_reuse else 0
+        best, best_n = -1, -1
+        for slot in sorted(self._free_slots):
+            n = _common_prefix(self._resident[slot], request.prompt_ids, limit)
+            if n > best_n:
+                best, best_n = slot, n
+        return best, best_n
+
+    def _admission_start(self, request: Request, hits: list[int]) -> int:
+        """Where the request's prefill would start if admitted now (cached blocks or a resident prefix)."""
+        resident = self._best_slot(request)[1] if self._free_slots else 0
+        return max(resident, len(hits) * self.config.kv_cache.tokens_per_block)
+
     def _admit(self, request: Request, hits: list[int], now_ns: int, out: SchedulerOutput) -> None:
-        slot = heapq.heappop(self._free_slots)
+        slot, resident = self._best_slot(request)
+        self._free_slots.remove(slot)
+        heapq.heapify(self._free_slots)
+        self._resident[slot] = []  # until this request's prompt is computed there
         bs = self.config.kv_cache.tokens_per_block
         request.slot = slot
         self.slots[slot] = request
@@ -237,12 +350,16 @@ class Scheduler:
         if self.block_store is not None:
             self.block_store.record_lookup(request.num_prompt_tokens, len(hits))
         if hits and self.block_store is not None:
-            self.block_store.pin(hits)
-            request.pinned_block_ids = list(hits)
-            for i, block_id in enumerate(hits):
+            # Blocks the slot already holds need no copy; the rest are pinned and copied in.
+            loaded = hits[resident // bs :]
+            self.block_store.pin(loaded)
+            request.pinned_block_ids = list(loaded)
+            for i, block_id in enumerate(loaded, start=len(hits) - len(loaded)):
                 out.loads.append(BlockCopy(block_id, slot, i * bs))
             request.parent_hash = self.block_store.blocks[hits[-1]].key
-        request.num_cached_tokens = len(hits) * bs
+        request.num_cached_tokens = max(resident, len(hits) * bs)
+        self.cached_tokens_total += request.num_cached_tokens
+        self.num_cache_hits += request.num_cached_tokens > 0
         request.num_computed_tokens = request.num_cached_tokens
         request.num_saved_blocks = len(hits)
 
@@ -303,6 +420,16 @@ class Scheduler:
             events.append((request, self._append(request, sampled[item.request_id], now_ns)))
         return events
 
+    def release_saves(self, saves: list[BlockCopy], written: bool) -> None:
+        """The engine ran a step's saves after its update: publish the blocks, or free them when not written."""
+        if self.block_store is None or not saves:
+            return
+        ids = [s.block_id for s in saves]
+        if written:
+            self.block_store.commit(ids)
+        else:
+            self.block_store.unpin(ids)
+
     def abandon(self, out: SchedulerOutput, now_ns: int = 0) -> list[Request]:
         """The runner failed on this plan: release its offered blocks and fail every running request."""
         if self.block_store is not None and out.saves:
@@ -310,6 +437,7 @@ class Scheduler:
         failed = self.running()
         for request in failed:
             self._finish(request, FinishReason.ERROR, now_ns)
+        self._resident = [[] for _ in self._resident]  # what the failed run left in the slots is unknown
         return failed
 
     def _append(self, request: Request, token_id: int, now_ns: int) -> TokenEvent:
@@ -330,6 +458,8 @@ class Scheduler:
 
     def _finish(self, request: Request, reason: FinishReason, now_ns: int) -> None:
         if request.slot is not None:
+            computed = min(request.num_computed_tokens, request.num_prompt_tokens)
+            self._resident[request.slot] = request.prompt_ids[:computed]
             self.slots[request.slot] = None
             heapq.heappush(self._free_slots, request.slot)
             request.slot = None
@@ -340,3 +470,17 @@ class Scheduler:
         request.finish_reason = reason
         request.timings.finish_ns = now_ns
         self.requests.pop(request.request_id, None)
+
+
+def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
+    """Length of the common prefix of a and b, at most `limit` (bisection over C-speed list comparisons)."""
+    lo, hi = 0, max(0, min(len(a), len(b), limit))
+    if a[:hi] == b[:hi]:
+        return hi
+    while lo < hi:  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -35,6 +35,7 @@ from llmkiln.runtime.detokenizer import IncrementalDetokenizer
 from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.handle import RequestHandle
 from llmkiln.runtime.loader import load_engine
+from llmkiln.runtime.profile import PROFILE_ENV
 from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, SamplingParams
 from llmkiln.serve.metrics import ServeMetrics
 from llmkiln.serve.triton_io import (
@@ -141,7 +142,10 @@ class ServeCore:
         """Load and start the model's engine (initialize() of the python-backend model)."""
         settings = ServeSettings.from_args(args)
         t0 = time.perf_counter()
-        engine = load_engine(settings.engine_dir, settings.engine_overrides).start()
+        engine = load_engine(settings.engine_dir, settings.engine_overrides)
+        if os.environ.get(PROFILE_ENV):  # `kiln profile`, `kiln bench experiment`: a step profile
+            engine.enable_profile(os.environ[PROFILE_ENV])
+        engine.start()
         if engine.recipe is not None:
             serve = engine.recipe.serve
             limits = RequestLimits(serve.max_prompt_bytes, serve.max_stop_words, serve.max_stop_word_bytes)
@@ -225,6 +229,7 @@ class ServeCore:
 
     async def handle(self, request: Any) -> None:
         """Serve one request to completion; never raises."""
+        received_ns = time.time_ns()
         sender = request.get_response_sender()
         if self.warmup_left > 0:
             self.warmup_left -= 1
@@ -239,7 +244,7 @@ class ServeCore:
             return
         self._track(+1)
         try:
-            await self._run(request, sender)
+            await self._run(request, sender, received_ns)
         except Exception as exc:  # anything unexpected still ends the stream
             self.metrics.failed.increment(1)
             self.pb.Logger.log_error(f"llmkiln: request failed: {type(exc).__name__}: {exc}")
@@ -269,7 +274,7 @@ class ServeCore:
 
         return get
 
-    async def _run(self, request: Any, sender: Any) -> None:
+    async def _run(self, request: Any, sender: Any, received_ns: int = 0) -> None:
         try:
             req = parse_request(self._get_array(request), self.exclude_input_default, self.limits)
             params = SamplingParams(**req.sampling_kwargs())
@@ -288,6 +293,7 @@ class ServeCore:
                     f"limits.max_input_len ({self.engine.config.limits.max_input_len} tokens): shorten the prompt",
                 )
                 return
+        submit_ns = time.time_ns()
         try:
             prompt = await self._encode(req.prompt)
             handle = self.engine.submit(
@@ -299,18 +305,28 @@ class ServeCore:
             return
         self.active.add(handle)
         try:
-            await self._stream(request, sender, req, handle)
+            await self._stream(request, sender, req, handle, (received_ns, submit_ns))
         finally:
             self.active.discard(handle)
 
-    async def _stream(self, request: Any, sender: Any, req: ParsedRequest, handle: RequestHandle) -> None:
+    async def _stream(
+        self,
+        request: Any,
+        sender: Any,
+        req: ParsedRequest,
+        handle: RequestHandle,
+        stamps: tuple[int, int] = (0, 0),
+    ) -> None:
         # The prompt is context only: the first generated word keeps its leading space.
         detok = IncrementalDetokenizer(self.engine.tokenizer, prompt_ids=handle.prompt_ids)
         stops = StopMatcher(req.stop_words)
         pieces: list[str] = []
         n_tokens = 0
         stopped = False
+        first_seen_ns = first_sent_ns = send_ns = sends = 0
         async for ev in handle.aiter():
+            if not first_seen_ns:
+                first_seen_ns = time.time_ns()
             if ev.finish_reason == FinishReason.ERROR:
                 self.metrics.failed.increment(1)
                 self._error(sender, f"llmkiln: generation failed: {handle.error or 'runtime error'}")
@@ -332,7 +348,12 @@ class ServeCore:
                 text += stops.finish()
             final = ev.finished or stopped
             if req.stream and (text or final):
+                if not first_sent_ns:
+                    first_sent_ns = time.time_ns()
+                t_send = time.perf_counter_ns()
                 self._send(sender, text, final=final and not req.return_perf_metrics)
+                send_ns += time.perf_counter_ns() - t_send
+                sends += 1
             pieces.append(text)
             if final:
                 break
@@ -348,6 +369,20 @@ class ServeCore:
             handle.cancel()
         perf = self._perf(handle, n_tokens)
         self._observe(handle)
+        if self.engine.profiler is not None:
+            self.engine.profiler.serve(
+                {
+                    "id": handle.request_id,
+                    "received": stamps[0],
+                    "submit": stamps[1],
+                    "first_seen": first_seen_ns,
+                    "first_sent": first_sent_ns,
+                    "send_us": send_ns // 1000,  # time inside the stub's response sends (all but the last)
+                    "sends": sends,
+                    "done": time.time_ns(),
+                    "tokens": n_tokens,
+                }
+            )
         if req.stream:
             if req.return_perf_metrics:
                 self._send(sender, "", final=True, perf=perf)

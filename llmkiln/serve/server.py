@@ -86,6 +86,7 @@ class ServerConfig:
     # llmkiln's HTTP front on host:http_port (generate bodies checked, Retry-After), Triton's HTTP on loopback
     http_front: bool = False
     max_request_bytes: int = 256 * 1024  # the front's body limit (the recipe's serve.max_prompt_bytes)
+    env: dict[str, str] = field(default_factory=dict)  # added to the server's environment (and the backend's)
 
 
 def _die_with_parent(argv: list[str]) -> list[str]:
@@ -189,7 +190,7 @@ class TritonServer:
         self._log = self.log_path.open("w", encoding="utf-8")
         self.proc = subprocess.Popen(
             _die_with_parent(self.command(backend_dir)),
-            env=server_env(),
+            env={**server_env(), **self.cfg.env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

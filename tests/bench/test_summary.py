@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from llmkiln.bench.floor import FloorResult
 from llmkiln.bench.peers import ratios
-from llmkiln.bench.summary import summarize_experiment
+from llmkiln.bench.stats import summarize
+from llmkiln.bench.summary import Extras, summarize_experiment
+from llmkiln.bench.tradeoff import TradeoffPoint
 
 
 def test_summary_targets_and_ratios(tmp_path, report_factory):
@@ -25,8 +28,40 @@ def test_summary_targets_and_ratios(tmp_path, report_factory):
         {"bench-baseline": base, "bench-optimized": opt},
         {"onnxruntime-genai-engine": peer},
         tmp_path,
+        Extras(
+            floor=FloorResult(
+                requests=2,
+                prefill_ms=summarize([150.0, 190.0]),
+                suffix_tokens=summarize([110, 112]),
+                cached_tokens=summarize([1488, 1488]),
+                ttft_ms=summarize([200.0, 200.0]),
+                ratio_p50=200.0 / 170.0,
+                ratios=summarize([200.0 / 150.0, 200.0 / 190.0]),
+            ),
+            tradeoff=[
+                TradeoffPoint(
+                    setting="decode-first",
+                    ttft_first=False,
+                    tpot_slo_ms=None,
+                    concurrency=8,
+                    requests=16,
+                    errors=0,
+                    ttft_p50=900.0,
+                    ttft_p95=1200.0,
+                    tpot_p50=40.0,
+                    tpot_p95=50.0,
+                    itl_p95=60.0,
+                    output_tokens_per_s=80.0,
+                ),
+            ],
+        ),
     )
-    t = {(x["workload"], x.get("metric"), x.get("stat")): x for x in summary["targets"]}
+    absolute = {(x["concurrency"], x["metric"], x["stat"]): x for x in summary["targets"] if "value" in x}
+    assert absolute[(8, "ttft_ms", "p50")]["value"] == pytest.approx(1000.0)
+    assert absolute[(8, "ttft_ms", "p50")]["met"] is False  # 1000 ms > 500 ms
+    assert absolute[(1, "ttft_over_floor", "p50")]["met"] is False  # 200 / 170 = 1.18 > 1.1
+    assert "TTFT vs TPOT" in md and "| decode-first | 8 | 900 |" in md and "1.18×" in md
+    t = {(x["workload"], x.get("metric"), x.get("stat")): x for x in summary["targets"] if "change" in x}
     assert t[("shared-prefix", "ttft_ms", "p50")]["change"] == pytest.approx(-0.9)
     assert t[("shared-prefix", "ttft_ms", "p50")]["met"] is True
     assert (

@@ -21,10 +21,10 @@ class FaultyWorker(KilnWorker):
         assert self.engine is not None
         real = self.engine.scheduler.schedule
 
-        def schedule(now_ns: int = 0):
+        def schedule(*args, **kwargs):  # the scheduler's own signature, passed through
             if trigger.exists():
                 raise RuntimeError("injected scheduler fault")
-            return real(now_ns)
+            return real(*args, **kwargs)
 
         self.engine.scheduler.schedule = schedule
         return config

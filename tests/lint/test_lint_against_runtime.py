@@ -29,7 +29,11 @@ QUESTIONS = [
 
 
 def _check_exact(folder: EngineDir, requests: list[PromptRequest], overrides=None) -> list[int]:
-    """Simulated cached tokens == the runtime's, request by request; returns them."""
+    """Simulated cached tokens == the runtime's prefix-store hits, request by request; returns them.
+
+    The prediction counts whole cached blocks (what any slot or worker can reuse). A slot that still holds its
+    last prompt (kv_cache.slot_reuse) may serve a few more tokens beyond the last whole block: the prediction is
+    a floor there, and equal with slot reuse off."""
     enc = PromptEncoder.from_engine(folder)
     recipe = folder.recipe(overrides)
     sim = simulate_hits(
@@ -37,8 +41,12 @@ def _check_exact(folder: EngineDir, requests: list[PromptRequest], overrides=Non
         recipe.kv_cache.tokens_per_block,
         recipe.limits.max_input_len,
     )
-    served = served_cached(folder, requests, overrides)
+    store_only = {**(overrides or {})}
+    store_only["kv_cache"] = {**store_only.get("kv_cache", {}), "slot_reuse": False}
+    served = served_cached(folder, requests, store_only)
     assert sim.cached == served
+    with_slots = served_cached(folder, requests, overrides)
+    assert all(s >= p for s, p in zip(with_slots, sim.cached, strict=True)), (with_slots, sim.cached)
     return served
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from llmkiln.runtime.kv_blocks import BlockStore
+from llmkiln.runtime.profile import StepTrace
 from llmkiln.runtime.request import Request, RequestTimings, SamplingParams
 from llmkiln.runtime.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 
@@ -36,8 +37,10 @@ def reference_generate(prompt: list[int], max_tokens: int) -> list[int]:
 class FakeRunner:
     """Executes a SchedulerOutput on token lists instead of KV: slot s holds the token ids whose 'KV' it has.
 
-    It checks that the plan is consistent (chunks start where the slot's valid tokens end, loads copy exactly
-    the cached tokens) and returns a one-hot logits row of `next_token(slot tokens)` for every sampled entry.
+    It checks that the plan is consistent (loads and chunks start inside the slot's tokens, decodes exactly at
+    their end) and returns a one-hot logits row of `next_token(slot tokens)` for every sampled entry. A slot
+    keeps its tokens after a request ends (the scheduler may start the next prompt on a resident prefix), so a
+    load or chunk at `start` keeps the first `start` tokens and drops the rest.
     """
 
     def __init__(self, num_slots: int, num_blocks: int, tokens_per_block: int, max_len: int = 4096) -> None:
@@ -56,23 +59,21 @@ class FakeRunner:
         row[next_token(tokens)] = 1.0
         return row
 
-    def execute(self, plan: SchedulerOutput) -> dict[str, np.ndarray]:
+    def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]:
         self.steps.append(plan)
         bs = self.tokens_per_block
         for load in plan.loads:
             slot = self.slots[load.slot]
-            if load.start == 0:
-                slot.clear()
-            if len(slot) != load.start:
+            if len(slot) < load.start:
                 raise RuntimeError(f"load into slot {load.slot} at {load.start} but it holds {len(slot)}")
+            del slot[load.start :]
             slot.extend(self.blocks[load.block_id])
         out: dict[str, np.ndarray] = {}
         for chunk in plan.prefills:
             slot = self.slots[chunk.slot]
-            if chunk.start == 0:
-                slot.clear()
-            if len(slot) != chunk.start:
+            if len(slot) < chunk.start:
                 raise RuntimeError(f"chunk of {chunk.request_id} at {chunk.start}, slot holds {len(slot)}")
+            del slot[chunk.start :]
             slot.extend(chunk.token_ids)
             self.prefill_tokens += len(chunk.token_ids)
             if chunk.sample:
@@ -87,6 +88,12 @@ class FakeRunner:
             self.blocks[save.block_id] = tuple(self.slots[save.slot][save.start : save.start + bs])
             if len(self.blocks[save.block_id]) != bs:
                 raise RuntimeError(f"save of a partial block from slot {save.slot}")
+        if trace is not None:  # what the real runner records, without times: one run per chunk
+            trace.loads, trace.saves = len(plan.loads), len(plan.saves)
+            trace.prefills += [(1, len(c.token_ids), c.start, 0, (c.request_id,)) for c in plan.prefills]
+            if plan.decodes:
+                width = max(d.position for d in plan.decodes) + 1
+                trace.decode = (len(plan.decodes), len(plan.decodes), width, 0)
         return out
 
     def close(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import numpy as np
@@ -120,11 +121,12 @@ def test_runner_failure_fails_running_requests_and_engine_keeps_serving():
     real = eng.runner.execute
     calls = {"n": 0}
 
-    def flaky(plan):
-        calls["n"] += 1
+    def flaky(plan, trace=None):
+        if plan.prefills or plan.decodes:  # not the store copies run after a step's events
+            calls["n"] += 1
         if calls["n"] == 2:
             raise RuntimeError("boom")
-        return real(plan)
+        return real(plan, trace)
 
     eng.runner.execute = flaky
     h = eng.submit(_prompt(8), SamplingParams(max_tokens=5))
@@ -140,7 +142,9 @@ def test_runner_failure_fails_running_requests_and_engine_keeps_serving():
 def test_sampling_is_seeded():
     eng = make_engine().start()
     real = eng.runner.execute
-    eng.runner.execute = lambda plan: {k: np.zeros(VOCAB, np.float32) for k in real(plan)}  # uniform logits
+    eng.runner.execute = lambda plan, trace=None: {
+        k: np.zeros(VOCAB, np.float32) for k in real(plan)
+    }  # uniform
     p = SamplingParams(max_tokens=8, temperature=1.0, seed=123)
     a = eng.submit(_prompt(10), p).result(timeout=10)
     b = eng.submit(_prompt(11), p).result(timeout=10)
@@ -161,17 +165,42 @@ def test_shutdown_cancels_what_is_left():
         eng.submit(_prompt(1))
 
 
+def test_step_profile_records_every_step_and_request(tmp_path):
+    eng = make_engine(max_batch_size=2, max_prefill_tokens=32)
+    prof = eng.enable_profile(tmp_path / "profile.jsonl")
+    shared = [5, 6, 7, 8, 9, 10, 11, 12]  # two blocks of 4: the second request loads them into its slot
+    first = eng.submit(shared + _prompt(1), SamplingParams(max_tokens=4), request_id="a")
+    eng.step()  # a's prefill: its blocks are in the store now, and a keeps slot 0
+    second = eng.submit(shared + _prompt(2), SamplingParams(max_tokens=4), request_id="b")
+    while not (first.finished and second.finished):
+        eng.step()
+    eng.shutdown()
+    assert prof.path.is_file()
+    records = [json.loads(line) for line in prof.path.read_text().splitlines()]
+    steps = [r for r in records if r["kind"] == "step"]
+    requests = {r["id"]: r for r in records if r["kind"] == "request"}
+    assert set(requests) == {"a", "b"} and requests["b"]["cached"] == 8 and requests["a"]["cached"] == 0
+    assert [s["loads"] for s in steps if s["loads"]] == [2]  # b's two cached blocks, in one step
+    prefill_runs = [run for s in steps for run in s["prefill"]]
+    assert [run[4] for run in prefill_runs] == [["a"], ["b"]]
+    assert prefill_runs[1][1:3] == [11, 8]  # b computes its 11 own tokens on an 8-token past
+    assert sum(s["decode"][0] for s in steps if s["decode"]) == 6  # 3 decoded tokens each
+    for s in steps:
+        parts = s["sched_us"] + s["load_us"] + s["save_us"] + s["sample_us"] + s["update_us"] + s["emit_us"]
+        assert parts <= s["total_us"]
+
+
 def test_scheduler_thread_exception_fails_requests_and_marks_unhealthy():
     """A bug in the scheduler thread (not the runner) must fail every caller, never leave one hanging."""
     eng = make_engine(max_batch_size=1)
     real = eng.scheduler.schedule
     calls = {"n": 0}
 
-    def broken(now_ns=0):
+    def broken(now_ns=0, costs=None):
         calls["n"] += 1
         if calls["n"] == 3:
             raise RuntimeError("scheduler bug")
-        return real(now_ns)
+        return real(now_ns, costs)
 
     eng.scheduler.schedule = broken
     running = eng.submit(_prompt(20), SamplingParams(max_tokens=50))

@@ -43,6 +43,8 @@ VARIANTS = {
         "kv_cache": {"prefix_reuse": False},
     },
     "static+reuse+chunk": {"scheduler": {**SMALL, "batching": "static", "static_batch_timeout_ms": 5}},
+    # a tiny TPOT bound: prefill and decode steps alternate, so both paths of the TTFT-first mode run
+    "ttft-first+reuse+chunk": {"scheduler": {**SMALL, "ttft_first": True, "tpot_slo_ms": 0.01}},
 }
 
 
@@ -108,7 +110,7 @@ def test_prefix_hit_logits_match_full_prefill(engine_factory):
     captured: dict[str, np.ndarray] = {}
     execute = eng.runner.execute
 
-    def recording(plan):
+    def recording(plan, trace=None):
         out = execute(plan)
         for chunk in plan.prefills:
             if chunk.sample:
@@ -124,15 +126,27 @@ def test_prefix_hit_logits_match_full_prefill(engine_factory):
     ha = eng.submit(a, params, request_id="a")
     while eng.step():
         pass
+    # 1) a's slot still holds its prompt: b starts on the whole common prefix there, no block copies
+    common = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
     computed_before = eng.metrics()["prompt_tokens_computed"]
     hb = eng.submit(b, params, request_id="b")
     while eng.step():
         pass
     assert ha.result(timeout=1) and hb.result(timeout=1)
-    assert hb.num_cached_tokens == 48
-    assert eng.metrics()["prompt_tokens_computed"] - computed_before == len(b) - 48
+    assert hb.num_cached_tokens == common >= 48
+    assert eng.metrics()["prompt_tokens_computed"] - computed_before == len(b) - common
+    # 2) another prompt takes that slot: the same b now loads its cached blocks (b's own, saved) from the store
+    other = eng.submit(eng.encode(OTHERS[3]), params, request_id="other")
+    while eng.step():
+        pass
+    hb2 = eng.submit(b, params, request_id="b2")
+    while eng.step():
+        pass
+    assert other.result(timeout=1) and hb2.result(timeout=1) == hb.result()
+    assert hb2.num_cached_tokens == (len(b) - 1) // 16 * 16 >= 48
     full = SimpleGenerator(engine_dir).prompt_logits(b)[-1]
     assert np.max(np.abs(captured["b"] - full)) <= 1e-5
+    assert np.max(np.abs(captured["b2"] - full)) <= 1e-5
     _all_free(eng)
     eng.shutdown()
 

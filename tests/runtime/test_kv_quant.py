@@ -113,6 +113,10 @@ def test_engine_with_quantized_store(engine_factory, dtype):
     eng.submit(prompt, params, request_id="warm")
     while eng.step():
         pass
+    # another prompt takes the warm request's slot, so the hit below comes from the quantized store
+    eng.submit(eng.encode("The dog ran fast."), params, request_id="other")
+    while eng.step():
+        pass
     h = eng.submit(prompt + [prompt[5]], params, request_id="hit")
     while eng.step():
         pass
@@ -123,3 +127,15 @@ def test_engine_with_quantized_store(engine_factory, dtype):
     assert err <= {"fp16": 1e-2, "int8": 0.1, "fp8": 0.25}[dtype] * spread, err
     assert int(np.argmax(captured["hit"])) == int(np.argmax(full))
     eng.shutdown()
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "int8", "fp8"])
+def test_many_blocks_at_once_equal_one_by_one(dtype):
+    xs = np.stack([_kv(s) for s in range(3)])
+    one, many = BlockData(dtype, 5, L, H, T, D), BlockData(dtype, 5, L, H, T, D)
+    for i, block_id in enumerate((4, 0, 2)):
+        one.write(block_id, xs[i])
+    many.write_many([4, 0, 2], xs)
+    assert np.array_equal(one.values, many.values)
+    got = many.read_many([2, 4])
+    assert np.array_equal(got[0], one.read(2)) and np.array_equal(got[1], one.read(4))

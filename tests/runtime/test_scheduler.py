@@ -86,8 +86,11 @@ def test_prefix_hit_loads_blocks_and_prefills_rest():
     prefix = list(range(10, 22))  # 3 full blocks of 4
     (a,) = make_requests(1, prompt_len=5, prefix=prefix, max_tokens=2, seed=3)
     (b,) = make_requests(1, prompt_len=7, prefix=prefix, max_tokens=2, seed=4)
+    (other,) = make_requests(1, prompt_len=9, max_tokens=1, seed=5)
     runner = _runner(sched)
     sched.add_request(a)
+    run_to_completion(sched, runner)
+    sched.add_request(other)  # takes a's slot (the lowest of equals): the prefix is then only in the store
     run_to_completion(sched, runner)
     sched.add_request(b)
     plan = sched.schedule()
@@ -102,6 +105,31 @@ def test_prefix_hit_loads_blocks_and_prefills_rest():
     _assert_all_free(sched)
 
 
+def test_next_prompt_starts_on_the_prefix_its_slot_still_holds():
+    sched = make_scheduler(tokens_per_block=4, max_batch_size=2)
+    prefix = list(range(10, 24))  # 3 full blocks of 4 + 2 tokens
+    (a,) = make_requests(1, prompt_len=5, prefix=prefix, max_tokens=3, seed=3)
+    (b,) = make_requests(1, prompt_len=7, prefix=prefix, max_tokens=3, seed=4)
+    (c,) = make_requests(1, prompt_len=6, prefix=prefix, max_tokens=3, seed=6)
+    runner = _runner(sched)
+    sched.add_request(a)
+    run_to_completion(sched, runner)
+    sched.add_request(b)
+    plan = sched.schedule()
+    assert plan.admitted == [b.request_id] and b.slot == 0  # a is done; slot 0 still holds its prompt
+    assert not plan.loads and b.num_cached_tokens == b.num_computed_tokens >= 14  # the whole shared prefix
+    assert plan.prefills[0].start == b.num_cached_tokens
+    sched.update_from_output(plan, greedy(runner.execute(plan)))
+    sched.add_request(c)  # slot 0 is busy with b: c loads the cached blocks into slot 1
+    plan = sched.schedule()
+    assert c.slot == 1 and [ld.start for ld in plan.loads] == [0, 4, 8] and c.num_cached_tokens == 12
+    sched.update_from_output(plan, greedy(runner.execute(plan)))
+    run_to_completion(sched, runner)
+    for r in (b, c):
+        assert r.output_ids == reference_generate(r.prompt_ids, 3)
+    _assert_all_free(sched)
+
+
 def test_lookup_never_covers_whole_prompt():
     sched = make_scheduler(tokens_per_block=4)
     (a,) = make_requests(1, prompt_len=8, max_tokens=1)
@@ -111,7 +139,8 @@ def test_lookup_never_covers_whole_prompt():
     (b,) = make_requests(1, prompt_len=0, max_tokens=1, prefix=list(a.prompt_ids))
     sched.add_request(b)
     run_to_completion(sched, runner)
-    assert b.num_cached_tokens == 4  # one token must still be computed to get logits
+    # the slot still holds a's 8 prompt tokens (the store has one 4-token block): one token is computed anyway
+    assert b.num_cached_tokens == 7
     assert b.output_ids == reference_generate(b.prompt_ids, 1)
 
 

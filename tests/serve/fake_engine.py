@@ -79,6 +79,7 @@ class Handle:
 class FakeEngine:
     tokenizer = ByteTokenizer()
     config = SchedulerConfig.make(tokens_per_block=16)
+    profiler = None
 
     def __init__(self) -> None:
         self.active = 0
