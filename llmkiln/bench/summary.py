@@ -323,9 +323,12 @@ def _peers_md(
     baseline: str,
 ) -> list[str]:
     c = next(iter(peers.values())).levels[0].concurrency
+    n_peer = next(iter(peers.values())).levels[0].num_requests
     md = [
         "",
         f"## Peers: shared-prefix, concurrency {c}, the same requests, the same ONNX file",
+        "",
+        f"The peers serve the first {n_peer} of llmkiln's requests at this level (they are slow: minutes each).",
         "",
         "Ratios are llmkiln (optimized, served through Triton) ÷ peer (in-process, no server): < 1 is better for",
         "TTFT, > 1 is better for throughput.",
