@@ -225,6 +225,20 @@ class EngineDir:
             )
         return self
 
+    def require_runtime(self) -> EngineDir:
+        """self when llmkiln's own runtime can run it (backends onnx-cpu / onnx-gpu), else BadInput saying where
+        a TensorRT-LLM engine is served instead (its DEPLOY.md, docs/gpu.md)."""
+        recipe = self.require().recipe()
+        if recipe.backend in ("onnx-cpu", "onnx-gpu"):
+            return self
+        deploy = self.file("DEPLOY.md")
+        where = f"follow {deploy}" if deploy.is_file() else "see docs/gpu.md"
+        raise BadInput(
+            f"{self.path}: built for backend {recipe.backend!r} (recipe {recipe.name}), which TensorRT-LLM serves on "
+            f"a GPU host, not llmkiln's runtime: {where} (Triton's llmapi model, trtllm-serve, or "
+            f"`kiln deploy dynamo {recipe.name}`)"
+        )
+
     # -- the resolved recipe ---------------------------------------------------------------------------------
     def recipe(self, overrides: dict[str, Any] | None = None) -> Recipe:
         """The recipe the engine was built from (+ nested overrides, e.g. {'scheduler': {...}}), validated."""

@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from llmkiln.atomic import atomic_dir, replace_dir
-from llmkiln.engine_dir import EngineDir, default_engines_root
+from llmkiln.engine_dir import HF_CHECKPOINT_DIR, EngineDir, default_engines_root
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe, load_recipe
 from llmkiln.trtllm.llmapi import llm_api_options
@@ -214,7 +214,7 @@ def _engines_volume(opts: DeployOptions) -> dict[str, Any]:
 def trtllm_args(recipe: Recipe, opts: DeployOptions) -> list[str]:
     """`python -m dynamo.trtllm` arguments for an LLM-API recipe (flag names of ai-dynamo 1.6.1's
     dynamo/trtllm/backend_args.py; --model was --model-path before)."""
-    checkpoint = opts.checkpoint or f"{recipe.name}/hf_checkpoint"
+    checkpoint = opts.checkpoint or f"{recipe.name}/{HF_CHECKPOINT_DIR}"
     return [
         "--model",
         f"{ENGINES_MOUNT}/{checkpoint}",

@@ -78,7 +78,7 @@ class RepoSpec:
 
 def spec_from_engine(engine: EngineDir | Path, model_name: str | None = None) -> RepoSpec:
     """The engine's resolved recipe turned into a RepoSpec (its warmup and serve sections)."""
-    folder = (engine if isinstance(engine, EngineDir) else EngineDir(Path(engine))).require()
+    folder = (engine if isinstance(engine, EngineDir) else EngineDir(Path(engine))).require_runtime()
     recipe = folder.recipe()
     return RepoSpec(
         model_name=model_name or recipe.serve.model_name,

@@ -14,6 +14,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from llmkiln.engine_dir import HF_CHECKPOINT_DIR
 from llmkiln.recipe import Recipe
 from llmkiln.trtllm import llmapi_repo, pins
 
@@ -40,7 +41,7 @@ def commands(recipe: Recipe, engine_dir: Path) -> dict[str, Any]:
     sched, t = recipe.scheduler, recipe.trtllm
     # The CLI flags repeat what llm_api_options.yaml says, so trtllm-serve's own defaults (e.g. max_batch_size
     # 2048) never apply even where a version reads the flags after the file.
-    serve = ["trtllm-serve", str(e / "hf_checkpoint"), "--backend", "pytorch", "--host", "127.0.0.1",
+    serve = ["trtllm-serve", str(e / HF_CHECKPOINT_DIR), "--backend", "pytorch", "--host", "127.0.0.1",
              "--port", str(s.http_port), "--tp_size", str(t.tp_size), "--pp_size", str(t.pp_size),
              "--max_batch_size", str(sched.max_batch_size), "--max_num_tokens", str(sched.max_num_tokens),
              "--max_seq_len", str(recipe.limits.max_seq_len),

@@ -166,3 +166,16 @@ def test_model_files_are_taken_from_the_container_after_the_comparison(built: Pa
     assert r.returncode == 2
     assert "tensorrt_llm: input 'sampling_param_random_seed' is in the container's" in r.stderr
     assert "tensorrt_llm: input 'sampling_param_seed' is in llmkiln's config.pbtxt but not" in r.stderr
+
+
+@pytest.mark.parametrize("command", [["serve"], ["generate", "--max-tokens", "2"], ["verify"]])
+def test_llmkiln_runtime_commands_refuse_it_and_name_its_deploy_file(built: Path, command: list[str]) -> None:
+    """serve / generate exit 2 naming the backend and the folder's DEPLOY.md (nothing started); verify, which
+    only checks files, still works."""
+    args = [str(KILN), command[0], str(built), *(["Once upon a time"] if command[0] == "generate" else [])]
+    r = subprocess.run([*args, *command[1:]], capture_output=True, text=True, timeout=120)
+    if command[0] == "verify":
+        assert r.returncode == 0, r.stderr
+        return
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "trtllm-llmapi" in r.stderr and str(built / "DEPLOY.md") in r.stderr.replace("\n", ""), r.stderr
