@@ -28,7 +28,14 @@ from llmkiln.backends import build
 from llmkiln.bench.floor import FloorMeter, FloorResult
 from llmkiln.bench.peers import PEERS, run_peer
 from llmkiln.bench.profile import profile_levels
-from llmkiln.bench.report import BenchReport, print_report, save_records, save_report, write_atomic
+from llmkiln.bench.report import (
+    BenchReport,
+    load_report,
+    print_report,
+    save_records,
+    save_report,
+    write_atomic,
+)
 from llmkiln.bench.runner import BenchConfig, level_slices, requests_needed, run_bench
 from llmkiln.bench.serving import serve_engine
 from llmkiln.bench.stats import RequestRecord
@@ -210,6 +217,43 @@ def run_experiment(cfg: ExperimentConfig, console: Console | None = None) -> tup
     summary, markdown = summarize_experiment(
         cfg_dump, cfg.baseline, cfg.optimized, reports, peer_reports, out, extras
     )
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_atomic(out / "SUMMARY.md", markdown)
+    return out / "SUMMARY.md", summary
+
+
+def resummarize(out: Path) -> tuple[Path, dict]:
+    """Rewrite SUMMARY.md, summary.json and the plots from a finished run's saved reports in `out` (after a
+    change to the summary code): nothing is measured; the run's config and machine come from its summary.json."""
+    saved = out / "summary.json"
+    if not saved.is_file():
+        raise BadInput(
+            f"{saved}: no finished run there to summarize; run `kiln bench experiment --out {out}`"
+        )
+    old = json.loads(saved.read_text(encoding="utf-8"))
+    cfg, machine = old["config"], old["machine"]
+    baseline, optimized = cfg["baseline"], cfg["optimized"]
+    reports: dict[str, dict[str, BenchReport]] = {}
+    for recipe in (baseline, optimized):
+        reports[recipe] = {
+            name: load_report(out / recipe / f"{name}.json")
+            for name in cfg["workloads"]
+            if (out / recipe / f"{name}.json").is_file()
+        }
+    peers = {
+        p: load_report(out / "peers" / f"{p}.json")
+        for p in cfg["peers"]
+        if (out / "peers" / f"{p}.json").is_file()
+    }
+    extras = Extras()
+    if (out / optimized / "floor.json").is_file():
+        extras.floor = FloorResult.model_validate_json(
+            (out / optimized / "floor.json").read_text(encoding="utf-8")
+        )
+    if (out / optimized / "tradeoff.json").is_file():
+        points = json.loads((out / optimized / "tradeoff.json").read_text(encoding="utf-8"))
+        extras.tradeoff = [TradeoffPoint.model_validate(p) for p in points]
+    summary, markdown = summarize_experiment(cfg, baseline, optimized, reports, peers, out, extras, machine)
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     write_atomic(out / "SUMMARY.md", markdown)
     return out / "SUMMARY.md", summary

@@ -64,13 +64,15 @@ def summarize_experiment(
     peers: dict[str, BenchReport],
     out: Path,
     extras: Extras | None = None,
+    machine: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], str]:
-    """(summary.json content, SUMMARY.md text); writes the PNG plots into `out`."""
+    """(summary.json content, SUMMARY.md text); writes the PNG plots into `out`. `machine`: the run's own
+    machine_info() when the summary is rewritten later from saved reports."""
     extras = extras or Extras()
     base, opt = reports.get(baseline, {}), reports.get(optimized, {})
     summary: dict[str, Any] = {
         "config": cfg,
-        "machine": machine_info(),
+        "machine": machine or machine_info(),
         "workloads": {},
         "targets": [],
         "peers": {},
@@ -212,10 +214,13 @@ def _absolute_md(
                 }
             )
             md.append(f"| c={c}: {text} | {_fmt_ms(value)} | {'yes' if met else 'no'} |")
-        f = extras.floor
-        if f is not None and f.ratio_p50 is not None:
-            met = f.ratio_p50 <= FLOOR_LIMIT
-            summary["floor"] = f.model_dump()
+        # The floor of the target: the server's own suffix-only prefill runs of the c=1 requests (step profile:
+        # the same requests, process, threads and moment). The in-process re-run (extras.floor) is a cross-check.
+        lv1, prof1 = opt.level(1), opt.profile.get("1")
+        own = prof1.own_prefill_ms.p50 if prof1 is not None else None
+        if lv1 is not None and lv1.ttft_ms.p50 is not None and own:
+            ratio = lv1.ttft_ms.p50 / own
+            met = ratio <= FLOOR_LIMIT
             summary["targets"].append(
                 {
                     "workload": "shared-prefix",
@@ -223,22 +228,33 @@ def _absolute_md(
                     "metric": "ttft_over_floor",
                     "stat": "p50",
                     "limit": FLOOR_LIMIT,
-                    "value": f.ratio_p50,
+                    "value": ratio,
                     "met": met,
                 }
             )
             md.append(
                 f"| c=1: TTFT p50 within {FLOOR_LIMIT}× of the suffix-only prefill floor "
-                f"({_fmt_ms(f.ttft_ms.p50)} ms vs floor {_fmt_ms(f.prefill_ms.p50)} ms) | {f.ratio_p50:.2f}× "
-                f"| {'yes' if met else 'no'} |"
+                f"({_fmt_ms(lv1.ttft_ms.p50)} ms vs the server's own suffix prefill runs, p50 {_fmt_ms(own)} ms) "
+                f"| {ratio:.2f}× | {'yes' if met else 'no'} |"
             )
             md += [
                 "",
-                f"Floor: each c=1 request's uncached suffix ({_fmt_ms(f.suffix_tokens.p50)} tokens p50) prefilled "
-                f"on its cached past ({_fmt_ms(f.cached_tokens.p50)} tokens) in-process, batch 1, last-position "
-                f"logits only, timed right after the server answered it (before the next request): p50 "
-                f"{_fmt_ms(f.prefill_ms.p50)} ms, p95 {_fmt_ms(f.prefill_ms.p95)} ms ({f.requests} requests); "
-                f"per request, served TTFT ÷ its floor: p50 {f.ratios.p50 or 0:.2f}×, p95 {f.ratios.p95 or 0:.2f}×.",
+                "Floor: the c=1 requests' own prefill runs as the server's step profile timed them — the uncached "
+                "suffix on the cached past, batch 1, last-position logits only: the model's arithmetic, with no "
+                "queue, scheduling, sampling or transport. Everything else in the c=1 TTFT is in the TTFT hops of "
+                "the profile (concurrency 1: bench/results/bench-optimized/shared-prefix.json).",
+            ]
+        f = extras.floor
+        if f is not None and f.ratio_p50 is not None:
+            summary["floor"] = f.model_dump()
+            md += [
+                "",
+                f"Cross-check: the same suffixes ({_fmt_ms(f.suffix_tokens.p50)} tokens p50 on "
+                f"{_fmt_ms(f.cached_tokens.p50)} cached) re-run in the bench process right after the server answered "
+                f"each one: p50 {_fmt_ms(f.prefill_ms.p50)} ms, p95 {_fmt_ms(f.prefill_ms.p95)} ms ({f.requests} "
+                f"requests; served TTFT ÷ it: p50 {f.ratio_p50:.2f}×). A second onnxruntime process beside the idle "
+                "server on 2 cores runs the same prefill slower than the server does, so this is not the floor "
+                "used above.",
             ]
         prof = opt.profile.get(PROFILE_LEVEL)
         if prof is not None:

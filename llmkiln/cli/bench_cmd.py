@@ -12,6 +12,7 @@ from rich.console import Console
 
 from llmkiln.bench.compare import STATS, compare, compare_markdown, compare_table
 from llmkiln.bench.experiment import ExperimentConfig, run_experiment
+from llmkiln.bench.experiment import resummarize as resummarize_run
 from llmkiln.bench.plots import bars, ttft_cdf
 from llmkiln.bench.report import (
     load_report,
@@ -309,6 +310,11 @@ def soak_cmd(engine: str, minutes: float, concurrency: int, max_tokens: int, out
     multiple=True,
     help="Run only these workloads (repeatable).",
 )
+@click.option(
+    "--resummarize",
+    is_flag=True,
+    help="Measure nothing: rewrite SUMMARY.md, summary.json and the plots from the saved reports in --out.",
+)
 def experiment_cmd(
     quick: bool,
     requests_: int | None,
@@ -317,8 +323,14 @@ def experiment_cmd(
     no_peers: bool,
     no_tradeoff: bool,
     only: tuple[str, ...],
+    resummarize: bool,
 ) -> None:
     """`make bench-ttft`: baseline vs optimized recipe on one engine, each served by tritonserver."""
+    if resummarize:
+        path, summary = resummarize_run(Path(out_dir))
+        click.echo(f"rewrote {path} from the saved reports")
+        _print_targets(summary)
+        return
 
     cfg = ExperimentConfig.make(
         quick=quick,
@@ -331,6 +343,10 @@ def experiment_cmd(
     cfg = replace(cfg, engines_root=Path(engines_dir))
     path, summary = run_experiment(cfg)
     click.echo(f"\nwrote {path} (and the reports and plots next to it)")
+    _print_targets(summary)
+
+
+def _print_targets(summary: dict) -> None:
     for t in summary["targets"]:
         what = f"{t['workload']} c={t['concurrency']} {t.get('peer', '')} {t['metric']} {t.get('stat', '')}".replace(
             "  ", " "
