@@ -60,10 +60,6 @@ class OnnxRunner:
             opts.intra_op_num_threads = intra_op_threads
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
-        import os as _os  # TEMP experiment
-
-        if _os.environ.get("I15_SPIN") is not None:
-            opts.add_session_config_entry("session.intra_op.allow_spinning", _os.environ["I15_SPIN"])
         path = Path(engine_dir) / info.model_file
         rewritten = last_logits.rewrite(path, info.logits_name) if last_logits_only else None
         if rewritten is not None:
