@@ -350,10 +350,12 @@ class Scheduler:
         if self.block_store is not None:
             self.block_store.record_lookup(request.num_prompt_tokens, len(hits))
         if hits and self.block_store is not None:
-            # Blocks the slot already holds need no copy; the rest are pinned and copied in.
+            # Every hit block is pinned while the request runs, so a prefix in use is never evicted and is
+            # refreshed in the LRU when released (the KV router sees it stay); blocks the slot already holds need
+            # no copy, the rest are copied in.
             loaded = hits[resident // bs :]
-            self.block_store.pin(loaded)
-            request.pinned_block_ids = list(loaded)
+            self.block_store.pin(hits)
+            request.pinned_block_ids = list(hits)
             for i, block_id in enumerate(loaded, start=len(hits) - len(loaded)):
                 out.loads.append(BlockCopy(block_id, slot, i * bs))
             request.parent_hash = self.block_store.blocks[hits[-1]].key

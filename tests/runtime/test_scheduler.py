@@ -119,6 +119,10 @@ def test_next_prompt_starts_on_the_prefix_its_slot_still_holds():
     assert plan.admitted == [b.request_id] and b.slot == 0  # a is done; slot 0 still holds its prompt
     assert not plan.loads and b.num_cached_tokens == b.num_computed_tokens >= 14  # the whole shared prefix
     assert plan.prefills[0].start == b.num_cached_tokens
+    # the store's copies of that prefix are pinned while b runs on it (no copy made, but in use: never evicted
+    # under it, and refreshed in the LRU afterwards, so the KV router keeps seeing them on this worker)
+    prefix_blocks = sched.block_store.lookup(prefix, 12, record=False)
+    assert len(prefix_blocks) == 3 and all(sched.block_store.blocks[i].ref_count > 0 for i in prefix_blocks)
     sched.update_from_output(plan, greedy(runner.execute(plan)))
     sched.add_request(c)  # slot 0 is busy with b: c loads the cached blocks into slot 1
     plan = sched.schedule()
