@@ -199,14 +199,16 @@ def _run_setup(
             url=launcher.url,
             model=model,
             workload=warm,
-            concurrency=(1,),
+            concurrency=(len(warm.requests),),
             requests_per_level=len(warm.requests),
             label=f"{setup.name}-warmup",
             timeout_s=cfg.timeout_s,
             api="chat",
             progress=False,
         )
-        run_bench(warmup)  # one request per system prompt, one at a time (not measured)
+        # one request per system prompt, sent together (not measured): the router spreads cold prompts by load;
+        # one at a time, an idle router puts every cold prompt on the same worker (a tie on load)
+        run_bench(warmup)
         bench = BenchConfig(
             url=launcher.url,
             model=model,
@@ -313,7 +315,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         f"{summary['loadavg_end']} at the end; whole run {summary['wall_s'] / 60:.1f} min.",
         "",
         f"## Closed loop, concurrency {cfg['concurrency']} ({cfg['requests']} requests per setup, after one "
-        "warmup request per system prompt)",
+        "warmup request per system prompt, sent together)",
         "",
         "| setup | workers × threads | store (blocks, prompts) | prefix hit rate | TTFT p50 ms | TTFT p95 ms | "
         "TPOT p50 ms | out tok/s | requests per worker | errors |",
