@@ -51,7 +51,7 @@ WORKLOAD_NAMES = ("shared-prefix", "unique", "mixed-long-short")
 
 @dataclass
 class ExperimentConfig:
-    """Sizes of the experiment. The defaults take ≈ 20 minutes on 2 idle cores."""
+    """Sizes of the experiment. The defaults take ≈ 30 minutes on 2 idle cores."""
 
     out_dir: Path = Path("bench/results")
     engines_root: Path = Path("engines")
