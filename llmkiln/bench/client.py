@@ -104,6 +104,24 @@ def _tensor(io: ModelIO, name: str, value: object) -> grpcclient.InferInput:
     return t
 
 
+def grpc_inputs(prompt: str, max_tokens: int, **extra: object) -> list[grpcclient.InferInput]:
+    """Request tensors [1, 1] for a model with tensorrtllm_backend-style inputs, without asking it for its
+    config: text_input, max_tokens (INT32), and each `extra` input (a scalar, or an array as given)."""
+    arrays: dict[str, np.ndarray] = {
+        "text_input": np.array([[prompt.encode()]], dtype=np.object_),
+        "max_tokens": np.array([[max_tokens]], dtype=np.int32),
+    }
+    for name, value in extra.items():
+        arrays[name] = value if isinstance(value, np.ndarray) else np.array([[value]])
+    out = []
+    for name, arr in arrays.items():
+        dtype = "BYTES" if arr.dtype == np.object_ else np_to_triton_dtype(arr.dtype)
+        t = grpcclient.InferInput(name, list(arr.shape), dtype)
+        t.set_data_from_numpy(arr)
+        out.append(t)
+    return out
+
+
 def build_inputs(io: ModelIO, req: BenchRequest, seed: int | None = None) -> list[grpcclient.InferInput]:
     """Greedy streaming request tensors for `req` (optional inputs only when the model declares them)."""
     values: dict[str, object] = {"text_input": req.prompt, "max_tokens": req.max_tokens}

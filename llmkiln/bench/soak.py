@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 
+from llmkiln.bench.client import grpc_inputs
 from llmkiln.bench.serving import serve_engine
 
 SYSTEM = "You are a friendly storyteller. You tell short, happy stories about animals and their toys.\n"
@@ -95,21 +96,6 @@ def _scrape(url: str) -> dict[str, float]:
     return out
 
 
-def _inputs(prompt: str, max_tokens: int) -> list[grpcclient.InferInput]:
-    arrays = {
-        "text_input": np.array([[prompt.encode()]], dtype=np.object_),
-        "max_tokens": np.array([[max_tokens]], dtype=np.int32),
-        "stream": np.array([[True]]),
-    }
-    out = []
-    for name, arr in arrays.items():
-        dtype = "BYTES" if arr.dtype == np.object_ else grpcclient.np_to_triton_dtype(arr.dtype)
-        t = grpcclient.InferInput(name, list(arr.shape), dtype)
-        t.set_data_from_numpy(arr)
-        out.append(t)
-    return out
-
-
 def _client(url: str, model: str, stop: threading.Event, idx: int, out: list, max_tokens: int) -> None:
     """One busy stream: (start, latency s, error or None) per request into `out`."""
     q: queue.Queue = queue.Queue()
@@ -121,7 +107,9 @@ def _client(url: str, model: str, stop: threading.Event, idx: int, out: list, ma
             topic = TOPICS[(idx + n) % len(TOPICS)]
             prompt = (SYSTEM if n % 2 == 0 else f"Story {idx}-{n}: ") + f"Tell me about {topic}."
             t0 = time.monotonic()
-            c.async_stream_infer(model, _inputs(prompt, max_tokens), enable_empty_final_response=True)
+            c.async_stream_infer(
+                model, grpc_inputs(prompt, max_tokens, stream=True), enable_empty_final_response=True
+            )
             error = None
             while True:
                 try:

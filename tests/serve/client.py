@@ -9,24 +9,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import tritonclient.grpc as grpcclient
 
-
-def grpc_inputs(prompt: str, max_tokens: int, **extra: Any) -> list[grpcclient.InferInput]:
-    arrays: dict[str, np.ndarray] = {
-        "text_input": np.array([[prompt.encode()]], dtype=np.object_),
-        "max_tokens": np.array([[max_tokens]], dtype=np.int32),
-    }
-    for name, value in extra.items():
-        arrays[name] = value if isinstance(value, np.ndarray) else np.array([[value]])
-    out = []
-    for name, arr in arrays.items():
-        dtype = "BYTES" if arr.dtype == np.object_ else grpcclient.np_to_triton_dtype(arr.dtype)
-        t = grpcclient.InferInput(name, list(arr.shape), dtype)
-        t.set_data_from_numpy(arr)
-        out.append(t)
-    return out
+from llmkiln.bench.client import grpc_inputs
 
 
 @dataclass

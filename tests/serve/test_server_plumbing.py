@@ -7,10 +7,10 @@ import socket
 import threading
 from pathlib import Path
 
-import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from llmkiln.bench.client import grpc_inputs
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Warmup
 from llmkiln.serve.server import ServerConfig, ServerFailed, TritonServer, free_ports
@@ -36,19 +36,6 @@ def fake_server(tmp_path_factory: pytest.TempPathFactory):
     server.wait_ready(120)
     yield server
     server.stop()
-
-
-def _inputs(prompt: str, max_tokens: int, stream: bool = True) -> list[grpcclient.InferInput]:
-    out = []
-    for name, arr, dtype in (
-        ("text_input", np.array([[prompt.encode()]], dtype=object), "BYTES"),
-        ("max_tokens", np.array([[max_tokens]], dtype=np.int32), "INT32"),
-        ("stream", np.array([[stream]]), "BOOL"),
-    ):
-        t = grpcclient.InferInput(name, list(arr.shape), dtype)
-        t.set_data_from_numpy(arr)
-        out.append(t)
-    return out
 
 
 def test_port_in_use_is_a_clear_error(tmp_path: Path):
@@ -101,7 +88,7 @@ def test_overload_gets_queue_full_errors_not_a_hang(fake_server: TritonServer):
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     try:
         for i in range(80):
-            client.async_stream_infer("fake", _inputs(f"p{i}", 300, stream=False), request_id=str(i))
+            client.async_stream_infer("fake", grpc_inputs(f"p{i}", 300, stream=False), request_id=str(i))
         errors, done = [], 0
         while done < 80:
             result, error = results.get(timeout=60)
@@ -119,7 +106,7 @@ def test_cancelled_stream_is_released(fake_server: TritonServer):
     client = grpcclient.InferenceServerClient(fake_server.url_grpc)
     got = threading.Event()
     client.start_stream(callback=lambda result, error: got.set())
-    client.async_stream_infer("fake", _inputs("cancel me", 5000), request_id="c1")
+    client.async_stream_infer("fake", grpc_inputs("cancel me", 5000, stream=True), request_id="c1")
     assert got.wait(30)
     client.stop_stream(cancel_requests=True)
     client.close()
@@ -127,7 +114,7 @@ def test_cancelled_stream_is_released(fake_server: TritonServer):
     results: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(fake_server.url_grpc)
     client.start_stream(callback=lambda result, error: results.put((result, error)))
-    client.async_stream_infer("fake", _inputs("after", 3, stream=False), enable_empty_final_response=True)
+    client.async_stream_infer("fake", grpc_inputs("after", 3, stream=False), enable_empty_final_response=True)
     result, error = results.get(timeout=30)
     assert error is None and result.as_numpy("text_output")[0, 0] == b"afteraft"
     client.stop_stream()
@@ -146,7 +133,7 @@ def test_stream_left_open_at_shutdown_is_still_cleaned_up(tmp_path: Path):
     results: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(server.url_grpc)
     client.start_stream(callback=lambda result, error: results.put((result, error)))
-    client.async_stream_infer("fake", _inputs("x", 2, stream=False))
+    client.async_stream_infer("fake", grpc_inputs("x", 2, stream=False))
     assert results.get(timeout=30)[1] is None
     try:
         server.stop()
@@ -176,7 +163,10 @@ def test_sigterm_lets_streams_in_flight_finish_and_leaves_nothing_behind(fake_se
     client.start_stream(callback=callback)
     for i in range(4):
         client.async_stream_infer(
-            "fake", _inputs(f"long {i} ", 300), request_id=f"l{i}", enable_empty_final_response=True
+            "fake",
+            grpc_inputs(f"long {i} ", 300, stream=True),
+            request_id=f"l{i}",
+            enable_empty_final_response=True,
         )
     while not any(texts.values()):
         threading.Event().wait(0.01)
