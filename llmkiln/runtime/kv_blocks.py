@@ -133,16 +133,17 @@ class BlockStore:
             found.append(block_id)
             parent = key
         if record:
-            self.record_lookup(len(token_ids), len(found))
+            self.record_lookup(len(token_ids), len(found) * bs)
         return found
 
-    def record_lookup(self, num_tokens: int, num_hit_blocks: int) -> None:
-        """Count one lookup of num_tokens prompt tokens that hit num_hit_blocks blocks."""
+    def record_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
+        """Count one lookup of num_tokens prompt tokens of which num_hit_tokens were served from cache (whole
+        blocks here; the scheduler also counts the prefix a slot still holds beyond them)."""
         self.num_lookups += 1
         self.num_queried_tokens += num_tokens
-        if num_hit_blocks:
+        if num_hit_tokens:
             self.num_hits += 1
-            self.num_hit_tokens += num_hit_blocks * self.tokens_per_block
+            self.num_hit_tokens += num_hit_tokens
 
     # ------------------------------------------------------------------ pins
     def pin(self, block_ids: Sequence[int]) -> None:

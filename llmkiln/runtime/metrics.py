@@ -107,12 +107,10 @@ def snapshot(
         M.TOKENS_PER_S: stats.generated_tokens / (busy_ns / 1e9) if busy_ns else 0.0,
         M.UPTIME_S: (time.time_ns() - stats.started_ns) / 1e9,
         M.PREFIX_CACHE_LOOKUPS: lookups,
-        M.PREFIX_CACHE_HITS: scheduler.num_cache_hits if store else 0,
-        M.PREFIX_CACHE_HIT_TOKENS: scheduler.cached_tokens_total if store else 0,
-        M.PREFIX_CACHE_HIT_RATE: (scheduler.num_cache_hits / lookups) if store and lookups else 0.0,
-        M.PREFIX_CACHE_TOKEN_HIT_RATE: (scheduler.cached_tokens_total / queried)
-        if store and queried
-        else 0.0,
+        M.PREFIX_CACHE_HITS: store.num_hits if store else 0,
+        M.PREFIX_CACHE_HIT_TOKENS: store.num_hit_tokens if store else 0,
+        M.PREFIX_CACHE_HIT_RATE: (store.num_hits / lookups) if store and lookups else 0.0,
+        M.PREFIX_CACHE_TOKEN_HIT_RATE: (store.num_hit_tokens / queried) if store and queried else 0.0,
         M.KV_BLOCKS_TOTAL: store.num_blocks if store else 0,
         M.KV_BLOCKS_USED: store.num_cached if store else 0,
         M.KV_BLOCKS_FREE: store.num_free if store else 0,

@@ -154,8 +154,6 @@ class Scheduler:
         self._arrivals = 0
         self.num_admitted = 0
         self.queue_ns_total = 0
-        self.num_cache_hits = 0  # admissions that started on cached tokens (blocks or a resident prefix)
-        self.cached_tokens_total = 0  # prompt tokens admissions did not compute
         self._forced_decode = False  # ttft_first: the last step was a decode forced by the TPOT bound
 
     # ------------------------------------------------------------------ state
@@ -347,8 +345,6 @@ class Scheduler:
         self.num_admitted += 1
         self.queue_ns_total += max(0, now_ns - request.timings.arrival_ns)
         out.admitted.append(request.request_id)
-        if self.block_store is not None:
-            self.block_store.record_lookup(request.num_prompt_tokens, len(hits))
         if hits and self.block_store is not None:
             # Every hit block is pinned while the request runs, so a prefix in use is never evicted and is
             # refreshed in the LRU when released (the KV router sees it stay); blocks the slot already holds need
@@ -360,8 +356,8 @@ class Scheduler:
                 out.loads.append(BlockCopy(block_id, slot, i * bs))
             request.parent_hash = self.block_store.blocks[hits[-1]].key
         request.num_cached_tokens = max(resident, len(hits) * bs)
-        self.cached_tokens_total += request.num_cached_tokens
-        self.num_cache_hits += request.num_cached_tokens > 0
+        if self.block_store is not None:
+            self.block_store.record_lookup(request.num_prompt_tokens, request.num_cached_tokens)
         request.num_computed_tokens = request.num_cached_tokens
         request.num_saved_blocks = len(hits)
 
