@@ -57,7 +57,8 @@ HF_CHECKPOINT_DIR = (
     "hf_checkpoint"  # ModelOpt unified HF checkpoint: what TensorRT-LLM's PyTorch backend loads
 )
 LLM_API_OPTIONS = "llm_api_options.yaml"  # LLM(**kwargs) / trtllm-serve --extra_llm_api_options
-DEPLOY_COMMANDS = "deploy.json"  # the exact docker run / trtllm-serve / tritonserver argv (and DEPLOY.md)
+DEPLOY_COMMANDS = "deploy.json"  # the exact docker run / trtllm-serve / tritonserver argv
+DEPLOY_MD = "DEPLOY.md"  # the same commands for people
 
 ENGINES_ENV = "LLMKILN_ENGINES"
 CACHE_ENV = "LLMKILN_CACHE_DIR"
@@ -225,20 +226,6 @@ class EngineDir:
             )
         return self
 
-    def require_runtime(self) -> EngineDir:
-        """self when llmkiln's own runtime can run it (backends onnx-cpu / onnx-gpu), else BadInput saying where
-        a TensorRT-LLM engine is served instead (its DEPLOY.md, docs/gpu.md)."""
-        recipe = self.require().recipe()
-        if recipe.backend in ("onnx-cpu", "onnx-gpu"):
-            return self
-        deploy = self.file("DEPLOY.md")
-        where = f"follow {deploy}" if deploy.is_file() else "see docs/gpu.md"
-        raise BadInput(
-            f"{self.path}: built for backend {recipe.backend!r} (recipe {recipe.name}), which TensorRT-LLM serves on "
-            f"a GPU host, not llmkiln's runtime: {where} (Triton's llmapi model, trtllm-serve, or "
-            f"`kiln deploy dynamo {recipe.name}`)"
-        )
-
     # -- the resolved recipe ---------------------------------------------------------------------------------
     def recipe(self, overrides: dict[str, Any] | None = None) -> Recipe:
         """The recipe the engine was built from (+ nested overrides, e.g. {'scheduler': {...}}), validated."""
@@ -258,6 +245,20 @@ class EngineDir:
                 )
             data = merge(data, overrides)
         return validate(data, f"{path} (with overrides)" if overrides else str(path))
+
+    def runtime_recipe(self, overrides: dict[str, Any] | None = None) -> Recipe:
+        """recipe(overrides) of an engine llmkiln's own runtime runs (backends onnx-cpu / onnx-gpu); BadInput
+        saying where a TensorRT-LLM engine is served instead (its DEPLOY.md, docs/gpu.md)."""
+        recipe = self.require().recipe(overrides)
+        if recipe.backend in ("onnx-cpu", "onnx-gpu"):
+            return recipe
+        deploy = self.file(DEPLOY_MD)
+        where = f"follow {deploy}" if deploy.is_file() else "see docs/gpu.md"
+        raise BadInput(
+            f"{self.path}: built for backend {recipe.backend!r} (recipe {recipe.name}), which TensorRT-LLM serves on "
+            f"a GPU host, not llmkiln's runtime: {where} (Triton's llmapi model, trtllm-serve, or "
+            f"`kiln deploy dynamo {recipe.name}`)"
+        )
 
     def write_recipe(self, recipe: Recipe) -> None:
         write_text_atomic(self.file(RESOLVED_RECIPE), recipe.to_yaml(), mode=0o644)

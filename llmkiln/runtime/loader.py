@@ -22,8 +22,8 @@ def load_engine(engine: str | Path | EngineDir, overrides: dict[str, Any] | None
 
     `overrides` are nested recipe fields, e.g. {"scheduler": {"max_batch_size": 4}}, validated like the recipe.
     """
-    folder = (engine if isinstance(engine, EngineDir) else resolve_engine(engine)).require_runtime()
-    recipe = folder.recipe(overrides)
+    folder = engine if isinstance(engine, EngineDir) else resolve_engine(engine)
+    recipe = folder.runtime_recipe(overrides)
     info = folder.genai_config()
     if recipe.limits.max_seq_len > info.context_length:
         raise BadInput(

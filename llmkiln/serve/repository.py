@@ -78,8 +78,8 @@ class RepoSpec:
 
 def spec_from_engine(engine: EngineDir | Path, model_name: str | None = None) -> RepoSpec:
     """The engine's resolved recipe turned into a RepoSpec (its warmup and serve sections)."""
-    folder = (engine if isinstance(engine, EngineDir) else EngineDir(Path(engine))).require_runtime()
-    recipe = folder.recipe()
+    folder = engine if isinstance(engine, EngineDir) else EngineDir(Path(engine))
+    recipe = folder.runtime_recipe()
     return RepoSpec(
         model_name=model_name or recipe.serve.model_name,
         engine_dir=folder.path.resolve(),

@@ -19,7 +19,6 @@ from llmkiln.recipe import Recipe
 from llmkiln.trtllm import llmapi_repo, pins
 
 SHM_SIZE = "2g"  # NVIDIA's own docker lines for the TensorRT-LLM containers use --shm-size=2g
-DEPLOY_MD = "DEPLOY.md"
 
 
 def commands(recipe: Recipe, engine_dir: Path) -> dict[str, Any]:

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from llmkiln.build.stages import BuildContext
-from llmkiln.engine_dir import HF_CHECKPOINT_DIR, EngineDir
+from llmkiln.engine_dir import DEPLOY_MD, HF_CHECKPOINT_DIR, EngineDir
 from llmkiln.recipe import Recipe
 from llmkiln.trtllm import pins
 from llmkiln.trtllm.calibrate import calibrate
-from llmkiln.trtllm.deploy import DEPLOY_MD, commands, deploy_markdown
+from llmkiln.trtllm.deploy import commands, deploy_markdown
 from llmkiln.trtllm.facts import check_options, facts
 from llmkiln.trtllm.hf_checkpoint import normalize_checkpoint, validate_hf_checkpoint
 from llmkiln.trtllm.llmapi import llm_api_options
