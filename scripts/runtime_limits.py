@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from llmkiln.bench.floor import fill_slot
 from llmkiln.runtime.loader import load_engine
 from llmkiln.runtime.scheduler import DecodeItem, PrefillChunk, SchedulerOutput
 
@@ -44,10 +45,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     try:
         for s in range(8):  # eight slots holding `ctx` tokens each
-            ids = rng.integers(10, 30000, ctx).tolist()
-            for st in range(0, ctx, chunk):
-                part = tuple(ids[st : st + chunk])
-                runner.execute(SchedulerOutput(prefills=[PrefillChunk(f"r{s}", s, st, part, False)]))
+            fill_slot(runner, s, rng.integers(10, 30000, ctx).tolist(), chunk)
         res: dict[str, float] = {"memory_bandwidth_gbps (numpy sum, 1 thread)": round(bandwidth_gbps(), 1)}
         decode: dict[int, float] = {}
         for b in (1, 2, 4, 8):

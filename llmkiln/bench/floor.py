@@ -24,7 +24,15 @@ from llmkiln.bench.stats import Dist, RequestRecord, summarize
 from llmkiln.bench.workloads import BenchRequest
 from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.loader import load_engine
+from llmkiln.runtime.runner import OnnxRunner
 from llmkiln.runtime.scheduler import PrefillChunk, SchedulerOutput
+
+
+def fill_slot(runner: OnnxRunner, slot: int, token_ids: Sequence[int], chunk: int) -> None:
+    """Prefill `token_ids` into `slot` from position 0 in chunks of at most `chunk` tokens (nothing sampled)."""
+    for start in range(0, len(token_ids), chunk):
+        part = tuple(token_ids[start : start + chunk])
+        runner.execute(SchedulerOutput(prefills=[PrefillChunk(f"fill-{slot}", slot, start, part, False)]))
 
 
 class FloorResult(BaseModel):
@@ -64,9 +72,7 @@ class FloorMeter:
         ids = self.engine.encode(self.requests[rec.index].prompt)
         cached = min(rec.num_cached_tokens or 0, len(ids) - 1)
         if len(self._in_slot) < cached or self._in_slot[:cached] != ids[:cached]:
-            for start in range(0, cached, self.chunk):  # the cached past, not timed
-                part = tuple(ids[start : min(start + self.chunk, cached)])
-                runner.execute(SchedulerOutput(prefills=[PrefillChunk("past", 0, start, part, False)]))
+            fill_slot(runner, 0, ids[:cached], self.chunk)  # the cached past, not timed
             self._in_slot = ids[:cached]
         suffix = tuple(ids[cached:])
         t0 = time.perf_counter()
