@@ -121,41 +121,33 @@ def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) ->
     metadata: dict[str, Any] = {"name": _k8s_name(opts.name or f"llmkiln-{recipe.name}")}
     if opts.namespace:
         metadata["namespace"] = _k8s_name(opts.namespace)
-    frontend = {
-        "name": "Frontend",
-        "type": "frontend",
-        "replicas": 1,
-        "podTemplate": {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": image,
-                        "command": ["python3"],
-                        "args": [
-                            "-m",
-                            "dynamo.frontend",
-                            "--http-port",
-                            str(opts.http_port),
-                            "--router-mode",
-                            opts.router_mode,
-                            "--migration-limit",
-                            str(opts.migration_limit),
-                            *(
-                                ["--no-router-track-active-blocks"]  # CPU workers: see llmkiln.dynamo.cluster
-                                if opts.router_mode == "kv" and not trt
-                                else []
-                            ),
-                        ],
-                        "resources": {
-                            "requests": {"cpu": "1", "memory": FRONTEND_MEMORY},
-                            "limits": {"cpu": "1", "memory": FRONTEND_MEMORY},
-                        },
-                    }
-                ]
-            }
+    frontend_args = [
+        "-m",
+        "dynamo.frontend",
+        "--http-port",
+        str(opts.http_port),
+        "--router-mode",
+        opts.router_mode,
+        "--migration-limit",
+        str(opts.migration_limit),
+        *(
+            ["--no-router-track-active-blocks"]  # CPU workers: see llmkiln.dynamo.cluster
+            if opts.router_mode == "kv" and not trt
+            else []
+        ),
+    ]
+    frontend = _component(
+        "Frontend",
+        "frontend",
+        1,
+        {
+            "name": "main",
+            "image": image,
+            "command": ["python3"],
+            "args": frontend_args,
+            "resources": _cpu_resources("1", FRONTEND_MEMORY),
         },
-    }
+    )
     doc = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": {"components": [frontend]}}
     worker = (
         trtllm_worker(recipe, image, opts, configmap_name(doc))
@@ -171,40 +163,45 @@ def cpu_worker(recipe: Recipe, engine: EngineDir | None, image: str, opts: Deplo
     memory = f"{worker_memory_mib(recipe, engine)}Mi"
     threads = str(opts.threads_per_worker)
     engine_path = f"{ENGINES_MOUNT}/{recipe.name}"
-    return {
-        "name": "LlmkilnWorker",
-        "type": "worker",
-        "replicas": opts.replicas,
-        "podTemplate": {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": image,
-                        "command": ["python3"],
-                        "args": [
-                            "-m",
-                            "llmkiln.dynamo.worker",
-                            "--engine",
-                            engine_path,
-                            "--served-model-name",
-                            recipe.serve.model_name,
-                            "--threads",
-                            threads,
-                            "--drain-timeout",
-                            str(recipe.serve.exit_timeout_s),
-                        ],
-                        "resources": {
-                            "requests": {"cpu": threads, "memory": memory},
-                            "limits": {"cpu": threads, "memory": memory},
-                        },
-                        "volumeMounts": [{"name": "engines", "mountPath": ENGINES_MOUNT, "readOnly": True}],
-                    }
-                ],
-                "volumes": [_engines_volume(opts)],
-            }
-        },
+    container = {
+        "name": "main",
+        "image": image,
+        "command": ["python3"],
+        "args": [
+            "-m",
+            "llmkiln.dynamo.worker",
+            "--engine",
+            engine_path,
+            "--served-model-name",
+            recipe.serve.model_name,
+            "--threads",
+            threads,
+            "--drain-timeout",
+            str(recipe.serve.exit_timeout_s),
+        ],
+        "resources": _cpu_resources(threads, memory),
+        "volumeMounts": [{"name": "engines", "mountPath": ENGINES_MOUNT, "readOnly": True}],
     }
+    return _component("LlmkilnWorker", "worker", opts.replicas, container, [_engines_volume(opts)])
+
+
+def _component(
+    name: str,
+    kind: str,
+    replicas: int,
+    container: dict[str, Any],
+    volumes: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One DynamoGraphDeployment component: `replicas` pods of one container (and its volumes)."""
+    spec: dict[str, Any] = {"containers": [container]}
+    if volumes:
+        spec["volumes"] = volumes
+    return {"name": name, "type": kind, "replicas": replicas, "podTemplate": {"spec": spec}}
+
+
+def _cpu_resources(cpu: str, memory: str) -> dict[str, Any]:
+    """Requests = limits (a Guaranteed pod: its cores are its own)."""
+    return {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}
 
 
 def _engines_volume(opts: DeployOptions) -> dict[str, Any]:
@@ -229,29 +226,19 @@ def trtllm_args(recipe: Recipe, opts: DeployOptions) -> list[str]:
 def trtllm_worker(recipe: Recipe, image: str, opts: DeployOptions, configmap: str) -> dict[str, Any]:
     """The dynamo.trtllm worker component: GPUs = tp × pp, the LLM-API YAML from a ConfigMap."""
     gpus = str(recipe.trtllm.tp_size * recipe.trtllm.pp_size)
-    return {
-        "name": "TrtllmWorker",
-        "type": "worker",
-        "replicas": opts.replicas,
-        "podTemplate": {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": image,
-                        "command": ["python3", "-m", "dynamo.trtllm"],
-                        "args": trtllm_args(recipe, opts),
-                        "resources": {"limits": {"nvidia.com/gpu": gpus}},
-                        "volumeMounts": [
-                            {"name": "engines", "mountPath": ENGINES_MOUNT, "readOnly": True},
-                            {"name": "llm-api", "mountPath": CONFIG_MOUNT, "readOnly": True},
-                        ],
-                    }
-                ],
-                "volumes": [_engines_volume(opts), {"name": "llm-api", "configMap": {"name": configmap}}],
-            }
-        },
+    container = {
+        "name": "main",
+        "image": image,
+        "command": ["python3", "-m", "dynamo.trtllm"],
+        "args": trtllm_args(recipe, opts),
+        "resources": {"limits": {"nvidia.com/gpu": gpus}},
+        "volumeMounts": [
+            {"name": "engines", "mountPath": ENGINES_MOUNT, "readOnly": True},
+            {"name": "llm-api", "mountPath": CONFIG_MOUNT, "readOnly": True},
+        ],
     }
+    volumes = [_engines_volume(opts), {"name": "llm-api", "configMap": {"name": configmap}}]
+    return _component("TrtllmWorker", "worker", opts.replicas, container, volumes)
 
 
 def llm_api_configmap(recipe: Recipe, name: str, namespace: str | None) -> dict[str, Any]:
