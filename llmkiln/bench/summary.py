@@ -52,6 +52,27 @@ PEER_TARGETS = (
 )
 
 
+def _add_target(
+    summary: dict[str, Any],
+    workload: str,
+    concurrency: int,
+    metric: str,
+    limit: float,
+    met: bool,
+    stat: str | None = None,
+    peer: str | None = None,
+    **measured: float | None,
+) -> None:
+    """One entry of summary["targets"]: what was measured (`change`, `value` or `ratio`) against its limit."""
+    t: dict[str, Any] = {"workload": workload, "concurrency": concurrency}
+    if peer is not None:
+        t["peer"] = peer
+    t["metric"] = metric
+    if stat is not None:
+        t["stat"] = stat
+    summary["targets"].append({**t, "limit": limit, **measured, "met": met})
+
+
 def _side(rep: BenchReport) -> int:
     return rep.levels[0].concurrency
 
@@ -138,17 +159,7 @@ def summarize_experiment(
         ch = find(compare(base[wl], opt[wl]), c, metric, stat)
         value = None if ch is None else ch.change
         met = value is not None and value <= limit
-        summary["targets"].append(
-            {
-                "workload": wl,
-                "concurrency": c,
-                "metric": metric,
-                "stat": stat,
-                "limit": limit,
-                "change": value,
-                "met": met,
-            }
-        )
+        _add_target(summary, wl, c, metric, limit, met, stat=stat, change=value)
         md.append(f"| {wl} c={c}: {text} | {fmt_change(value)} | {'yes' if met else 'no'} |")
 
     md += _absolute_md(opt.get("shared-prefix"), extras, summary, optimized)
@@ -202,17 +213,7 @@ def _absolute_md(
                 else getattr(getattr(lv, metric), stat)
             )
             met = value is not None and (value <= limit if sense == "le" else value >= limit)
-            summary["targets"].append(
-                {
-                    "workload": "shared-prefix",
-                    "concurrency": c,
-                    "metric": metric,
-                    "stat": stat,
-                    "limit": limit,
-                    "value": value,
-                    "met": met,
-                }
-            )
+            _add_target(summary, "shared-prefix", c, metric, limit, met, stat=stat, value=value)
             md.append(f"| c={c}: {text} | {_fmt_ms(value)} | {'yes' if met else 'no'} |")
         # The floor of the target: the server's own suffix-only prefill runs of the c=1 requests (step profile:
         # the same requests, process, threads and moment). The in-process re-run (extras.floor) is a cross-check.
@@ -221,16 +222,8 @@ def _absolute_md(
         if lv1 is not None and lv1.ttft_ms.p50 is not None and own:
             ratio = lv1.ttft_ms.p50 / own
             met = ratio <= FLOOR_LIMIT
-            summary["targets"].append(
-                {
-                    "workload": "shared-prefix",
-                    "concurrency": 1,
-                    "metric": "ttft_over_floor",
-                    "stat": "p50",
-                    "limit": FLOOR_LIMIT,
-                    "value": ratio,
-                    "met": met,
-                }
+            _add_target(
+                summary, "shared-prefix", 1, "ttft_over_floor", FLOOR_LIMIT, met, stat="p50", value=ratio
             )
             md.append(
                 f"| c=1: TTFT p50 within {FLOOR_LIMIT}× of the suffix-only prefill floor "
@@ -368,17 +361,7 @@ def _peers_md(
             ok = v is not None and (v <= limit if sense == "le" else v >= limit)
             met.append(ok)
             if name.startswith("onnxruntime-genai"):
-                summary["targets"].append(
-                    {
-                        "workload": "shared-prefix",
-                        "concurrency": c,
-                        "peer": name,
-                        "metric": key,
-                        "limit": limit,
-                        "ratio": v,
-                        "met": ok,
-                    }
-                )
+                _add_target(summary, "shared-prefix", c, key, limit, ok, peer=name, ratio=v)
         summary["peers"][name] = {
             "ratios": r,
             "ttft_p50_ms": lv.ttft_ms.p50,
