@@ -4,6 +4,8 @@
   .venv/bin/python scripts/triton_probes.py stub-death    # health and an in-flight stream after the stub is killed
   .venv/bin/python scripts/triton_probes.py generate-json # what Triton's own /generate makes of odd JSON
   .venv/bin/python scripts/triton_probes.py tokenizer-gil # does Tokenizer.encode / encode_batch hold the GIL?
+  .venv/bin/python scripts/triton_probes.py cancel-storm [stop|close] [plain|careful] [STREAMS] [CLIENTS]
+                                                          # gRPC clients that cancel streams: does Triton survive?
 
 The findings are in docs/serve.md (Reliability). The server is started bare (`llmkiln.serve.server`'s command,
 no llmkiln watchdog), on free loopback ports, and stopped at the end.
@@ -58,6 +60,15 @@ class TritonPythonModel:
         elif what == "two":  # two responses, as a streaming request gets
             s.send(out(b"a"))
             s.send(out(b"b"), flags=final)
+        elif what.split(":")[0] in ("plain", "careful"):  # 64 pieces as fast as the loop goes, then final
+            mode, _, delay_ms = what.partition(":")
+            for _ in range(64):
+                if mode == "careful" and r.is_cancelled():  # no piece after a cancel, only the final flag
+                    await asyncio.sleep(int(delay_ms or 0) / 1000)  # careful:MS waits MS before it
+                    break
+                s.send(out(b"."))
+                await asyncio.sleep(0)
+            s.send(flags=final)
         elif what == "slow":  # one piece every 10 ms for 100 s
             for _ in range(10_000):
                 s.send(out(b"."))
@@ -154,6 +165,57 @@ def generate_json(server: TritonServer) -> None:
         print(f"{label:28s} -> HTTP {status} {text[:150].decode(errors='replace')}")
 
 
+def cancel_storm(server: TritonServer, pattern: str, mode: str, streams: int, clients: int) -> None:
+    """STREAMS gRPC streams, CLIENTS at a time, each ended right after its first response: `stop` =
+    stop_stream(cancel_requests=True), `close` = close the channel. The model is `plain` (ignores cancellation)
+    or `careful` (checks is_cancelled() before every send; after a cancel it sends only the final flag)."""
+    import threading
+
+    t = grpcclient.InferInput("text_input", [1, 1], "BYTES")
+    t.set_data_from_numpy(np.array([[mode.encode()]], dtype=object))
+    left = iter(range(streams))
+    lock = threading.Lock()
+    done = [0]
+
+    def one(i: int) -> None:
+        c = grpcclient.InferenceServerClient(server.url_grpc)
+        got = threading.Event()
+        c.start_stream(callback=lambda result, error: got.set())
+        c.async_stream_infer("probe", [t], request_id=str(i), enable_empty_final_response=True)
+        got.wait(10)
+        if pattern == "stop":
+            c.stop_stream(cancel_requests=True)
+        c.close()
+
+    def client() -> None:
+        while server.proc is not None and server.proc.poll() is None:
+            with lock:
+                i = next(left, None)
+            if i is None:
+                return
+            try:
+                one(i)
+            except Exception:  # the server died under us
+                return
+            with lock:
+                done[0] += 1
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    time.sleep(1)
+    code = server.proc.poll() if server.proc is not None else None
+    alive = "alive" if code is None else f"DEAD (exit code {code})"
+    print(
+        f"{pattern}/{mode}: {done[0]} of {streams} streams in {time.monotonic() - t0:.1f} s; tritonserver {alive}"
+    )
+    if code is not None:
+        print("\n".join(server.log_text().splitlines()[-12:]))
+
+
 def tokenizer_gil() -> None:
     """Longest pause of a 1 ms ticker thread while another thread tokenizes 1 MB of text."""
     import threading
@@ -205,6 +267,11 @@ def main() -> None:
         try:
             server.wait_ready(120)
             server.stop_requested.set()  # a bare server: no llmkiln watchdog reaction
+            if what == "cancel-storm":
+                pattern, mode, *rest = sys.argv[2:] + ["stop", "plain"][len(sys.argv[2:]) :]
+                numbers = [int(x) for x in rest] + [2000, 16][len(rest) :]
+                cancel_storm(server, pattern, mode, numbers[0], numbers[1])
+                return
             {"error-codes": error_codes, "stub-death": stub_death, "generate-json": generate_json}[what](
                 server
             )

@@ -38,6 +38,7 @@ from llmkiln.runtime.loader import load_engine
 from llmkiln.runtime.profile import PROFILE_ENV
 from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, SamplingParams
 from llmkiln.serve.metrics import ServeMetrics
+from llmkiln.serve.response_stream import CancelBook, InvalidCancel, ResponseStream, cancel_target
 from llmkiln.serve.triton_io import (
     InvalidRequest,
     ParsedRequest,
@@ -131,6 +132,8 @@ class ServeCore:
         self.draining = False  # set once the drain file appears: new requests get UNAVAILABLE
         self.ending = False  # set at the drain deadline: requests still running end with a final error
         self.active: set[RequestHandle] = set()
+        self.by_id: dict[str, RequestHandle] = {}  # running requests by request id (in-band cancels)
+        self.early_cancels = CancelBook()
         self._n_active = 0
         self.max_prompt_bytes_for_tokens = self._prompt_byte_bound()
         self._refresher: asyncio.Task[None] | None = None
@@ -230,13 +233,25 @@ class ServeCore:
     async def handle(self, request: Any) -> None:
         """Serve one request to completion; never raises."""
         received_ns = time.time_ns()
-        sender = request.get_response_sender()
+        final = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        stream = ResponseStream(request.get_response_sender(), final)  # one FINAL response, nothing after it
+        sender: Any = stream
+        try:
+            target = cancel_target(request)
+        except InvalidCancel as exc:
+            self.metrics.rejected.increment(1)
+            self._error(sender, str(exc))
+            return
+        if target is not None:  # the gRPC front's in-band cancel (llmkiln.serve.grpc_front)
+            self._cancel(target)
+            stream.finish()
+            return
         if self.warmup_left > 0:
             self.warmup_left -= 1
             if self.warmup_started is None:
                 self.warmup_started = time.perf_counter()
             # Account for a warmup request before its FINAL response: Triton may report READY right after it.
-            sender = _FinalHook(sender, self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL, self._warmup_done_one)
+            sender = _FinalHook(stream, final, self._warmup_done_one)
         if self.draining or (self.drain_file is not None and os.path.exists(self.drain_file)):
             self.draining = True
             self.metrics.rejected.increment(1)
@@ -251,6 +266,17 @@ class ServeCore:
             self._error(sender, f"llmkiln: internal error: {type(exc).__name__}")
         finally:
             self._track(-1)
+            if not stream.finished:  # every exit path ends the request with exactly one final response
+                sender.send(flags=final)
+
+    def _cancel(self, request_id: str) -> None:
+        """An in-band cancel: cancel the running request, or remember it for when it is submitted."""
+        handle = self.by_id.get(request_id)
+        if handle is None:
+            self.early_cancels.add(request_id)
+            return
+        handle.cancel()
+        self.metrics.cancelled.increment(1)
 
     def _warmup_done_one(self, failure: str | None) -> None:
         self.warmup_finished += 1
@@ -304,10 +330,18 @@ class ServeCore:
             self._error(sender, f"llmkiln: request rejected: {exc}", unavailable=isinstance(exc, QueueFull))
             return
         self.active.add(handle)
+        request_id = request.request_id()
+        if request_id:
+            self.by_id[request_id] = handle
+            if self.early_cancels.take(request_id):  # its cancel came while it was being tokenized
+                handle.cancel()
+                self.metrics.cancelled.increment(1)
         try:
             await self._stream(request, sender, req, handle, (received_ns, submit_ns))
         finally:
             self.active.discard(handle)
+            if request_id and self.by_id.get(request_id) is handle:
+                del self.by_id[request_id]
 
     async def _stream(
         self,
@@ -336,6 +370,9 @@ class ServeCore:
                 self._error(
                     sender, f"{SHUTTING_DOWN} (the request did not finish within the exit timeout)", True
                 )
+                return
+            if ev.finish_reason == FinishReason.CANCELLED:  # an in-band cancel: the client has gone
+                sender.send(flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 return
             delta = ""
             if ev.token_id is not None:

@@ -51,6 +51,7 @@ def server_config(engine: EngineDir, repo: Path, opts: ServeOptions) -> ServerCo
         admin_key=opts.admin_key,
         drain_file=repo.parent / DRAIN_FILE,
         http_front=True,
+        grpc_front=True,
         max_request_bytes=serve.max_prompt_bytes,
     )
 

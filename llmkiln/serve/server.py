@@ -41,6 +41,7 @@ from typing import IO
 from llmkiln.engine_dir import user_cache_dir
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.serve.backend_env import assemble_backend_dir, find_triton, server_env
+from llmkiln.serve.grpc_front import CANCEL_KEY_ENV, GrpcFront
 from llmkiln.serve.http_front import HttpFront
 from llmkiln.serve.ports import free_ports, port_free
 from llmkiln.serve.processes import (
@@ -61,6 +62,7 @@ ADMIN_APIS = "shared-memory,logging,trace,model-repository,statistics"
 ADMIN_HEADER = "llmkiln-admin-key"
 ADMIN_KEY_ENV = "LLMKILN_ADMIN_KEY"
 ACTIVE_METRIC = "llmkiln_requests_active"
+GRPC_MAX_MESSAGE_BYTES = 2**31 - 1  # what Triton's own gRPC endpoint accepts
 
 
 class ServerFailed(KilnError):
@@ -86,6 +88,9 @@ class ServerConfig:
     # llmkiln's HTTP front on host:http_port (generate bodies checked, Retry-After), Triton's HTTP on loopback
     http_front: bool = False
     max_request_bytes: int = 256 * 1024  # the front's body limit (the recipe's serve.max_prompt_bytes)
+    # llmkiln's gRPC front on host:grpc_port (Triton never sees a cancelled stream: it crashes on them),
+    # Triton's gRPC on loopback
+    grpc_front: bool = False
     env: dict[str, str] = field(default_factory=dict)  # added to the server's environment (and the backend's)
 
 
@@ -119,6 +124,9 @@ class TritonServer:
         self.front: HttpFront | None = None
         # where tritonserver's own HTTP endpoint listens (behind the front: loopback, a free port)
         self.triton_http = (cfg.host, cfg.http_port)
+        self.grpc_front: GrpcFront | None = None
+        self.triton_grpc = (cfg.host, cfg.grpc_port)  # the same for gRPC (llmkiln.serve.grpc_front)
+        self.cancel_key = secrets.token_urlsafe(24)  # in-band cancels from the gRPC front carry it
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -133,8 +141,8 @@ class TritonServer:
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             f"--http-address={self.triton_http[0]}",
             f"--http-port={self.triton_http[1]}",
-            f"--grpc-address={c.host}",
-            f"--grpc-port={c.grpc_port}",
+            f"--grpc-address={self.triton_grpc[0]}",
+            f"--grpc-port={self.triton_grpc[1]}",
             f"--metrics-address={c.host}",
             f"--metrics-port={c.metrics_port}",
             f"--exit-timeout-secs={c.exit_timeout_s}",
@@ -186,11 +194,29 @@ class TritonServer:
                 raise BadInput(
                     f"--http-port {self.cfg.http_port}: cannot listen on {self.cfg.host}: {exc}"
                 ) from None
+        env = {**server_env(), **self.cfg.env}
+        if self.cfg.grpc_front:
+            self.triton_grpc = ("127.0.0.1", free_ports(1)[0])
+            env[CANCEL_KEY_ENV] = self.cancel_key
+            self.grpc_front = GrpcFront(
+                self.cfg.host,
+                self.cfg.grpc_port,
+                f"127.0.0.1:{self.triton_grpc[1]}",
+                self.cancel_key,
+                GRPC_MAX_MESSAGE_BYTES,
+            )
+            try:
+                self.grpc_front.start()
+            except OSError as exc:
+                self._stop_fronts()
+                raise BadInput(
+                    f"--grpc-port {self.cfg.grpc_port}: cannot listen on {self.cfg.host}: {exc}"
+                ) from None
         self.log_path = workdir / "tritonserver.log"
         self._log = self.log_path.open("w", encoding="utf-8")
         self.proc = subprocess.Popen(
             _die_with_parent(self.command(backend_dir)),
-            env={**server_env(), **self.cfg.env},
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -336,11 +362,16 @@ class TritonServer:
     def terminate(self) -> None:
         """Ask for Triton's graceful shutdown (SIGTERM): it waits up to the exit timeout for in-flight requests."""
         self.stop_requested.set()  # stubs exit during a shutdown: the watchdog stands down
-        if self.front is not None:
-            # first: its pooled keep-alive connections would make Triton wait the whole exit timeout, then exit 1
-            self.front.stop()
+        # first: the fronts' pooled connections would make Triton wait the whole exit timeout, then exit 1
+        self._stop_fronts()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+
+    def _stop_fronts(self) -> None:
+        if self.front is not None:
+            self.front.stop()
+        if self.grpc_front is not None:
+            self.grpc_front.stop()
 
     def wait_exit(self, grace_s: float | None = None) -> int | None:
         """Wait for the exit; past the exit timeout (+ margin) SIGKILL the process group and clean up after it.
@@ -361,8 +392,7 @@ class TritonServer:
             self.proc.wait()
         self._join_reader()
         self._clean_leftovers()
-        if self.front is not None:
-            self.front.stop()
+        self._stop_fronts()
         if self.proc.returncode != 0 or self.crash is not None:
             self.keep_log()
         if self._own_workdir is not None:

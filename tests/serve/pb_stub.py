@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,8 +114,15 @@ class Sender:
 
 
 class Request:
-    def __init__(self, rid: str = "", cancel_after: int | None = None, **inputs: Any) -> None:
+    def __init__(
+        self,
+        rid: str = "",
+        cancel_after: int | None = None,
+        params: dict[str, Any] | None = None,
+        **inputs: Any,
+    ) -> None:
         self.inputs = inputs
+        self.params = params or {}
         self.sender = Sender()
         self.rid = rid
         self.checks = 0
@@ -125,6 +133,9 @@ class Request:
 
     def request_id(self) -> str:
         return self.rid
+
+    def parameters(self) -> str:
+        return json.dumps(self.params)
 
     def is_cancelled(self) -> bool:
         self.checks += 1
