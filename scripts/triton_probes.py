@@ -185,6 +185,8 @@ def cancel_storm(server: TritonServer, pattern: str, mode: str, streams: int, cl
         got.wait(10)
         if pattern == "stop":
             c.stop_stream(cancel_requests=True)
+        else:  # the channel goes away under the stream (what a client process exiting does)
+            c._channel.close()
         c.close()
 
     def client() -> None:

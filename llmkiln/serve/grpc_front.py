@@ -81,6 +81,7 @@ class _Relay:
         self.to_up: asyncio.Queue[Any] = asyncio.Queue()
         self.to_client: asyncio.Queue[Any] = asyncio.Queue()
         self.client_gone = False
+        self.half_closed = False  # the writer took the client's half-close
 
     async def read_client(self, requests: AsyncIterator[bytes]) -> None:
         n = 0
@@ -95,24 +96,28 @@ class _Relay:
             self.models[uid] = (req.model_name, req.model_version)
             req.id = uid
             await self.to_up.put(req.SerializeToString())
-        await self.to_up.put(None)  # the client half-closed: so does the front (after its requests)
+        # The client half-closed, or it cancelled or disconnected (the request stream ends first then, and the
+        # handler is cancelled a moment later): either way the front half-closes; wind_down() then sends the
+        # cancels on a stream of their own.
+        await self.to_up.put(None)
 
     async def write_up(self) -> None:
         """The only task that writes upstream (never cancelled: a cancelled write would cancel the call)."""
         while True:
             item = await self.to_up.get()
             if item is None:
+                self.half_closed = True
                 await self.up.done_writing()
                 return
             if item is _CANCEL_ALL:
-                for uid in list(self.inflight):
-                    model, version = self.models.get(uid, ("", ""))
-                    await self.up.write(cancel_message(uid, model, version, self.front.cancel_key))
+                for message in self.cancels():
+                    await self.up.write(message)
                 await self.up.done_writing()
                 return
             await self.up.write(item)
 
     async def read_up(self) -> None:
+        self.front.upstream_streams += 1
         try:
             async for raw in self.up:
                 resp = service_pb2.ModelStreamInferResponse.FromString(raw)
@@ -132,14 +137,35 @@ class _Relay:
             await self.to_client.put(None)
         except grpc.aio.AioRpcError as exc:
             await self.to_client.put(exc)
+        finally:
+            self.front.upstream_streams -= 1
+
+    def cancels(self) -> list[bytes]:
+        out = []
+        for uid in list(self.inflight):
+            model, version = self.models.get(uid, ("", ""))
+            out.append(cancel_message(uid, model, version, self.front.cancel_key))
+        return out
 
     async def wind_down(self, tasks: list[asyncio.Task[None]]) -> None:
+        try:
+            await self._wind_down(tasks)
+        except Exception:
+            _log.exception("gRPC front: ending stream %s failed", self.prefix)
+
+    async def _wind_down(self, tasks: list[asyncio.Task[None]]) -> None:
         """The client left: cancel its requests in-band, half-close, read upstream to its end."""
         reader, writer, up_reader = tasks
+        _log.debug(
+            "gRPC front: client of stream %s gone, %d request(s) in flight", self.prefix, len(self.inflight)
+        )
         reader.cancel()
         self.client_gone = True
-        if not writer.done():
+        if not self.half_closed and self.to_up.empty():
             await self.to_up.put(_CANCEL_ALL)
+        else:  # this stream is (being) half-closed: the cancels go on a stream of their own
+            await writer
+            await self.front.send_cancels(self.cancels())
         try:
             await asyncio.wait_for(asyncio.shield(up_reader), DRAIN_TIMEOUT_S)
         except Exception:  # a stuck stream (or a failed one): only now is Triton's call cancelled
@@ -162,6 +188,7 @@ class GrpcFront:
         self._error: BaseException | None = None
         self._numbers = itertools.count()
         self._background: set[asyncio.Task[None]] = set()
+        self.upstream_streams = 0  # relayed streams Triton still holds open (0 at rest)
 
     def start(self) -> None:
         """Bind and serve in a background thread; raises the bind error (e.g. the port is taken)."""
@@ -213,6 +240,17 @@ class GrpcFront:
     def _keep(self, task: asyncio.Task[Any]) -> None:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def send_cancels(self, messages: list[bytes]) -> None:
+        """In-band cancels on a short stream of their own (answered at once; ended by a half-close)."""
+        if not messages:
+            return
+        call = self._channel.stream_stream(STREAM_METHOD)()
+        for message in messages:
+            await call.write(message)
+        await call.done_writing()
+        async for _ in call:
+            pass
 
     # -- handlers ------------------------------------------------------------------------------------------
 

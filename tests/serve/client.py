@@ -96,3 +96,49 @@ def scrape(metrics_url: str) -> dict[str, float]:
 def metric(values: dict[str, float], name: str) -> float:
     """Sum of a metric over its label sets."""
     return sum(v for k, v in values.items() if k == name or k.startswith(name + "{"))
+
+
+def cancel_storm(
+    url: str, model: str, pattern: str, streams: int, clients: int, max_tokens: int, alive: Any = None
+) -> int:
+    """`streams` gRPC streams, `clients` at a time, each ended right after its first response: pattern `stop`
+    = stop_stream(cancel_requests=True), `close` = the channel closed under the stream. Returns how many ran
+    (it stops early once `alive()` is false)."""
+    import threading
+
+    left = iter(range(streams))
+    lock = threading.Lock()
+    done = [0]
+
+    def one(i: int) -> None:
+        client = grpcclient.InferenceServerClient(url)
+        got = threading.Event()
+        client.start_stream(callback=lambda result, error: got.set())
+        inputs = grpc_inputs("Once upon a time", max_tokens, stream=True)
+        client.async_stream_infer(model, inputs, request_id=f"storm-{i}", enable_empty_final_response=True)
+        got.wait(30)
+        if pattern == "stop":
+            client.stop_stream(cancel_requests=True)
+        else:
+            client._channel.close()  # what a client process that exits does to its streams
+        client.close()
+
+    def run() -> None:
+        while alive is None or alive():
+            with lock:
+                i = next(left, None)
+            if i is None:
+                return
+            try:
+                one(i)
+            except Exception:  # the server went away
+                return
+            with lock:
+                done[0] += 1
+
+    threads = [threading.Thread(target=run) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return done[0]
