@@ -168,3 +168,81 @@ def test_tokenization_runs_off_the_event_loop():
 
     asyncio.run(scenario())
     assert order == ["small", "huge"]  # the small request finished while the huge one was being tokenized
+
+
+def _cancel_req(target: str, key: str) -> pb.Request:
+    r = req("", 1)
+    r.params = {"llmkiln_cancel": target, "llmkiln_cancel_key": key}
+    return r
+
+
+def test_in_band_cancel_stops_the_named_request(monkeypatch: pytest.MonkeyPatch):
+    # the gRPC front's cancel (llmkiln.serve.grpc_front): Triton never sees the client's cancellation
+    monkeypatch.setenv("LLMKILN_CANCEL_KEY", "k3y")
+    c = core()
+    long = req("abc", 5000, stream=True)
+    long.rid = "g0-0"
+    cancel = _cancel_req("g0-0", "k3y")
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(c.execute([long]))
+        await asyncio.sleep(0.05)
+        await c.execute([cancel])
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(scenario())
+    assert long.sender.final and len(long.sender.texts()) < 100
+    assert sum(1 for _, f in long.sender.sent if f & pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL) == 1
+    assert cancel.sender.sent == [(None, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)]
+    assert c.metrics.cancelled.value == 1 and not c.by_id
+
+
+def test_in_band_cancel_before_submit_is_remembered(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("LLMKILN_CANCEL_KEY", "k3y")
+    c = core()
+    run(c, _cancel_req("g1-0", "k3y"))
+    late = req("abc", 5000, stream=True)
+    late.rid = "g1-0"
+    run(c, late)
+    assert late.sender.final and len(late.sender.texts()) < 5 and c.metrics.cancelled.value == 1
+
+
+def test_cancel_parameter_without_the_key_is_refused(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("LLMKILN_CANCEL_KEY", "k3y")
+    c = core()
+    bad = _cancel_req("g0-0", "guess")
+    run(c, bad)
+    assert bad.sender.final and "reserved" in bad.sender.errors()[0]
+    monkeypatch.delenv("LLMKILN_CANCEL_KEY")  # no gRPC front: no key, every cancel message is refused
+    bad = _cancel_req("g0-0", "")
+    run(c, bad)
+    assert bad.sender.final and bad.sender.errors()
+
+
+def test_response_stream_sends_exactly_one_final():
+    from llmkiln.serve.response_stream import ResponseStream
+
+    sender = pb.Sender()
+    s = ResponseStream(sender, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    s.send("a")
+    s.send("b", flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    s.send("c")
+    s.finish()
+    assert [r for r, _ in sender.sent] == ["a", "b"] and s.dropped == 1
+    t = ResponseStream(pb.Sender(), pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    t.finish()
+    t.finish()
+    assert t.sender.sent == [(None, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)]
+
+
+def test_an_exception_still_ends_the_request_once():
+    c = core()
+    r = req("abc", 4, stream=True)
+
+    async def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    c._stream = boom  # type: ignore[method-assign]
+    run(c, r)
+    finals = [f for _, f in r.sender.sent if f & pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL]
+    assert len(finals) == 1 and "internal error" in r.sender.errors()[0]
