@@ -103,6 +103,12 @@ class _Relay:
 
     async def write_up(self) -> None:
         """The only task that writes upstream (never cancelled: a cancelled write would cancel the call)."""
+        try:
+            await self._write_up()
+        except Exception as exc:  # the upstream call ended (Triton refused the stream, or went away)
+            _log.debug("gRPC front: writing stream %s upstream ended: %s", self.prefix, exc)
+
+    async def _write_up(self) -> None:
         while True:
             item = await self.to_up.get()
             if item is None:
@@ -149,9 +155,11 @@ class _Relay:
 
     async def wind_down(self, tasks: list[asyncio.Task[None]]) -> None:
         try:
-            await self._wind_down(tasks)
-        except Exception:
-            _log.exception("gRPC front: ending stream %s failed", self.prefix)
+            await asyncio.wait_for(self._wind_down(tasks), DRAIN_TIMEOUT_S)
+        except Exception as exc:  # a stuck or failed stream: only now is Triton's call cancelled
+            _log.warning("gRPC front: ending stream %s failed (%r); cancelling it", self.prefix, exc)
+            self.up.cancel()
+        tasks[1].cancel()
 
     async def _wind_down(self, tasks: list[asyncio.Task[None]]) -> None:
         """The client left: cancel its requests in-band, half-close, read upstream to its end."""
@@ -161,16 +169,12 @@ class _Relay:
         )
         reader.cancel()
         self.client_gone = True
-        if not self.half_closed and self.to_up.empty():
-            await self.to_up.put(_CANCEL_ALL)
-        else:  # this stream is (being) half-closed: the cancels go on a stream of their own
-            await writer
+        if not self.half_closed:
+            await self.to_up.put(_CANCEL_ALL)  # after what is queued; the writer may reach a half-close first
+        await writer
+        if self.half_closed:  # half-closed before the cancels: they go on a stream of their own
             await self.front.send_cancels(self.cancels())
-        try:
-            await asyncio.wait_for(asyncio.shield(up_reader), DRAIN_TIMEOUT_S)
-        except Exception:  # a stuck stream (or a failed one): only now is Triton's call cancelled
-            self.up.cancel()
-        writer.cancel()
+        await up_reader
 
 
 class GrpcFront:
