@@ -22,9 +22,11 @@ It runs a grpc.aio server on its own event loop in a thread of the launcher proc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -38,6 +40,7 @@ STREAM_METHOD = SERVICE + "ModelStreamInfer"
 __all__ = ["CANCEL_KEY_ENV", "GrpcFront", "cancel_message"]
 CANCEL_SUFFIX = "-cancel"
 FINAL_PARAM = "triton_final_response"
+SETTLE_S = 2.0  # at stop: how long responses still on their way get to reach their clients
 DRAIN_TIMEOUT_S = 300.0  # a stream whose client left is read to its end at most this long, then cancelled
 _CANCEL_ALL = object()  # writer command: cancel what is in flight, then half-close
 _log = logging.getLogger(__name__)
@@ -193,6 +196,7 @@ class GrpcFront:
         self._numbers = itertools.count()
         self._background: set[asyncio.Task[None]] = set()
         self.upstream_streams = 0  # relayed streams Triton still holds open (0 at rest)
+        self._relays: set[_Relay] = set()
 
     def start(self) -> None:
         """Bind and serve in a background thread; raises the bind error (e.g. the port is taken)."""
@@ -228,14 +232,25 @@ class GrpcFront:
     async def _cleanup(self) -> None:
         if self._server is not None:
             await self._server.stop(grace=None)
-        for task in list(self._background):
+        tasks = list(self._background)
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._channel is not None:
             await self._channel.close()
 
-    def stop(self) -> None:
-        """Stop listening and close the connection to Triton (idempotent)."""
+    async def _settle(self, timeout_s: float) -> None:
+        """Wait until every response Triton has sent for a relayed request has reached its client."""
+        deadline = time.monotonic() + timeout_s
+        while any(r.inflight and not r.client_gone for r in self._relays) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    def stop(self, settle_s: float = SETTLE_S) -> None:
+        """Stop listening and close the connection to Triton (idempotent). Responses still on their way (the
+        final errors of a drain's last requests) are relayed first, for at most `settle_s`."""
         if self._loop is not None and self._loop.is_running():
+            with contextlib.suppress(Exception):  # stopping anyway
+                asyncio.run_coroutine_threadsafe(self._settle(settle_s), self._loop).result(settle_s + 1)
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(10)
@@ -279,6 +294,7 @@ class GrpcFront:
     async def stream(self, requests: AsyncIterator[bytes], context: Any) -> None:
         up = self._channel.stream_stream(STREAM_METHOD)(metadata=_forwarded_metadata(context))
         relay = _Relay(self, next(self._numbers), up)
+        self._relays.add(relay)
         loop = asyncio.get_running_loop()
         tasks = [
             loop.create_task(relay.read_client(requests)),
@@ -303,6 +319,7 @@ class GrpcFront:
                 raise
             self._keep(loop.create_task(relay.wind_down(tasks)))
         finally:
+            self._relays.discard(relay)
             if tasks[0].done() and not tasks[0].cancelled() and tasks[0].exception() is not None:
                 _log.debug("gRPC front: reading a client stream failed: %s", tasks[0].exception())
 

@@ -30,7 +30,9 @@ from .conftest import fake_repository
 pytestmark = pytest.mark.slow
 
 
-def _server(tmp: Path, exit_timeout_s: int = 10, admin_key: str | None = None) -> TritonServer:
+def _server(
+    tmp: Path, exit_timeout_s: int = 10, admin_key: str | None = None, grpc_front: bool = False
+) -> TritonServer:
     fake_repository(tmp, drain_file=tmp / "drain")
     http, grpc, metrics = free_ports(3)
     cfg = ServerConfig(
@@ -42,6 +44,7 @@ def _server(tmp: Path, exit_timeout_s: int = 10, admin_key: str | None = None) -
         workdir=tmp / "work",
         drain_file=tmp / "drain",
         admin_key=admin_key,
+        grpc_front=grpc_front,
     )
     return TritonServer(cfg)
 
@@ -118,9 +121,11 @@ def test_a_dead_stub_stops_the_server_and_serve_forever_reports_it(tmp_path: Pat
     assert server.leftover_processes() == [] and server.leftover_shm() == []
 
 
-def test_sigterm_under_load_drains_busy_streams_and_exits_cleanly(tmp_path: Path):
-    # eight busy streams: each sends its next request as soon as the previous one ends, through SIGTERM
-    server = _server(tmp_path, exit_timeout_s=4)
+@pytest.mark.parametrize("grpc_front", [False, True], ids=["direct", "grpc-front"])
+def test_sigterm_under_load_drains_busy_streams_and_exits_cleanly(tmp_path: Path, grpc_front: bool):
+    # eight busy streams: each sends its next request as soon as the previous one ends, through SIGTERM;
+    # with the gRPC front (kiln serve), the drain's last final errors still reach their clients
+    server = _server(tmp_path, exit_timeout_s=4, grpc_front=grpc_front)
     outcomes: list[tuple[str, float, float]] = []  # (kind, sent, done) per request
     lock = threading.Lock()
     sigterm_at: list[float] = []
