@@ -60,14 +60,20 @@ class TritonPythonModel:
         elif what == "two":  # two responses, as a streaming request gets
             s.send(out(b"a"))
             s.send(out(b"b"), flags=final)
+        elif what.startswith("last:"):  # like ServeCore: N pieces 1 ms apart, the final flag on the last one
+            n = int(what.split(":")[1])
+            for i in range(n):
+                await asyncio.sleep(0.001)
+                s.send(out(b"."), flags=final if i == n - 1 else 0)
         elif what.split(":")[0] in ("plain", "careful"):  # 64 pieces as fast as the loop goes, then final
-            mode, _, delay_ms = what.partition(":")
-            for _ in range(64):
+            # plain|careful[:MS[:PIECES[:GAP_MS]]]: GAP_MS between pieces keeps a request in flight longer
+            mode, delay_ms, pieces, gap_ms = (what.split(":") + ["0", "64", "0"][len(what.split(":")) - 1 :])[:4]
+            for _ in range(int(pieces)):
                 if mode == "careful" and r.is_cancelled():  # no piece after a cancel, only the final flag
-                    await asyncio.sleep(int(delay_ms or 0) / 1000)  # careful:MS waits MS before it
+                    await asyncio.sleep(int(delay_ms) / 1000)  # careful:MS waits MS before it
                     break
                 s.send(out(b"."))
-                await asyncio.sleep(0)
+                await asyncio.sleep(int(gap_ms) / 1000)
             s.send(flags=final)
         elif what == "slow":  # one piece every 10 ms for 100 s
             for _ in range(10_000):

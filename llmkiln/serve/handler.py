@@ -268,6 +268,11 @@ class ServeCore:
             self._track(-1)
             if not stream.finished:  # every exit path ends the request with exactly one final response
                 sender.send(flags=final)
+            if stream.dropped:
+                self.pb.Logger.log_warn(
+                    f"llmkiln: {stream.dropped} response(s) after the final one dropped "
+                    f"(request {request.request_id()!r})"
+                )
 
     def _cancel(self, request_id: str) -> None:
         """An in-band cancel: cancel the running request, or remember it for when it is submitted."""
