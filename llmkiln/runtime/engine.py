@@ -55,7 +55,9 @@ class EngineStuck(KilnError):
     """shutdown(): the scheduler thread did not end after the stop command (its runner step never returned)."""
 
 
-STOP_WAIT_S = 120.0  # how long shutdown waits for a running step to end and the thread to acknowledge the stop
+STOP_WAIT_S = (
+    120.0  # how long shutdown waits for a running step to end and the thread to acknowledge the stop
+)
 
 
 class Runner(Protocol):

@@ -145,6 +145,7 @@ class Request:
     pinned_block_ids: list[int] = field(default_factory=list)
     num_saved_blocks: int = 0  # leading full prompt blocks already offered to the block store
     parent_hash: int | None = None  # chained hash of the last saved/hit block
+    block_hashes: list[int] = field(default_factory=list)  # chained keys of the full prompt blocks, set once
     finish_reason: FinishReason | None = None
 
     @property

@@ -147,6 +147,13 @@ def greedy(logits: dict[str, np.ndarray]) -> dict[str, int]:
     return {rid: int(np.argmax(row)) for rid, row in logits.items()}
 
 
+def apply_plan(scheduler: Scheduler, runner: FakeRunner, plan, now_ns: int = 0):
+    """What the engine does with a plan: run it (the fake runner writes its saves too), update, publish saves."""
+    events = scheduler.update_from_output(plan, greedy(runner.execute(plan)), now_ns)
+    scheduler.release_saves(plan.saves, written=True)
+    return events
+
+
 def run_to_completion(
     scheduler: Scheduler, runner: FakeRunner, max_steps: int = 10_000
 ) -> dict[str, list[int]]:
@@ -156,8 +163,7 @@ def run_to_completion(
         if not scheduler.has_work():
             return outputs
         plan = scheduler.schedule(now_ns=step)
-        logits = runner.execute(plan)
-        for request, ev in scheduler.update_from_output(plan, greedy(logits), now_ns=step):
+        for request, ev in apply_plan(scheduler, runner, plan, now_ns=step):
             outputs.setdefault(request.request_id, []).append(ev.token_id)
     raise RuntimeError("scheduler did not finish")
 
