@@ -222,6 +222,16 @@ class Warmup(Strict):
     count: NonNegInt = Field(1, description="Times each prompt is run.")
     max_tokens: PositiveInt = Field(4, description="Tokens generated per warmup request.")
 
+    def texts(self) -> list[str]:
+        """What every backend sends before ready, in order: the shared prefixes (they prime the prefix cache, so
+        the first real request reuses their blocks), then the engine warmup prompts; none when count is 0. The
+        one list every engine host and repository writer uses."""
+        return [*self.prefixes, *self.prompts] if self.count else []
+
+    def num_requests(self) -> int:
+        """Warmup requests run before ready: `count` per text."""
+        return len(self.texts()) * self.count
+
 
 class Serve(Strict):
     """Triton serving settings."""

@@ -3,7 +3,8 @@
 Layout written by `write_repository`:
   <out>/<model_name>/config.pbtxt        ModelConfig (tritonclient's model_config_pb2) via text_format
   <out>/<model_name>/1/model.py          copy of llmkiln/serve/model.py (thin; imports llmkiln from the venv)
-  <out>/<model_name>/warmup/*            raw warmup tensors (model_warmup input_data_file)
+The warmup section travels as the parameter `warmup` (JSON); the engine host runs it inside the model's
+initialize(), so the model is READY only once warm (no model_warmup samples: the host owns the warmup).
 
 The model I/O follows the tensorrtllm_backend ensemble (max_batch_size >= 1, dims [1]) so its clients and
 genai-perf (`--backend tensorrtllm`) work unchanged. `check_repository` parses and validates a repository.
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,6 @@ from llmkiln.recipe import Warmup
 
 MODEL_FILE = Path(__file__).with_name("model.py")
 VERSION = "1"
-WARMUP_DIR = "warmup"
 
 T = mc.DataType
 # name -> (data type, dims, optional). Order = the order in config.pbtxt.
@@ -87,13 +86,8 @@ def spec_from_engine(engine: EngineDir | Path, model_name: str | None = None) ->
     )
 
 
-def _string_file(text: str) -> bytes:
-    raw = text.encode("utf-8")
-    return struct.pack("<I", len(raw)) + raw
-
-
 def build_model_config(spec: RepoSpec) -> mc.ModelConfig:
-    """The ModelConfig message for the llmkiln python-backend model (decoupled, with model_warmup)."""
+    """The ModelConfig message for the llmkiln python-backend model (decoupled; the warmup as a parameter)."""
     cfg = mc.ModelConfig(name=spec.model_name, backend="python", max_batch_size=spec.max_batch_size)
     cfg.model_transaction_policy.decoupled = True
     for name, (dtype, dims, optional) in INPUTS.items():
@@ -104,7 +98,7 @@ def build_model_config(spec: RepoSpec) -> mc.ModelConfig:
     params = {
         "engine_dir": str(spec.engine_dir),
         "exclude_input_in_output": "true" if spec.exclude_input_in_output else "false",
-        "warmup_requests": str(warmup_request_count(spec.warmup)),
+        "warmup": spec.warmup.model_dump_json(),
     }
     if spec.engine_overrides:
         params["engine_overrides"] = json.dumps(spec.engine_overrides, sort_keys=True)
@@ -112,38 +106,7 @@ def build_model_config(spec: RepoSpec) -> mc.ModelConfig:
         params["drain_file"] = str(spec.drain_file)
     for key, value in params.items():
         cfg.parameters[key].string_value = value
-    for i, _text in enumerate(warmup_texts(spec.warmup)):
-        w = mc.ModelWarmup(name=f"warmup_{i}", batch_size=1, count=spec.warmup.count)
-        w.inputs["text_input"].data_type = T.TYPE_STRING
-        w.inputs["text_input"].dims.append(1)
-        w.inputs["text_input"].input_data_file = f"text_input_{i}"
-        w.inputs["max_tokens"].data_type = T.TYPE_INT32
-        w.inputs["max_tokens"].dims.append(1)
-        w.inputs["max_tokens"].input_data_file = "max_tokens"
-        cfg.model_warmup.append(w)
     return cfg
-
-
-def warmup_texts(warmup: Warmup) -> list[str]:
-    """What Triton sends before READY, in order: the shared prefixes (they prime the prefix cache so the first
-    real request reuses their blocks), then the engine warmup prompts; none when count is 0."""
-    return [*warmup.prefixes, *warmup.prompts] if warmup.count else []
-
-
-def warmup_request_count(warmup: Warmup) -> int:
-    """Requests Triton runs before READY: `count` per text (count 0 = no warmup)."""
-    return len(warmup_texts(warmup)) * warmup.count
-
-
-def warmup_files(spec: RepoSpec) -> dict[str, bytes]:
-    """Raw warmup tensors: TYPE_STRING = 4-byte little-endian length + bytes; INT32 little-endian."""
-    if not warmup_request_count(spec.warmup):
-        return {}
-    texts = warmup_texts(spec.warmup)
-    files = {f"text_input_{i}": _string_file(p) for i, p in enumerate(texts)}
-    if texts:
-        files["max_tokens"] = struct.pack("<i", spec.warmup.max_tokens)
-    return files
 
 
 def config_text(cfg: mc.ModelConfig) -> str:
@@ -162,11 +125,6 @@ def write_repository(spec: RepoSpec, out: Path, overwrite: bool = False) -> Path
         (model_dir / VERSION).mkdir(parents=True)
         (model_dir / "config.pbtxt").write_text(config_text(build_model_config(spec)))
         shutil.copy2(MODEL_FILE, model_dir / VERSION / "model.py")
-        files = warmup_files(spec)
-        if files:
-            (model_dir / WARMUP_DIR).mkdir()
-            for name, data in files.items():
-                (model_dir / WARMUP_DIR / name).write_bytes(data)
         check_repository(tmp)
     return out / spec.model_name
 
@@ -236,16 +194,16 @@ def _problems(model_dir: Path, cfg: mc.ModelConfig) -> list[str]:
             out.append(f"{where}: parameter engine_overrides is not JSON: {exc}")
     if not (model_dir / VERSION / "model.py").is_file():
         out.append(f"{model_dir / VERSION / 'model.py'}: missing (the python-backend model)")
-    for w in cfg.model_warmup:
-        if w.batch_size != 1:
-            out.append(f"{where}: model_warmup {w.name!r}: batch_size must be 1")
-        for in_name, spec in w.inputs.items():
-            if in_name not in have_in:
-                out.append(f"{where}: model_warmup {w.name!r} feeds unknown input {in_name!r}")
-            if spec.WhichOneof("input_data_type") == "input_data_file":
-                f = model_dir / WARMUP_DIR / spec.input_data_file
-                if not f.is_file():
-                    out.append(f"{where}: model_warmup {w.name!r}: input file {f} is missing")
+    if cfg.model_warmup:
+        out.append(
+            f"{where}: model_warmup samples are not used by the llmkiln model (its engine host runs the warmup "
+            "in initialize()): remove them and give the warmup as parameter 'warmup' (JSON)"
+        )
+    if "warmup" in cfg.parameters:
+        try:
+            Warmup.model_validate_json(cfg.parameters["warmup"].string_value)
+        except ValueError as exc:
+            out.append(f"{where}: parameter warmup is not a valid warmup section: {exc}")
     return out
 
 

@@ -53,7 +53,7 @@ def commands(recipe: Recipe, engine_dir: Path) -> dict[str, Any]:
         "take_model_files": take,
         "tritonserver": triton,
         "trtllm_serve": serve,
-        "warmup_texts": llmapi_repo.warmup_texts(recipe),
+        "warmup_texts": recipe.warmup.texts(),
     }
 
 

@@ -298,7 +298,7 @@ def tokenize_warmup(recipe: Recipe, tokenizer_dir: Path) -> tuple[list[list[int]
     prefixes, prompts = encode(recipe.warmup.prefixes), encode(recipe.warmup.prompts)
     check_warmup(recipe, [len(x) for x in prefixes], [len(x) for x in prompts], prompt_limit(recipe),
                  f"recipe {recipe.name}")  # fmt: skip
-    return ([*prefixes, *prompts] if recipe.warmup.count else []), end_id, pad_id
+    return encode(recipe.warmup.texts()), end_id, pad_id
 
 
 def config_text(cfg: mc.ModelConfig) -> str:

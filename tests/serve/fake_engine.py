@@ -47,6 +47,12 @@ class Handle:
     cancelled: bool = False
     num_cached_tokens: int = 0
     error: str | None = None
+    finish_reason: str | None = None
+
+    def result(self, timeout: float | None = None) -> list[int]:
+        """The whole output at once (the host's warmup waits on it): the prompt echoed, max_tokens long."""
+        self.finish_reason = "length"
+        return [self.prompt_ids[i % len(self.prompt_ids)] for i in range(self.params.max_tokens)]
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -77,9 +83,16 @@ class Handle:
 
 
 class FakeEngine:
+    """Implements llmkiln.host.protocol.ServingEngine (mypy checks it: tests/serve/test_fake_conforms.py)."""
+
     tokenizer = ByteTokenizer()
     config = SchedulerConfig.make(tokens_per_block=16)
     profiler = None
+    recipe = None
+    block_store = None
+    engine_dir = None
+    healthy = True
+    failure = None
 
     def __init__(self) -> None:
         self.active = 0
@@ -104,6 +117,13 @@ class FakeEngine:
         values[EngineMetric.KV_BLOCKS_USED] = float(len(self.seen))
         values[EngineMetric.NUM_RUNNING] = float(self.active)
         return values
+
+    @property
+    def num_in_flight(self) -> int:
+        return self.active
+
+    def enable_profile(self, path):
+        raise NotImplementedError("the stand-in engine has no step profile")
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         pass

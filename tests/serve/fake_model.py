@@ -9,7 +9,8 @@ from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
 
-from llmkiln.serve.handler import ServeCore, ServeSettings
+from llmkiln.host.engine_host import EngineHost
+from llmkiln.serve.handler import ServeCore, ServeSettings, StubLog
 from llmkiln.serve.parent_watch import exit_with_parent
 
 
@@ -27,7 +28,9 @@ class TritonPythonModel:
     def initialize(self, args):
         exit_with_parent()
         engine = _fake_engine_module().FakeEngine().start()
-        self.core = ServeCore(pb_utils, engine, ServeSettings.from_args(args))
+        host = EngineHost(engine, log=StubLog(pb_utils))
+        self.core = ServeCore(pb_utils, host, ServeSettings.from_args(args))
+        self.core.warm()  # the repository's warmup section, as the real model does
 
     async def execute(self, requests):
         await self.core.execute(requests)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -35,9 +34,9 @@ def test_config_matches_the_tensorrtllm_ensemble_io(recipe_engine_dir: Path):
     assert outs["text_output"].data_type == mc.TYPE_STRING
     assert outs["first_token_time_ns"].data_type == mc.TYPE_INT64
     assert cfg.model_transaction_policy.decoupled and cfg.backend == "python" and cfg.max_batch_size == 1
-    # the recipe's warmup section becomes model_warmup samples
-    assert [w.name for w in cfg.model_warmup] == ["warmup_0"]
-    assert cfg.parameters["warmup_requests"].string_value == "1"
+    # the recipe's warmup section travels as a parameter: the engine host runs it in initialize()
+    assert not cfg.model_warmup
+    assert Warmup.model_validate_json(cfg.parameters["warmup"].string_value).num_requests() == 1
     # round trip through text_format
     again = text_format.Parse(text_format.MessageToString(cfg), mc.ModelConfig())
     assert again == cfg
@@ -48,12 +47,9 @@ def test_write_then_check(recipe_engine_dir: Path, tmp_path: Path):
     spec.warmup = Warmup(prompts=["You are helpful.\n", "Once upon"], count=3, max_tokens=2)
     model_dir = write_repository(spec, tmp_path / "repo")
     assert (model_dir / "1" / "model.py").is_file()
-    raw = (model_dir / "warmup" / "text_input_0").read_bytes()
-    assert raw == struct.pack("<I", len(b"You are helpful.\n")) + b"You are helpful.\n"
-    assert (model_dir / "warmup" / "max_tokens").read_bytes() == struct.pack("<i", 2)
     [m] = check_repository(tmp_path / "repo")
     assert m.name == "stories-fp32" or m.name == spec.model_name
-    assert m.config.parameters["warmup_requests"].string_value == "6"
+    assert Warmup.model_validate_json(m.config.parameters["warmup"].string_value) == spec.warmup
     assert m.engine_dir == recipe_engine_dir.resolve()
     with pytest.raises(BadInput, match="not empty"):
         write_repository(spec, tmp_path / "repo")
@@ -90,19 +86,17 @@ def test_check_rejects_a_broken_repository(recipe_engine_dir: Path, tmp_path: Pa
 def test_check_rejects_missing_files(recipe_engine_dir: Path, tmp_path: Path):
     model_dir = write_repository(spec_from_engine(recipe_engine_dir), tmp_path / "repo")
     (model_dir / "1" / "model.py").unlink()
-    (model_dir / "warmup" / "text_input_0").unlink()
     with pytest.raises(BadInput) as exc:
         check_repository(tmp_path / "repo")
-    assert "model.py" in str(exc.value) and "text_input_0" in str(exc.value)
+    assert "model.py" in str(exc.value)
 
 
 def test_warmup_count_zero_means_no_warmup(recipe_engine_dir: Path, tmp_path: Path):
     spec = spec_from_engine(recipe_engine_dir)
     spec.warmup = Warmup(prompts=["a", "b"], count=0)
     cfg = build_model_config(spec)
-    assert not cfg.model_warmup and cfg.parameters["warmup_requests"].string_value == "0"
-    model_dir = write_repository(spec, tmp_path / "repo")
-    assert not (model_dir / "warmup").exists()
+    assert not cfg.model_warmup
+    assert Warmup.model_validate_json(cfg.parameters["warmup"].string_value).num_requests() == 0
 
 
 def test_every_input_is_optional_except_prompt_and_max_tokens():
