@@ -16,9 +16,20 @@ from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 
+from llmkiln.capabilities import (
+    BACKEND_PRECISIONS,
+    LLMKILN_RUNTIME,
+    TRTLLM_BACKENDS,
+    Backend,
+    field_backends,
+    field_why,
+    honoured_by,
+    names,
+)
 from llmkiln.errors import RecipeError
-from llmkiln.recipe_trtllm import TRTLLM_BACKENDS, LlmApi, NonNegInt, PositiveInt, TrtLlm
+from llmkiln.recipe_trtllm import LlmApi, NonNegInt, PositiveInt, TrtLlm
 from llmkiln.resources import bundled
 from llmkiln.yaml_limits import safe_load_yaml
 
@@ -30,20 +41,11 @@ MAX_TOKENS_CAP = 2**20
 MAX_QUEUE_SIZE = 2**20
 MAX_KV_BYTES = 2**40
 
-# trtllm: TensorRT engine (trtllm-build) + the tensorrtllm Triton model set; trtllm-llmapi: TensorRT-LLM's
-# PyTorch backend (LLM API) on the ModelOpt HF checkpoint, served by Triton's llmapi model or trtllm-serve.
-Backend = Literal["onnx-cpu", "onnx-gpu", "trtllm", "trtllm-llmapi"]
 Precision = Literal["fp32", "int8", "int4", "fp8"]
 # gpu-smoke-llama: head_dim 64 and 16-aligned sizes, the smallest model TensorRT-LLM's kernels accept.
 GeneratedModel = Literal["tiny-llama", "bench-llama-125m", "gpu-smoke-llama"]
 
-# Which precisions each backend can build.
-BACKEND_PRECISIONS: dict[str, tuple[str, ...]] = {
-    "onnx-cpu": ("fp32", "int8", "int4"),
-    "onnx-gpu": ("fp32", "int8", "int4"),
-    "trtllm": ("fp8",),
-    "trtllm-llmapi": ("fp8",),
-}
+RUNTIME_ONLY = honoured_by(*LLMKILN_RUNTIME)  # llmkiln's own runtime (scheduler, block store, onnxruntime)
 
 
 class Strict(BaseModel):
@@ -77,7 +79,14 @@ class Limits(Strict):
     """Sequence limits the engine is built and served for."""
 
     max_input_len: Annotated[int, Field(gt=0, le=MAX_TOKENS_CAP)] = Field(
-        256, description="Longest accepted prompt, in tokens."
+        256,
+        description="Longest accepted prompt, in tokens.",
+        json_schema_extra=honoured_by(
+            *LLMKILN_RUNTIME,
+            Backend.TRTLLM_LLMAPI,
+            why="trtllm-build ignores --max_input_len when remove_input_padding and context FMHA are on (in-flight "
+            "batching needs both), so prompts are bounded by limits.max_seq_len",
+        ),
     )
     max_seq_len: Annotated[int, Field(gt=0, le=MAX_TOKENS_CAP)] = Field(
         512, description="Prompt + generated tokens, per sequence."
@@ -105,15 +114,23 @@ class KvCache(Strict):
     max_bytes: Annotated[int, Field(gt=0, le=MAX_KV_BYTES)] = Field(
         64 * 2**20,
         description="Byte budget of the prefix block store (CPU); checked against this machine's memory at build.",
+        json_schema_extra=honoured_by(
+            *LLMKILN_RUNTIME,
+            why="the CPU prefix block store's budget; the GPU KV cache is sized by kv_cache.free_gpu_memory_fraction "
+            "(and trtllm.max_tokens_in_paged_kv_cache)",
+        ),
     )
     prefix_reuse: bool = Field(True, description="Reuse KV of byte-identical token prefixes across requests.")
     slot_reuse: bool = Field(
         True,
         description="CPU, with prefix_reuse: a free slot keeps the KV of its last prompt, and a new prompt sharing "
         "a prefix with it starts there (token-exact, beyond whole blocks, no block copies).",
+        json_schema_extra=RUNTIME_ONLY,
     )
     free_gpu_memory_fraction: Annotated[float, Field(gt=0, le=1)] = Field(
-        0.9, description="TRT-LLM: fraction of free GPU memory given to the KV cache."
+        0.9,
+        description="TRT-LLM: fraction of free GPU memory given to the KV cache.",
+        json_schema_extra=honoured_by(*TRTLLM_BACKENDS),
     )
 
     @model_validator(mode="after")
@@ -140,26 +157,49 @@ class Scheduler(Strict):
         2048, description="Token budget of one step (prefill chunks + decodes)."
     )
     chunked_prefill: bool = Field(True, description="Split long prompts into chunks of max_prefill_tokens.")
-    max_prefill_tokens: PositiveInt = Field(512, description="Largest prefill chunk, in tokens.")
+    max_prefill_tokens: PositiveInt = Field(
+        512,
+        description="Largest prefill chunk, in tokens.",
+        json_schema_extra=honoured_by(
+            *LLMKILN_RUNTIME,
+            why="TensorRT-LLM has no separate prefill chunk size: a context chunk is bounded by "
+            "scheduler.max_num_tokens (the per-iteration token budget)",
+        ),
+    )
     max_queue_size: Annotated[int, Field(gt=0, le=MAX_QUEUE_SIZE)] = Field(
-        64, description="Waiting requests beyond this are rejected at once."
+        64,
+        description="Waiting requests beyond this are rejected at once.",
+        json_schema_extra=honoured_by(
+            *LLMKILN_RUNTIME,
+            Backend.TRTLLM,
+            why="the llmapi model (max_batch_size 0, no Triton queue policy) and trtllm-serve have no bounded "
+            "request queue",
+        ),
     )
     static_batch_timeout_ms: NonNegInt = Field(
-        50, description="static batching: wait this long to fill a batch."
+        50,
+        description="static batching: wait this long to fill a batch.",
+        json_schema_extra=honoured_by(
+            *LLMKILN_RUNTIME, why="the CPU runtime's static-batch fill timeout; TensorRT-LLM has none"
+        ),
     )
     intra_op_threads: NonNegInt = Field(
-        0, description="onnxruntime intra-op threads; 0 = onnxruntime's default."
+        0,
+        description="onnxruntime intra-op threads; 0 = onnxruntime's default.",
+        json_schema_extra=honoured_by(*LLMKILN_RUNTIME, why="onnxruntime's thread count"),
     )
     ttft_first: bool = Field(
         False,
         description="CPU runtime, inflight: run waiting prompts' prefill (one run per step) ahead of decode steps "
         "while no running request's time per output token would exceed tpot_slo_ms; false: every step decodes "
         "every running sequence first, then prefills within max_num_tokens.",
+        json_schema_extra=RUNTIME_ONLY,
     )
     tpot_slo_ms: Annotated[float, Field(gt=0)] = Field(
         100.0,
         description="ttft_first: the mean time per output token a running request may reach before its next "
         "decode goes ahead of waiting prefills.",
+        json_schema_extra=RUNTIME_ONLY,
     )
 
     @model_validator(mode="after")
@@ -262,7 +302,7 @@ class Recipe(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", description="Equals the file name without .yaml.")
     description: str = Field("", description="One line, shown by `kiln recipes`.")
     model: ModelSource
-    backend: Backend = "onnx-cpu"
+    backend: Backend = Backend.ONNX_CPU
     precision: Precision = "fp32"
     limits: Limits = Field(default_factory=Limits)
     kv_cache: KvCache = Field(default_factory=KvCache)
@@ -271,8 +311,8 @@ class Recipe(Strict):
     quality_budget: QualityBudget = Field(default_factory=QualityBudget)
     warmup: Warmup = Field(default_factory=Warmup)
     serve: Serve = Field(default_factory=Serve)
-    trtllm: TrtLlm = Field(default_factory=TrtLlm)
-    llmapi: LlmApi = Field(default_factory=LlmApi)
+    trtllm: TrtLlm = Field(default_factory=TrtLlm, json_schema_extra=honoured_by(*TRTLLM_BACKENDS))
+    llmapi: LlmApi = Field(default_factory=LlmApi, json_schema_extra=honoured_by(Backend.TRTLLM_LLMAPI))
     chat_template: str | None = Field(
         None,
         description="Jinja chat template (Hugging Face style: messages, add_generation_prompt, bos_token, "
@@ -286,14 +326,35 @@ class Recipe(Strict):
         allowed = BACKEND_PRECISIONS[self.backend]
         if self.precision not in allowed:
             raise ValueError(
-                f"precision {self.precision!r} is not available on backend {self.backend!r}; allowed: {', '.join(allowed)}"
+                f"precision {self.precision!r} is not available on backend {self.backend.value!r}; allowed: "
+                f"{', '.join(allowed)}"
+            )
+        ignored = ignored_settings(self)
+        if ignored:
+            raise ValueError(
+                f"backend {self.backend.value} would ignore these settings:\n    " + "\n    ".join(ignored)
             )
         return self
 
     @property
     def is_trtllm(self) -> bool:
         """Either TensorRT-LLM backend (engine path or LLM API)."""
-        return self.backend in TRTLLM_BACKENDS
+        return self.backend.is_trtllm
+
+    def for_backend(self) -> dict[str, Any]:
+        """The recipe as JSON data, only the fields its backend reads (`kiln recipe show`)."""
+        data = self.model_dump(mode="json")
+        for name, info in Recipe.model_fields.items():
+            section_backends = field_backends(info)
+            if self.backend not in section_backends:
+                data.pop(name, None)
+                continue
+            value = getattr(self, name)
+            if isinstance(value, BaseModel):
+                for fname, finfo in type(value).model_fields.items():
+                    if self.backend not in field_backends(finfo):
+                        data[name].pop(fname, None)
+        return data
 
     def compute_hash(self) -> str:
         """sha256 over the normalized recipe (sorted-key JSON, description excluded): the build-cache key part."""
@@ -302,6 +363,49 @@ class Recipe(Strict):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def _default(info: FieldInfo) -> Any:
+    value = info.get_default(call_default_factory=True)
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+def ignored_settings(recipe: Recipe) -> list[str]:
+    """Every field set (different from its default) on a backend that does not honour it, as 'field: ...;
+    remove it', naming the backends that take it (llmkiln.capabilities). A resolved recipe, every field written
+    out, checks the same as the file it came from."""
+    b = recipe.backend
+    data = recipe.model_dump(mode="json")
+    out: list[str] = []
+    for name, info in Recipe.model_fields.items():
+        section_backends = field_backends(info)
+        value = getattr(recipe, name)
+        if not isinstance(value, BaseModel):
+            if b not in section_backends and data[name] != _default(info):
+                out.append(
+                    f"{name}: not used by backend {b.value} (honoured by {names(section_backends)}); remove it"
+                )
+            continue
+        changed = [f for f, finfo in type(value).model_fields.items() if data[name][f] != _default(finfo)]
+        if b not in section_backends:
+            if changed:
+                out.append(
+                    f"{name}: this section is only for backend(s) {names(section_backends)}, not {b.value}; "
+                    f"remove {', '.join(f'{name}.{f}' for f in changed)}"
+                )
+            continue
+        for f in changed:
+            finfo = type(value).model_fields[f]
+            backends = field_backends(finfo)
+            if b in backends:
+                continue
+            why = field_why(finfo)
+            out.append(
+                f"{name}.{f}: not used by backend {b.value} (honoured by {names(backends)}"
+                + (f": {why}" if why else "")
+                + "); remove it"
+            )
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -400,6 +504,8 @@ def load_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
 
 
 def _describe(err: dict[str, Any]) -> str:
+    if not err["loc"] and str(err["msg"]).startswith("Value error, "):  # a check across fields: it names them
+        return str(err["msg"])[len("Value error, ") :]
     loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":

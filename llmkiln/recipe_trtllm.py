@@ -5,8 +5,7 @@ The shared sections carry one concept each, and the trtllm backends read them in
 scheduler.chunked_prefill (enable_chunked_context / enable_chunked_prefill), scheduler.batching (gpt_model_type
 inflight_fused_batching / V1), scheduler.max_batch_size, scheduler.max_num_tokens, limits.max_seq_len,
 kv_cache.tokens_per_block, kv_cache.prefix_reuse, kv_cache.free_gpu_memory_fraction. Which recipe fields each
-trtllm backend honours, and which it rejects, is decided in llmkiln.trtllm.rules (checked before a build writes
-anything).
+backend honours is declared on the fields (llmkiln.capabilities); llmkiln.trtllm.rules keeps the value rules.
 
 recipe.py imports this module (not the other way round), so the section base class is repeated here.
 """
@@ -17,10 +16,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from llmkiln.capabilities import Backend, honoured_by
+
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
-
-TRTLLM_BACKENDS = ("trtllm", "trtllm-llmapi")
 
 
 class _Section(BaseModel):
@@ -94,6 +93,14 @@ ENGINE_ONLY_FIELDS: tuple[str, ...] = (
     "preprocessing_instance_count", "postprocessing_instance_count", "bls_instance_count", "add_special_tokens",
     "skip_special_tokens", "accumulate_tokens",
 )  # fmt: skip
+
+# The capability declaration of the engine path's own fields (llmkiln.capabilities): backend trtllm only.
+ENGINE_ONLY = honoured_by(
+    Backend.TRTLLM, why="a TensorRT-engine setting (backend trtllm); the LLM API has no such option"
+)
+for _name in ENGINE_ONLY_FIELDS:
+    TrtLlm.model_fields[_name].json_schema_extra = ENGINE_ONLY
+TrtLlm.model_rebuild(force=True)
 
 
 class LlmApi(_Section):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import click
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -30,9 +31,12 @@ def recipe() -> None:
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
 def show(name: str, as_json: bool) -> None:
-    """Print the resolved recipe NAME (extends merged, defaults filled)."""
+    """Print the resolved recipe NAME (extends merged, defaults filled): the fields its backend reads."""
     r, _ = load_recipe(name)
-    click.echo(json.dumps(r.model_dump(mode="json"), indent=2) if as_json else r.to_yaml(), nl=not as_json)
+    data = r.for_backend()
+    click.echo(
+        json.dumps(data, indent=2) if as_json else yaml.safe_dump(data, sort_keys=False), nl=not as_json
+    )
 
 
 @recipe.command("schema")

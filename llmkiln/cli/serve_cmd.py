@@ -177,7 +177,12 @@ def serve(
 
     With --dynamo: the Dynamo frontend (OpenAI API: /v1/models, /v1/completions, /v1/chat/completions) and
     --workers llmkiln workers, each warmed up before it registers; Ctrl-C or SIGTERM stops them all.
+
+    A flag of the other front door is refused (exit 2): --grpc-port, --metrics-port and --log-verbose are
+    Triton's; --workers, --router-mode, --migration-limit, --threads-per-worker, --grace-period and --state-dir
+    are Dynamo's.
     """
+    _refuse_other_front_door(click.get_current_context(), dynamo)
     if dynamo:
         return _serve_dynamo(
             engine,
@@ -191,6 +196,7 @@ def serve(
                 state_dir=state_dir,
                 grace_period_s=grace_period,
                 drain_timeout_s=None if exit_timeout is None else float(exit_timeout),
+                verify_full=verify_full,
             ),
         )
 
@@ -214,6 +220,28 @@ def serve(
     code = serve_engine(engine, opts, on_ready=ready)
     click.echo("stopped (clean shutdown)", err=True)
     return code
+
+
+TRITON_ONLY = ("grpc_port", "metrics_port", "log_verbose")
+DYNAMO_ONLY = ("workers", "router_mode", "migration_limit", "threads_per_worker", "grace_period", "state_dir")
+
+
+def _refuse_other_front_door(ctx: click.Context, dynamo: bool) -> None:
+    """BadInput (exit 2) naming every given flag that the chosen front door would ignore."""
+    given = [
+        name
+        for name in (TRITON_ONLY if dynamo else DYNAMO_ONLY)
+        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
+    ]
+    if not given:
+        return
+    flags = ", ".join("--" + name.replace("_", "-") for name in given)
+    if dynamo:
+        raise BadInput(
+            f"{flags}: Triton's flag(s), not used with --dynamo (the OpenAI endpoint is --http-port; each "
+            "worker's metrics are on its status port): remove them"
+        )
+    raise BadInput(f"{flags}: flag(s) of the Dynamo front door: add --dynamo or remove them")
 
 
 def _serve_dynamo(engine: Path, opts: DynamoOptions) -> int:

@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from llmkiln.dynamo.cluster import ClusterSpec
-from llmkiln.dynamo.metrics import parse_exposition
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput, KilnError
+from llmkiln.host.check import check_engine
+from llmkiln.host.metrics import parse_exposition
 from llmkiln.serve.server import port_free
 
 STOP_MARGIN_S = 10.0
@@ -308,6 +309,7 @@ class DynamoOptions:
     overrides: dict[str, Any] = field(default_factory=dict)
     engines_root: Path | None = None
     frontend_args: tuple[str, ...] = ()  # more dynamo.frontend flags
+    verify_full: bool = False  # re-hash every engine file before starting (default: the fast path)
 
 
 def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> ClusterSpec:
@@ -363,7 +365,9 @@ def serve_dynamo(
     on_ready: Callable[[DynamoLauncher, float], None] | None = None,
 ) -> int:
     """Serve `engine` through Dynamo until SIGINT/SIGTERM. A temp state folder is removed after a clean stop
-    (kept, with the logs, after a failure)."""
+    (kept, with the logs, after a failure). The engine is checked first, as `kiln serve` checks it (a corrupted
+    engine is never served: IntegrityError, exit 1); each worker's host checks it again before it loads."""
+    check_engine(engine, opts.engines_root, opts.verify_full)
     own = opts.state_dir is None
     state = Path(tempfile.mkdtemp(prefix="llmkiln-dynamo-")) if own else Path(opts.state_dir or ".")
     launcher = DynamoLauncher(make_spec(engine, opts, state), echo=echo)

@@ -8,11 +8,8 @@
     host.begin_drain(deadline); host.end_overdue(); host.is_quiescent
     host.shutdown(timeout_s)
 
-`check_engine` is the one way from what a user typed to an engine that may be served: resolve the folder,
-refuse TensorRT-LLM folders (their DEPLOY.md says where they run), verify every file against the manifest (the
-fast path on file stamps, or `full` re-hashing). The launchers (`kiln serve`, `kiln serve --dynamo`) call it
-before they start anything, so a bad engine is a clear error and exit 1; the host in the serving process calls
-it again (fast path: the launcher's check is recorded) right before it loads the files.
+`check_engine` (llmkiln.host.check) is the one way from what a user typed to an engine that may be served; the
+launchers call it before they start anything, the host again right before it loads the files.
 
 The front doors are protocol adapters on the host: llmkiln.serve.handler (Triton python backend) and
 llmkiln.dynamo.worker (Dynamo's Python engine contract). Roles (llmkiln.host.roles) say what part of a request's
@@ -30,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from llmkiln.engine_dir import EngineDir, resolve_engine
+from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
+from llmkiln.host.check import check_engine
 from llmkiln.host.metrics import HostMetrics, exposition
 from llmkiln.host.protocol import ServingEngine
 from llmkiln.host.roles import WorkerRole
@@ -52,19 +50,6 @@ class HostLog(Protocol):
     def warning(self, msg: str) -> None: ...
 
     def error(self, msg: str) -> None: ...
-
-
-def check_engine(
-    engine: str | os.PathLike[str] | EngineDir, engines_root: Path | None = None, verify_full: bool = False
-) -> EngineDir:
-    """The engine folder to serve: resolved, one llmkiln's runtime runs, every file matching its manifest.
-
-    BadInput (exit 2) for a missing folder or a TensorRT-LLM engine; IntegrityError (exit 1) for a file that
-    does not match (nothing is loaded). `verify_full` re-hashes every file (`kiln serve --verify`)."""
-    folder = engine if isinstance(engine, EngineDir) else resolve_engine(engine, engines_root)
-    folder.require().runtime_recipe()
-    folder.verify(full=verify_full)
-    return folder
 
 
 @dataclass(frozen=True)
@@ -117,7 +102,10 @@ class EngineHost:
 
     @classmethod
     def open(
-        cls, engine: str | os.PathLike[str] | EngineDir, options: HostOptions | None = None, log: HostLog | None = None
+        cls,
+        engine: str | os.PathLike[str] | EngineDir,
+        options: HostOptions | None = None,
+        log: HostLog | None = None,
     ) -> EngineHost:
         """Check (check_engine), load and start the engine; not warmed yet (call warmup())."""
         opts = options or HostOptions()

@@ -129,7 +129,9 @@ class HostMetrics:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.values: dict[str, float] = {attr: 0.0 for attr, f in FAMILIES.items() if f.kind is not Kind.HISTOGRAM}
+        self.values: dict[str, float] = {
+            attr: 0.0 for attr, f in FAMILIES.items() if f.kind is not Kind.HISTOGRAM
+        }
         self.values["engine_healthy"] = 1.0
         self.ttft = Histogram()
         self.engine: dict[EngineMetric, float] = {}

@@ -117,7 +117,9 @@ class ServeCore:
         recipe = self.engine.recipe
         if recipe is not None and settings.limits == RequestLimits():
             serve = recipe.serve
-            self.limits = RequestLimits(serve.max_prompt_bytes, serve.max_stop_words, serve.max_stop_word_bytes)
+            self.limits = RequestLimits(
+                serve.max_prompt_bytes, serve.max_stop_words, serve.max_stop_word_bytes
+            )
         else:
             self.limits = settings.limits
         self.drain_file = settings.drain_file
@@ -228,6 +230,7 @@ class ServeCore:
             self._error(sender, f"llmkiln: internal error: {type(exc).__name__}")
         finally:
             self.host.request_ended()
+            self.published.publish(self.metrics)  # counters and TTFT at once; engine gauges every second
 
     def _get_array(self, request: Any) -> Callable[[str], Any]:
         def get(name: str) -> Any:

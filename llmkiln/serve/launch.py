@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from llmkiln.engine_dir import EngineDir, resolve_engine
+from llmkiln.engine_dir import EngineDir
+from llmkiln.host.check import check_engine
 from llmkiln.serve.processes import new_workdir, remove_dead_workdirs
 from llmkiln.serve.repository import spec_from_engine, write_repository
 from llmkiln.serve.server import ServerConfig, ServerFailed, TritonServer
@@ -62,8 +63,8 @@ def serve_engine(
     on_ready: Callable[[TritonServer, str], None] | None = None,
 ) -> int:
     """Serve `engine` until SIGINT/SIGTERM; 0 after a clean stop, ServerFailed (exit 1) otherwise."""
-    folder = resolve_engine(engine, opts.engines_root).require()
-    folder.verify(full=opts.verify_full)  # a corrupted engine is never served (IntegrityError, exit 1)
+    # a corrupted engine is never served (IntegrityError, exit 1); the model's engine host checks it again
+    folder = check_engine(engine, opts.engines_root, opts.verify_full)
     spec = spec_from_engine(folder)
     remove_dead_workdirs()  # temp folders of killed `kiln serve` processes
     work = new_workdir()

@@ -38,27 +38,33 @@ class TritonMetrics:
         engine = mf(name=ENGINE_FAMILY, description=ENGINE_DESCRIPTION, kind=mf.GAUGE)
         self._families.append(engine)
         self.engine = {m: engine.Metric(labels={**labels, "metric": str(m)}) for m in EngineMetric}
-        self._published: dict[str, float] = {}  # counters: the value last published (they only increment)
+        self._published: dict[str, float] = {}  # the value last published (each call to the stub is an IPC)
 
     def publish(self, host: HostMetrics) -> None:
-        """Bring the Triton metrics to the host's values."""
+        """Bring the Triton metrics to the host's values; only what changed is sent (cheap after each request)."""
         values, _, engine = host.snapshot()
         for attr, fam in FAMILIES.items():
             metric = self.metrics.get(attr)
             if metric is None:
                 continue
-            if fam.kind is Kind.COUNTER:
-                delta = values[attr] - self._published.get(attr, 0.0)
-                if delta > 0:
-                    metric.increment(delta)
-                    self._published[attr] = values[attr]
-            elif fam.kind is Kind.GAUGE:
-                metric.set(values[attr])
-            else:
+            if fam.kind is Kind.HISTOGRAM:
                 for v in host.take_ttft():
                     metric.observe(v)
+                continue
+            last = self._published.get(attr)
+            if last == values[attr]:
+                continue
+            if fam.kind is Kind.COUNTER:
+                if values[attr] > (last or 0.0):
+                    metric.increment(values[attr] - (last or 0.0))
+            else:
+                metric.set(values[attr])
+            self._published[attr] = values[attr]
         for name, value in engine.items():
-            self.engine[name].set(value)
+            key = f"engine:{name}"
+            if self._published.get(key) != value:
+                self.engine[name].set(value)
+                self._published[key] = value
 
     def close(self) -> None:
         """Drop metrics before their families (the stub requires that order)."""

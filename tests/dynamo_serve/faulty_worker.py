@@ -12,21 +12,24 @@ from pathlib import Path
 from dynamo.common.backend.run import run
 
 from llmkiln.dynamo.worker import KilnWorker
+from llmkiln.runtime.engine import LLMEngine
 
 
 class FaultyWorker(KilnWorker):
     async def start(self, worker_id: int):
         config = await super().start(worker_id)
         trigger = Path(os.environ["LLMKILN_TEST_FAULT_DIR"]) / f"fault-{os.environ['DYN_SYSTEM_PORT']}"
-        assert self.engine is not None
-        real = self.engine.scheduler.schedule
+        assert self.host is not None
+        engine = self.host.engine
+        assert isinstance(engine, LLMEngine)
+        real = engine.scheduler.schedule
 
         def schedule(*args, **kwargs):  # the scheduler's own signature, passed through
             if trigger.exists():
                 raise RuntimeError("injected scheduler fault")
             return real(*args, **kwargs)
 
-        self.engine.scheduler.schedule = schedule
+        engine.scheduler.schedule = schedule  # type: ignore[method-assign]  # the injected fault
         return config
 
 
