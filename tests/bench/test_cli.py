@@ -65,19 +65,3 @@ def test_compare_cli(tmp_path, capsys, report_factory):
         c["metric"] == "ttft_ms" and c["stat"] == "p50" and abs(c["change"] + 0.8) < 1e-9 for c in changes
     )
     assert run(["bench", "compare", str(tmp_path / "a.json"), str(tmp_path / "missing.json")]) == 2
-
-
-def test_resummarize_needs_a_finished_run(tmp_path, capsys):
-    assert run(["bench", "experiment", "--resummarize", "--out", str(tmp_path)]) == 2
-    assert "summary.json" in capsys.readouterr().err
-
-
-def test_the_committed_summary_is_what_its_saved_reports_give(tmp_path):
-    """`--resummarize` on a copy of bench/results rewrites SUMMARY.md exactly as committed (nothing measured)."""
-    import shutil
-    from pathlib import Path
-
-    src = Path(__file__).resolve().parents[2] / "bench" / "results"
-    shutil.copytree(src, tmp_path / "r", ignore=shutil.ignore_patterns("raw", "scaleout", "gpu", "*.png"))
-    assert run(["bench", "experiment", "--resummarize", "--out", str(tmp_path / "r")]) == 0
-    assert (tmp_path / "r" / "SUMMARY.md").read_text() == (src / "SUMMARY.md").read_text()
