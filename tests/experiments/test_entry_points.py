@@ -50,3 +50,15 @@ def test_run_as_modules_from_the_repository_root():
         )
         assert out.returncode == 0, out.stderr
         assert "--resummarize" in out.stdout and "--engines-dir" in out.stdout
+
+
+@pytest.mark.parametrize("cli", [ttft.cli, scaleout.cli])
+def test_the_shared_engines_dir_option_honours_the_env(cli, tmp_path, monkeypatch):
+    from llmkiln.cli import options
+    from llmkiln.engine_dir import ENGINES_ENV
+
+    (param,) = [p for p in cli.params if p.name == "engines_dir"]
+    assert param.callback is options._engines_root and param.default is None
+    monkeypatch.setenv(ENGINES_ENV, str(tmp_path))
+    with cli.make_context(cli.name, []) as ctx:
+        assert ctx.params["engines_dir"] == tmp_path
