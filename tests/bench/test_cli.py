@@ -65,3 +65,24 @@ def test_compare_cli(tmp_path, capsys, report_factory):
         c["metric"] == "ttft_ms" and c["stat"] == "p50" and abs(c["change"] + 0.8) < 1e-9 for c in changes
     )
     assert run(["bench", "compare", str(tmp_path / "a.json"), str(tmp_path / "missing.json")]) == 2
+
+
+def test_workload_options_are_one_definition():
+    """`kiln bench`, `kiln bench run` and `kiln profile` take the same workload options with the same defaults
+    (llmkiln/cli/options.py); only the sweep's defaults (concurrency, requests, warmup) are the command's."""
+    from llmkiln.cli.bench_cmd import bench, run_cmd
+    from llmkiln.cli.profile_cmd import profile
+
+    def opts(cmd):
+        return {p.name: (p.opts, p.default, p.help, repr(p.type)) for p in cmd.params}
+
+    workload = {
+        "workload", "jsonl", "seed", "output_tokens", "system_tokens", "system_prompts", "user_tokens",
+        "prompt_tokens", "long_tokens", "short_tokens", "long_every",
+    }  # fmt: skip
+    a, b, c = opts(bench), opts(run_cmd), opts(profile)
+    assert workload <= set(a) and workload <= set(c)
+    for name in workload:
+        assert a[name] == b[name] == c[name], name
+    for name in ("concurrency", "requests_", "warmup_requests"):
+        assert a[name][0] == c[name][0] and a[name][2] == c[name][2], name  # same option, own default
