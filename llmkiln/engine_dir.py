@@ -11,7 +11,7 @@ An engine folder (`engines/<recipe>/`, built in a temp folder and renamed into p
 | `config.json`                 | copied from the source model (HF config) | `EngineDir.hf_config_file()`    |
 | `tokenizer_config.json`       | copied, `chat_template` set to the effective template (`write_chat_template`) | `EngineDir.tokenizer_config()`, `chat_template()` |
 | `calibration/kv_scales.json`  | the calibration stage (int8/fp8 KV)      | `EngineDir.kv_scales()`         |
-| `hf_checkpoint/`, `llm_api_options.yaml`, `deploy.json` | the trtllm-llmapi stages | `EngineDir.llm_api_options()`, `EngineDir.deploy_commands()` |
+| `hf_checkpoint/`, `llm_api_options.yaml`, `deploy.json` | the trtllm-llmapi stages | `EngineDir.llm_api_options()` (deploy.json: for people and scripts) |
 
 Every reader raises BadInput naming the file and what is wrong. `EngineDir.verify()` checks every file against
 the sha256 the manifest records (IntegrityError naming the file otherwise): a file whose size, mtime, ctime and
@@ -383,17 +383,6 @@ class EngineDir:
         text = header + yaml.safe_dump(options, sort_keys=False)
         write_text_atomic(self.file(LLM_API_OPTIONS), text)
         return self.file(LLM_API_OPTIONS)
-
-    def deploy_commands(self) -> dict[str, Any]:
-        """deploy.json of a trtllm-llmapi engine: {name: argv or text}."""
-        path = self.file(DEPLOY_COMMANDS)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise BadInput(f"{path}: missing; is {self.path} a trtllm-llmapi engine folder?") from None
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise BadInput(f"{path}: not valid JSON: {exc}") from None
-        return data if isinstance(data, dict) else {}
 
     def write_deploy_commands(self, commands: dict[str, Any]) -> None:
         write_json_atomic(self.file(DEPLOY_COMMANDS), commands)

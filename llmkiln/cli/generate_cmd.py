@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from llmkiln.cli.options import engines_dir_option
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.runtime.detokenizer import IncrementalDetokenizer
 from llmkiln.runtime.loader import load_engine
@@ -31,12 +32,7 @@ from llmkiln.runtime.request import SamplingParams
     is_flag=True,
     help="Re-hash every engine file (default: files changed since their last check).",
 )
-@click.option(
-    "--engines-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Where a recipe-name ENGINE is looked up [default: $LLMKILN_ENGINES or ./engines].",
-)
+@engines_dir_option
 def generate(
     engine: str,
     prompt: str,
@@ -47,7 +43,7 @@ def generate(
     seed: int | None,
     ignore_eos: bool,
     verify_full: bool,
-    engines_dir: Path | None,
+    engines_dir: Path,
 ) -> None:
     """Stream the continuation of PROMPT from ENGINE (an engine folder, or a recipe name under the engines root)."""
     params = SamplingParams(

@@ -1,7 +1,7 @@
 """Step profile of the CPU runtime: where each engine step's time goes, and each request's way to its first token.
 
 Off unless asked for: `LLMEngine.enable_profile(path)`, or `$LLMKILN_PROFILE=FILE` for a served engine (the
-python backend reads it; `kiln profile` and `kiln bench experiment` set it). Then the engine appends JSON lines
+python backend reads it; `kiln profile` and the TTFT experiment set it). Then the engine appends JSON lines
 to FILE:
 
 - `{"kind": "step", ...}` one per engine step (`StepTrace`): wall-clock start, scheduling, prefix-block loads

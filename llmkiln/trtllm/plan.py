@@ -167,10 +167,6 @@ def make_plan(
     }
 
 
-def pending_steps(plan: dict[str, Any]) -> list[str]:
-    return [s["name"] for s in plan["steps"] if s["status"] != "done"]
-
-
 def get_step(plan: dict[str, Any], name: str) -> dict[str, Any]:
     for s in plan["steps"]:
         if s["name"] == name:

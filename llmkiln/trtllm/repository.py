@@ -94,7 +94,7 @@ def _instances(cfg: mc.ModelConfig, count: int) -> None:
 
 
 def tensorrt_llm_parameters(spec: TrtllmRepoSpec) -> dict[str, str]:
-    """Every tensorrt_llm parameter this repository fills (the rest: OMITTED_PARAMETERS / omitted_parameters)."""
+    """Every tensorrt_llm parameter this repository fills (the rest: model_io.OMITTED_PARAMETERS)."""
     r, t = spec.recipe, spec.recipe.trtllm
     values = {
         "max_beam_width": str(t.max_beam_width),
@@ -136,15 +136,6 @@ def tensorrt_llm_parameters(spec: TrtllmRepoSpec) -> dict[str, str]:
     if t.max_tokens_in_paged_kv_cache is not None:
         values["max_tokens_in_paged_kv_cache"] = str(t.max_tokens_in_paged_kv_cache)
     return values
-
-
-def omitted_parameters(model: str, recipe: Recipe) -> dict[str, str]:
-    out = dict(io.OMITTED_PARAMETERS.get(model, {}))
-    if model == "tensorrt_llm" and recipe.trtllm.max_tokens_in_paged_kv_cache is None:
-        out["max_tokens_in_paged_kv_cache"] = (
-            "no cap: the KV cache size follows kv_cache_free_gpu_mem_fraction"
-        )
-    return out
 
 
 def tensorrt_llm_config(spec: TrtllmRepoSpec) -> mc.ModelConfig:
