@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from llmkiln.cli.options import engines_dir_option
 from llmkiln.dynamo.cluster import ROUTER_MODES
 from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, serve_dynamo
 from llmkiln.engine_dir import resolve_engine
@@ -46,6 +47,7 @@ PORT = click.IntRange(1, 65535)
     help="With --check on a TensorRT-LLM repository: after the comparison, copy the container's python model "
     "code into the repository (default folder: the pinned container's).",
 )
+@engines_dir_option
 def repo(
     engine: Path | None,
     out: Path | None,
@@ -54,6 +56,7 @@ def repo(
     check_dir: Path | None,
     upstream_models: Path | None,
     take_model_files: bool,
+    engines_dir: Path,
 ) -> None:
     """Write the Triton model repository for ENGINE to --out, or validate one with --check DIR."""
     if check_dir is not None and repo_kind(check_dir) != "cpu":
@@ -71,7 +74,7 @@ def repo(
             return
     if engine is None or out is None:
         raise BadInput("give ENGINE and -o OUT to write a repository, or --check DIR to validate one")
-    spec = spec_from_engine(resolve_engine(engine).require(), model_name)
+    spec = spec_from_engine(resolve_engine(engine, engines_dir).require(), model_name)
     model_dir = write_repository(spec, out, overwrite=force)
     click.echo(
         f"wrote {model_dir} (config.pbtxt, 1/model.py, {len(spec.warmup.prefixes)} warmup prefix(es), {len(spec.warmup.prompts)} prompt(s))"
@@ -152,6 +155,7 @@ def _check_trtllm(repo_dir: Path, upstream: Path | None, take: bool) -> None:
     default=None,
     help="--dynamo: discovery folder (wiped at start) and logs (default: a temp folder, removed after).",
 )
+@engines_dir_option
 def serve(
     engine: Path,
     host: str,
@@ -168,6 +172,7 @@ def serve(
     threads_per_worker: int,
     grace_period: float,
     state_dir: Path | None,
+    engines_dir: Path,
 ) -> int:
     """Serve ENGINE with tritonserver; ready only after warmup. Ctrl-C or SIGTERM shuts it down cleanly.
 
@@ -197,6 +202,7 @@ def serve(
                 grace_period_s=grace_period,
                 drain_timeout_s=None if exit_timeout is None else float(exit_timeout),
                 verify_full=verify_full,
+                engines_root=engines_dir,
             ),
         )
 
@@ -216,6 +222,7 @@ def serve(
         log_verbose,
         verify_full=verify_full,
         admin_key=os.environ.get(ADMIN_KEY_ENV) or None,
+        engines_root=engines_dir,
     )
     code = serve_engine(engine, opts, on_ready=ready)
     click.echo("stopped (clean shutdown)", err=True)
