@@ -250,7 +250,7 @@ class EngineDir:
         """recipe(overrides) of an engine llmkiln's own runtime runs (backends onnx-cpu / onnx-gpu); BadInput
         saying where a TensorRT-LLM engine is served instead (its DEPLOY.md, docs/gpu.md)."""
         recipe = self.require().recipe(overrides)
-        if recipe.backend in ("onnx-cpu", "onnx-gpu"):
+        if recipe.backend.runs_llmkiln_runtime:
             return recipe
         deploy = self.file(DEPLOY_MD)
         where = f"follow {deploy}" if deploy.is_file() else "see docs/gpu.md"

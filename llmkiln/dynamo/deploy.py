@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from llmkiln.atomic import atomic_dir, replace_dir
+from llmkiln.capabilities import Backend
 from llmkiln.engine_dir import HF_CHECKPOINT_DIR, EngineDir, default_engines_root
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe, load_recipe
@@ -105,7 +106,7 @@ def configmap_name(doc: dict[str, Any]) -> str:
 
 def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) -> dict[str, Any]:
     """The DynamoGraphDeployment document: llmkiln CPU workers (onnx-cpu) or dynamo.trtllm (trtllm-llmapi)."""
-    if recipe.backend not in ("onnx-cpu", "trtllm-llmapi"):
+    if recipe.backend not in (Backend.ONNX_CPU, Backend.TRTLLM_LLMAPI):
         raise BadInput(
             f"recipe {recipe.name}: backend {recipe.backend!r} cannot run in llmkiln's Dynamo workers (onnx-cpu) "
             "nor in dynamo.trtllm (which loads HF checkpoints on TensorRT-LLM's PyTorch backend: use a "
@@ -116,7 +117,7 @@ def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) ->
             f"--replicas and --threads-per-worker must be >= 1, got {opts.replicas}, {opts.threads_per_worker}"
         )
     version = package_versions(("llmkiln",)).get("llmkiln") or "latest"
-    trt = recipe.backend == "trtllm-llmapi"
+    trt = recipe.backend is Backend.TRTLLM_LLMAPI
     image = opts.image or (TRTLLM_IMAGE if trt else f"llmkiln:{version}")
     metadata: dict[str, Any] = {"name": _k8s_name(opts.name or f"llmkiln-{recipe.name}")}
     if opts.namespace:
@@ -309,7 +310,7 @@ def write_deployment(recipe_name: str, out_dir: Path, opts: DeployOptions, force
         raise BadInput(f"-o {out_dir}: the folder is not empty; give --force to replace it")
     with atomic_dir(out_dir, publish=replace_dir) as tmp:  # non-empty folders were refused above
         (tmp / DGD_FILE).write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-        if recipe.backend == "trtllm-llmapi":
+        if recipe.backend is Backend.TRTLLM_LLMAPI:
             options = llm_api_options(recipe)
             (tmp / LLM_API_FILE).write_text(yaml.safe_dump(options, sort_keys=False), encoding="utf-8")
             cm = llm_api_configmap(recipe, configmap_name(doc), doc["metadata"].get("namespace"))
@@ -320,7 +321,7 @@ def write_deployment(recipe_name: str, out_dir: Path, opts: DeployOptions, force
 
 def readme(recipe: Recipe, doc: dict[str, Any], opts: DeployOptions) -> str:
     name = doc["metadata"]["name"]
-    if recipe.backend == "trtllm-llmapi":
+    if recipe.backend is Backend.TRTLLM_LLMAPI:
         args = " ".join(doc["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["args"])
         return f"""# {name}: recipe `{recipe.name}` on NVIDIA Dynamo with TensorRT-LLM (LLM API, PyTorch backend)
 

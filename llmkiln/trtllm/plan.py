@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from llmkiln.atomic import write_text_atomic
+from llmkiln.capabilities import Backend
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe
 from llmkiln.trtllm import pins
@@ -51,7 +52,7 @@ def check_recipe(recipe: Recipe, where: str) -> None:
     """trtllm-build / tensorrtllm-backend combinations TensorRT-LLM would reject or silently ignore (BadInput
     naming the fields); the recipe-wide rules are llmkiln.trtllm.rules."""
     t = recipe.trtllm
-    if recipe.backend != "trtllm":
+    if recipe.backend is not Backend.TRTLLM:
         raise BadInput(
             f"{where}: field 'backend' is {recipe.backend!r}; the TensorRT-LLM plan needs backend: trtllm"
         )

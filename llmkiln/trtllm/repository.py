@@ -30,6 +30,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from llmkiln.atomic import atomic_dir
 from llmkiln.build.warmup_check import check_warmup
+from llmkiln.capabilities import Backend
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe
 from llmkiln.trtllm import model_io as io
@@ -261,7 +262,7 @@ def build_configs(spec: TrtllmRepoSpec) -> dict[str, mc.ModelConfig]:
 def prompt_limit(recipe: Recipe) -> int:
     """The longest prompt the served model takes: the engine path is bounded by max_seq_len (trtllm-build
     ignores --max_input_len) minus the warmup's own output; the LLM API by limits.max_input_len."""
-    if recipe.backend == "trtllm":
+    if recipe.backend is Backend.TRTLLM:
         return recipe.limits.max_seq_len - recipe.warmup.max_tokens
     return recipe.limits.max_input_len
 
@@ -281,7 +282,7 @@ def tokenize_warmup(recipe: Recipe, tokenizer_dir: Path) -> tuple[list[list[int]
     end_id = tok.encode(tok.eos_token, add_special_tokens=False)[0]
     pad_token = tok.pad_token or tok.eos_token
     pad_id = tok.encode(pad_token, add_special_tokens=False)[0]
-    special = recipe.trtllm.add_special_tokens if recipe.backend == "trtllm" else True
+    special = recipe.trtllm.add_special_tokens if recipe.backend is Backend.TRTLLM else True
 
     def encode(texts: list[str]) -> list[list[int]]:
         return [tok.encode(t, add_special_tokens=special) for t in texts]
