@@ -211,9 +211,6 @@ class TritonServer:
                 self.echo.write(line)
                 self.echo.flush()
 
-    def log_text(self) -> str:
-        return "\n".join(self.lines)
-
     def last_lines(self, n: int = 30) -> str:
         return "\n".join(list(self.lines)[-n:])
 

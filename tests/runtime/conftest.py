@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import pytest
 
 from llmkiln.runtime.kv_blocks import BlockStore
 from llmkiln.runtime.profile import StepTrace
@@ -166,8 +165,3 @@ def run_to_completion(
         for request, ev in apply_plan(scheduler, runner, plan, now_ns=step):
             outputs.setdefault(request.request_id, []).append(ev.token_id)
     raise RuntimeError("scheduler did not finish")
-
-
-@pytest.fixture
-def fake_runner_factory():
-    return FakeRunner
