@@ -41,7 +41,7 @@ from dynamo.common.backend import LLMEngine as DynamoEngine
 from dynamo.common.backend.health_check import build_health_check_payload
 from dynamo.common.backend.publisher import KvEventSource, PushSource
 from dynamo.common.backend.run import run
-from dynamo.llm.exceptions import EngineShutdown, InvalidArgument, Unknown
+from dynamo.llm.exceptions import EngineShutdown, HttpError, InvalidArgument, Unknown
 
 from llmkiln.dynamo.kv_events import KvEventBridge
 from llmkiln.engine_dir import resolve_engine
@@ -50,7 +50,7 @@ from llmkiln.host.engine_host import EngineHost, HostOptions
 from llmkiln.host.roles import WorkerRole
 from llmkiln.runtime.engine import EngineClosed
 from llmkiln.runtime.handle import RequestHandle
-from llmkiln.runtime.request import FinishReason, RequestRejected, SamplingParams
+from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, SamplingParams
 
 log = logging.getLogger("llmkiln.dynamo.worker")
 
@@ -278,9 +278,9 @@ class KilnWorker(DynamoEngine):
         if host is None:
             raise EngineShutdown("the worker is not running")
         refused = host.refusal()
-        if refused is not None:
+        if refused is not None:  # draining: the front answers 503 + Retry-After
             host.metrics.add("rejected")
-            raise EngineShutdown(refused)
+            raise HttpError(503, refused)
         engine = host.engine
         token_ids = [int(t) for t in request["token_ids"]]
         try:
@@ -291,6 +291,9 @@ class KilnWorker(DynamoEngine):
         rid = context.id()
         try:
             handle = engine.submit(token_ids, params, request_id=rid)
+        except QueueFull as exc:  # overload: 429 (+ Retry-After from the front); the frontend may migrate it
+            host.metrics.add("rejected")
+            raise HttpError(429, str(exc)) from None
         except RequestRejected as exc:
             host.metrics.add("rejected")
             raise InvalidArgument(str(exc)) from None
