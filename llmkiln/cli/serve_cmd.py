@@ -111,7 +111,8 @@ def _check_trtllm(repo_dir: Path, upstream: Path | None, take: bool) -> None:
     "--verify",
     "verify_full",
     is_flag=True,
-    help="Re-hash every engine file before serving (default: files changed since their last check).",
+    hidden=True,
+    help="Kept for old scripts: every engine file is re-hashed before serving anyway.",
 )
 @click.option(
     "--dynamo",
@@ -178,6 +179,7 @@ def serve(
     With --dynamo: the Dynamo frontend (OpenAI API: /v1/models, /v1/completions, /v1/chat/completions) and
     --workers llmkiln workers, each warmed up before it registers; Ctrl-C or SIGTERM stops them all.
     """
+    del verify_full  # every start re-hashes every engine file
     if dynamo:
         return _serve_dynamo(
             engine,
@@ -208,7 +210,6 @@ def serve(
         metrics_port,
         exit_timeout,
         log_verbose,
-        verify_full=verify_full,
         admin_key=os.environ.get(ADMIN_KEY_ENV) or None,
     )
     code = serve_engine(engine, opts, on_ready=ready)

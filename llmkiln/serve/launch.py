@@ -33,7 +33,6 @@ class ServeOptions:
     engines_root: Path | None = (
         None  # where a recipe name is looked up (default: $LLMKILN_ENGINES or ./engines)
     )
-    verify_full: bool = False  # re-hash every engine file (default: files changed since their last check)
     admin_key: str | None = None  # the key admin API calls must send (None: admin APIs closed)
 
 
@@ -63,7 +62,7 @@ def serve_engine(
 ) -> int:
     """Serve `engine` until SIGINT/SIGTERM; 0 after a clean stop, ServerFailed (exit 1) otherwise."""
     folder = resolve_engine(engine, opts.engines_root).require()
-    folder.verify(full=opts.verify_full)  # a corrupted engine is never served (IntegrityError, exit 1)
+    folder.verify()  # a corrupted engine is never served (IntegrityError, exit 1); every byte re-read
     spec = spec_from_engine(folder)
     remove_dead_workdirs()  # temp folders of killed `kiln serve` processes
     work = new_workdir()
