@@ -21,7 +21,6 @@ from what a user types (a folder, or a recipe name under the engines root) to an
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from llmkiln import kv_scales
 from llmkiln.atomic import write_json_atomic, write_text_atomic
 from llmkiln.errors import BadInput, IntegrityError
 from llmkiln.hashing import check_files
+from llmkiln.jsonl import loads_json
 from llmkiln.kv_scales import KvScales
 from llmkiln.recipe import Recipe, merge, validate
 from llmkiln.yaml_limits import safe_load_yaml
@@ -114,7 +114,7 @@ class GenaiConfig:
     @classmethod
     def read(cls, path: Path) -> GenaiConfig:
         try:
-            cfg = json.loads(path.read_text(encoding="utf-8"))
+            cfg = loads_json(path.read_text(encoding="utf-8"))
             model = cfg["model"]
             dec = model["decoder"]
             eos = model.get("eos_token_id", [])
@@ -321,7 +321,7 @@ class EngineDir:
         if not path.is_file():
             return {}
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = loads_json(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise BadInput(f"{path}: not valid JSON: {exc}") from None
         return data if isinstance(data, dict) else {}
@@ -359,7 +359,7 @@ class EngineDir:
         """llm_api_options.yaml of a trtllm-llmapi engine (LLM(**kwargs) without model/backend)."""
         path = self.file(LLM_API_OPTIONS)
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            data = safe_load_yaml(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise BadInput(f"{path}: missing; is {self.path} a trtllm-llmapi engine folder?") from None
         except (UnicodeDecodeError, yaml.YAMLError) as exc:
@@ -377,7 +377,7 @@ class EngineDir:
         """deploy.json of a trtllm-llmapi engine: {name: argv or text}."""
         path = self.file(DEPLOY_COMMANDS)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = loads_json(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise BadInput(f"{path}: missing; is {self.path} a trtllm-llmapi engine folder?") from None
         except (UnicodeDecodeError, ValueError) as exc:

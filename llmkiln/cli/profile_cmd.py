@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from llmkiln.bench.runner import parse_concurrency, requests_needed
 from llmkiln.bench.workloads import WorkloadSpec, build_workload, load_tokenizer, parse_range
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
+from llmkiln.jsonl import loads_json
 
 
 def _overrides(items: tuple[str, ...]) -> dict[str, Any]:
@@ -26,8 +26,8 @@ def _overrides(items: tuple[str, ...]) -> dict[str, Any]:
         if not sep or len(parts) < 2 or not all(parts):
             raise BadInput(f"--set {item!r}: give SECTION.FIELD=VALUE, e.g. scheduler.tpot_slo_ms=50")
         try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
+            value = loads_json(raw)
+        except ValueError:
             value = raw
         node = out
         for p in parts[:-1]:
