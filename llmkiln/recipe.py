@@ -223,10 +223,15 @@ class Warmup(Strict):
     max_tokens: PositiveInt = Field(4, description="Tokens generated per warmup request.")
 
 
+# A Triton model name is a folder name in the model repository and a URL path segment: letters, digits, '_', '.'
+# and '-', not starting with '.' or '-' (so never '.', '..' or a hidden folder), at most 128 characters.
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+
+
 class Serve(Strict):
     """Triton serving settings."""
 
-    model_name: str = Field("llmkiln", pattern=r"^[A-Za-z0-9_.-]+$", description="Triton model name.")
+    model_name: str = Field("llmkiln", pattern=MODEL_NAME_PATTERN, description="Triton model name.")
     http_port: Port = 8000
     grpc_port: Port = 8001
     metrics_port: Port = 8002
