@@ -313,13 +313,13 @@ class DynamoOptions:
 def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> ClusterSpec:
     """The launch for an engine folder (or a recipe name under the engines root), with free status ports."""
     folder = resolve_engine(engine, opts.engines_root).require()
-    folder.verify()  # a corrupted engine is never served (IntegrityError, exit 1); every byte re-read
     if folder.hf_config_file() is None or not folder.chat_template():
         raise BadInput(
             f"{folder.path}: the Dynamo frontend needs config.json and a chat template in tokenizer_config.json; "
             f"this engine was built before they were part of the engine folder: rebuild it with "
             f"`kiln build {folder.recipe().name} --force`"
         )
+    folder.verify()  # a corrupted engine is never served (IntegrityError, exit 1); every byte re-read
     serve = folder.recipe().serve
     return ClusterSpec(
         engine=folder.path,
