@@ -183,8 +183,9 @@ class HttpFront:
         body = json.dumps({**data, "stream": True}, ensure_ascii=False, separators=(",", ":")).encode()
         headers = {k: v for k, v in headers.items() if k.lower() not in ("content-type", "accept")}
         headers["Content-Type"] = "application/json"
+        assert self._session is not None
         try:
-            async with self._session.request("POST", url, headers=headers, data=body) as up:  # type: ignore[union-attr]
+            async with self._session.request("POST", url, headers=headers, data=body) as up:
                 out_headers = {k: v for k, v in up.headers.items() if k.lower() not in HOP_HEADERS}
                 if "text/event-stream" not in up.headers.get("Content-Type", ""):
                     payload = await up.read()  # Triton's own answer (unknown model, not ready, ...)
@@ -200,7 +201,9 @@ class HttpFront:
         out_headers = {"Content-Type": "application/json"}
         error = next((e["error"] for e in events if isinstance(e, dict) and "error" in e), None)
         if error is not None or not events:
-            payload = json.dumps({"error": error or "the model sent no response"}).encode()
+            payload = json.dumps(
+                {"error": error or "the model sent no response"}, ensure_ascii=False, separators=(",", ":")
+            ).encode()
             status = up.status if up.status != 200 else 400  # what /generate answers for a model error
             return web.Response(
                 body=payload, status=self._status(status, payload, out_headers), headers=out_headers
