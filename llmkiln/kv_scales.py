@@ -19,6 +19,7 @@ import numpy as np
 
 from llmkiln.atomic import write_text_atomic
 from llmkiln.errors import BadInput
+from llmkiln.jsonl import loads_json
 
 KvDtype = Literal["int8", "fp8"]
 FILE_NAME = "kv_scales.json"  # in an engine folder: calibration/kv_scales.json
@@ -89,8 +90,8 @@ class KvScales:
         """Read and check a kv_scales.json; BadInput naming the file and field on a bad file (and on a layer or
         head count other than the model's, when given)."""
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            data = loads_json(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise BadInput(f"{path}: cannot read KV scales: {exc}") from None
         dtype = data.get("dtype") if isinstance(data, dict) else None
         if dtype not in QMAX:

@@ -30,7 +30,8 @@ from llmkiln.runtime.request import SamplingParams
     "--verify",
     "verify_full",
     is_flag=True,
-    help="Re-hash every engine file (default: files changed since their last check).",
+    hidden=True,
+    help="Kept for old scripts: every engine file is re-hashed before every load anyway.",
 )
 @engines_dir_option
 def generate(
@@ -55,7 +56,8 @@ def generate(
         ignore_eos=ignore_eos,
     )
     folder = resolve_engine(engine, engines_dir).require()
-    folder.verify(full=verify_full)  # a corrupted engine is never loaded (IntegrityError, exit 1)
+    del verify_full  # every load re-hashes every file
+    folder.verify()  # a corrupted engine is never loaded (IntegrityError, exit 1)
     manifest = folder.manifest()
     if manifest is not None and manifest.source.generated:
         click.secho(

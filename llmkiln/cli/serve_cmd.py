@@ -114,7 +114,8 @@ def _check_trtllm(repo_dir: Path, upstream: Path | None, take: bool) -> None:
     "--verify",
     "verify_full",
     is_flag=True,
-    help="Re-hash every engine file before serving (default: files changed since their last check).",
+    hidden=True,
+    help="Kept for old scripts: every engine file is re-hashed before serving anyway.",
 )
 @click.option(
     "--dynamo",
@@ -188,6 +189,7 @@ def serve(
     are Dynamo's.
     """
     _refuse_other_front_door(click.get_current_context(), dynamo)
+    del verify_full  # every start re-hashes every engine file
     if dynamo:
         return _serve_dynamo(
             engine,
@@ -201,7 +203,6 @@ def serve(
                 state_dir=state_dir,
                 grace_period_s=grace_period,
                 drain_timeout_s=None if exit_timeout is None else float(exit_timeout),
-                verify_full=verify_full,
                 engines_root=engines_dir,
             ),
         )
@@ -220,7 +221,6 @@ def serve(
         metrics_port,
         exit_timeout,
         log_verbose,
-        verify_full=verify_full,
         admin_key=os.environ.get(ADMIN_KEY_ENV) or None,
         engines_root=engines_dir,
     )

@@ -326,7 +326,6 @@ class DynamoOptions:
     overrides: dict[str, Any] = field(default_factory=dict)
     engines_root: Path | None = None
     frontend_args: tuple[str, ...] = ()  # more dynamo.frontend flags
-    verify_full: bool = False  # re-hash every engine file before starting (default: the fast path)
 
 
 def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> ClusterSpec:
@@ -385,7 +384,7 @@ def serve_dynamo(
     """Serve `engine` through Dynamo until SIGINT/SIGTERM. A temp state folder is removed after a clean stop
     (kept, with the logs, after a failure). The engine is checked first, as `kiln serve` checks it (a corrupted
     engine is never served: IntegrityError, exit 1); each worker's host checks it again before it loads."""
-    check_engine(engine, opts.engines_root, opts.verify_full)
+    check_engine(engine, opts.engines_root)
     own = opts.state_dir is None
     state = Path(tempfile.mkdtemp(prefix="llmkiln-dynamo-")) if own else Path(opts.state_dir or ".")
     launcher = DynamoLauncher(make_spec(engine, opts, state), echo=echo)

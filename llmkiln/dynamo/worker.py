@@ -1,7 +1,7 @@
 """The Dynamo front door: a protocol adapter on the engine host (llmkiln.host), behind Dynamo's frontend.
 
     python -m llmkiln.dynamo.worker --engine engines/NAME [--threads 1] [--overrides JSON] [--no-kv-events]
-                                    [--verify] [--role aggregated]
+                                    [--role aggregated]
 
 `kiln serve ENGINE --dynamo` starts these (llmkiln.dynamo.launcher) with the environment of its launch
 (llmkiln.dynamo.cluster: file discovery, loopback addresses). Life of a worker, driven by Dynamo's Rust
@@ -75,7 +75,6 @@ class WorkerArgs:
     kv_events: bool
     warmup: bool
     drain_timeout_s: float
-    verify_full: bool = False
     role: WorkerRole = WorkerRole.AGGREGATED
 
     @classmethod
@@ -105,11 +104,6 @@ class WorkerArgs:
             help="At shutdown, seconds requests in flight get to finish (the drain ends as soon as none is left).",
         )
         p.add_argument(
-            "--verify",
-            action="store_true",
-            help="Re-hash every engine file before loading (as `kiln serve --verify`).",
-        )
-        p.add_argument(
             "--role",
             choices=[r.value for r in WorkerRole],
             default=WorkerRole.AGGREGATED.value,
@@ -132,7 +126,6 @@ class WorkerArgs:
             kv_events=not a.no_kv_events,
             warmup=not a.no_warmup,
             drain_timeout_s=a.drain_timeout,
-            verify_full=a.verify,
             role=WorkerRole(a.role),
         )
 
@@ -183,9 +176,7 @@ class KilnWorker(DynamoEngine):
                 f"{self.folder.path}: no config.json; engines built before Dynamo support lack it: rebuild with "
                 "`kiln build --force`"
             )
-        options = HostOptions(
-            overrides=self.args.engine_overrides(), verify_full=self.args.verify_full, role=self.args.role
-        )
+        options = HostOptions(overrides=self.args.engine_overrides(), role=self.args.role)
         host = await asyncio.to_thread(EngineHost.open, self.folder, options, log)
         self.host = host
         engine = host.engine

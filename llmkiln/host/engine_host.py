@@ -1,6 +1,6 @@
 """EngineHost: one engine folder hosted for one front door.
 
-    host = EngineHost.open("engines/stories-fp32", HostOptions(verify_full=False))   # check, load, start
+    host = EngineHost.open("engines/stories-fp32", HostOptions())   # check, load, start
     host.warmup()                       # the recipe's warmup (prefixes, then prompts) before ready
     host.health()                       # ready / healthy / draining, and why not
     host.refresh_metrics(); host.metrics # one naming for every front door (llmkiln.host.metrics)
@@ -58,7 +58,6 @@ class HostOptions:
     a step-profile file (default: $LLMKILN_PROFILE, set by `kiln profile`)."""
 
     overrides: Mapping[str, Any] | None = None
-    verify_full: bool = False
     role: WorkerRole = WorkerRole.AGGREGATED
     profile: str | None = None
     engines_root: Path | None = None
@@ -112,7 +111,7 @@ class EngineHost:
         if not opts.role.available:
             cls._refuse_role(opts.role)
         t0 = time.perf_counter()
-        folder = check_engine(engine, opts.engines_root, opts.verify_full)
+        folder = check_engine(engine, opts.engines_root)
         overrides = {k: dict(v) if isinstance(v, Mapping) else v for k, v in (opts.overrides or {}).items()}
         eng = load_engine(folder, overrides or None)
         profile = opts.profile or os.environ.get(PROFILE_ENV)
