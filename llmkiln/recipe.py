@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 from llmkiln.errors import RecipeError
 from llmkiln.recipe_trtllm import TRTLLM_BACKENDS, LlmApi, NonNegInt, PositiveInt, TrtLlm
@@ -389,7 +390,7 @@ def load_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     return merge(base, data)
 
 
-def _describe(err: dict[str, Any]) -> str:
+def _describe(err: ErrorDetails) -> str:
     loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":

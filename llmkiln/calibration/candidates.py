@@ -61,7 +61,9 @@ class HfScorer:
         return list(self.tokenizer(text).input_ids)
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        assert isinstance(text, str)  # a list of ids decodes to one text
+        return text
 
     def logits(self, ids: list[int]) -> np.ndarray:
         import torch

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from llmkiln.atomic import atomic_dir
-from llmkiln.calibration.kv_stats import KvAbsmax
+from llmkiln.calibration.kv_stats import KvAbsmax, KvAlgorithm
 from llmkiln.errors import BadInput, BuildFailed
 from llmkiln.kv_scales import FILE_NAME as KV_SCALES_NAME
 from llmkiln.kv_scales import KvScales
@@ -103,7 +103,7 @@ def tokenize(hf_dir: Path, texts: Sequence[str], max_seq_len: int) -> list[list[
     return [ids for ids in out if ids]
 
 
-def hf_kv_absmax(model, sequences: Sequence[Sequence[int]], algorithm: str = "max") -> KvAbsmax:
+def hf_kv_absmax(model, sequences: Sequence[Sequence[int]], algorithm: KvAlgorithm = "max") -> KvAbsmax:
     """Per-layer, per-KV-head |K| (post-rotary, as cached) and |V| statistics of the HF model over `sequences`."""
     import torch
 
@@ -139,9 +139,9 @@ def unify_fused_amax(model) -> int:
     changed = 0
     for _, module in model.named_modules():
         for group in FUSED_GROUPS:
-            linears = [getattr(module, n, None) for n in group]
-            quantizers = [getattr(lin, "weight_quantizer", None) for lin in linears]
-            if any(q is None or not q.is_enabled or q.amax is None for q in quantizers):
+            found = [getattr(getattr(module, n, None), "weight_quantizer", None) for n in group]
+            quantizers = [q for q in found if q is not None and q.is_enabled and q.amax is not None]
+            if len(quantizers) < len(group):
                 continue
             shared = torch.stack([q.amax.float().max() for q in quantizers]).max()
             for q in quantizers:

@@ -211,7 +211,7 @@ def _do_run(**kw: Any) -> None:
 @click.group(invoke_without_command=True)
 @_run_options
 @click.pass_context
-def bench(ctx: click.Context, **kw: Any) -> None:
+def bench(ctx: click.Context, /, **kw: Any) -> None:
     """Benchmark a served model: TTFT/TPOT/ITL percentiles over a concurrency sweep.
 
     \b

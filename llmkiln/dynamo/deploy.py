@@ -148,13 +148,14 @@ def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) ->
             "resources": _cpu_resources("1", FRONTEND_MEMORY),
         },
     )
-    doc = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": {"components": [frontend]}}
+    components = [frontend]
+    doc = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": {"components": components}}
     worker = (
         trtllm_worker(recipe, image, opts, configmap_name(doc))
         if trt
         else cpu_worker(recipe, engine, image, opts)
     )
-    doc["spec"]["components"].append(worker)
+    components.append(worker)
     return doc
 
 
