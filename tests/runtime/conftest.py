@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -11,6 +12,9 @@ from llmkiln.runtime.kv_blocks import BlockStore
 from llmkiln.runtime.profile import StepTrace
 from llmkiln.runtime.request import Request, RequestTimings, SamplingParams
 from llmkiln.runtime.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+
+if TYPE_CHECKING:
+    from llmkiln.runtime.engine import Runner
 
 VOCAB = 97
 EOS = 2
@@ -101,7 +105,7 @@ class FakeRunner:
 
 
 def make_scheduler(num_blocks: int = 64, **overrides) -> Scheduler:
-    base = dict(
+    base: dict[str, Any] = dict(
         max_batch_size=4,
         max_num_tokens=64,
         max_prefill_tokens=32,
@@ -149,9 +153,9 @@ def greedy(logits: dict[str, np.ndarray]) -> dict[str, int]:
 
 def run_to_completion(
     scheduler: Scheduler, runner: FakeRunner, max_steps: int = 10_000
-) -> dict[str, list[int]]:
+) -> dict[str, list[int | None]]:
     """Drive schedule → execute → update until nothing is left; returns output ids per request."""
-    outputs: dict[str, list[int]] = {}
+    outputs: dict[str, list[int | None]] = {}
     for step in range(max_steps):
         if not scheduler.has_work():
             return outputs
@@ -165,3 +169,8 @@ def run_to_completion(
 @pytest.fixture
 def fake_runner_factory():
     return FakeRunner
+
+
+def _conforms(runner: FakeRunner) -> Runner:
+    """Never called: mypy checks the stand-in runner against the engine's Runner protocol."""
+    return runner

@@ -104,8 +104,9 @@ class Sender:
     def texts(self) -> list[str]:
         out = []
         for r, _ in self.sent:
-            if r is not None and r.out("text_output") is not None:
-                out.append(r.out("text_output")[0, 0].decode())
+            text = None if r is None else r.out("text_output")
+            if text is not None:
+                out.append(text[0, 0].decode())
         return out
 
     def errors(self) -> list[str]:
