@@ -33,7 +33,7 @@ from llmkiln.bench.report import BenchReport, print_report, save_records, save_r
 from llmkiln.bench.runner import BenchConfig, requests_needed, run_bench
 from llmkiln.bench.stats import Slo
 from llmkiln.bench.workloads import Workload, WorkloadSpec, build_workload, load_tokenizer
-from llmkiln.dynamo.cluster import available_cores
+from llmkiln.dynamo.cluster import RouterMode, available_cores
 from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, make_spec
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
@@ -47,7 +47,7 @@ class Setup:
 
     name: str
     workers: int
-    router_mode: str
+    router_mode: RouterMode
     prompts_per_store: int  # system prompts a worker's prefix store has room for (plus the user-turn slack)
     open_loop: bool = True
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from llmkiln.dynamo.cluster import ROUTER_MODES
+from llmkiln.dynamo.cluster import ROUTER_MODES, RouterMode
 from llmkiln.dynamo.deploy import DeployOptions, write_deployment
 
 
@@ -52,7 +52,7 @@ def dynamo(
     engine_pvc: str,
     name: str | None,
     namespace: str | None,
-    router_mode: str,
+    router_mode: RouterMode,  # click.Choice(ROUTER_MODES)
     migration_limit: int,
     engines_dir: Path | None,
     checkpoint: str | None,

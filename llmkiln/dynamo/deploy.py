@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from llmkiln.atomic import atomic_dir, replace_dir
+from llmkiln.dynamo.cluster import RouterMode
 from llmkiln.engine_dir import HF_CHECKPOINT_DIR, EngineDir, default_engines_root
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe, load_recipe
@@ -67,7 +68,7 @@ class DeployOptions:
     engine_pvc: str = "llmkiln-engines"  # PVC holding the engines root (engines/<recipe>/ ...)
     name: str | None = None  # metadata.name; default llmkiln-<recipe>
     namespace: str | None = None
-    router_mode: str = "kv"
+    router_mode: RouterMode = "kv"
     migration_limit: int = 3
     http_port: int = 8000
     engines_root: Path | None = None  # to size memory from the built engine (optional)
