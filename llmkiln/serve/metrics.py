@@ -28,9 +28,9 @@ show that nothing leaked (`make soak` checks that).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from llmkiln.runtime.metrics import EngineMetric
+from llmkiln.serve.triton_pb import TritonMetric, TritonMetricFamily, TritonPb
 
 TTFT_BUCKETS_MS = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0]
 
@@ -91,11 +91,11 @@ ENGINE_GAUGES: dict[str, EngineMetric] = {
 class ServeMetrics:
     """The llmkiln metric families; `pb` is triton_python_backend_utils (or a stand-in in unit tests)."""
 
-    def __init__(self, pb: Any, model_name: str, model_version: str = "1") -> None:
+    def __init__(self, pb: TritonPb, model_name: str, model_version: str = "1") -> None:
         labels = {"model": model_name, "version": model_version}
         mf = pb.MetricFamily
         kinds = {"counter": mf.COUNTER, "gauge": mf.GAUGE, "histogram": mf.HISTOGRAM}
-        self._families: list[Any] = []
+        self._families: list[TritonMetricFamily] = []
         self._attrs: list[str] = []
         for attr, (name, desc, kind) in FAMILIES.items():
             family = mf(name=name, description=desc, kind=kinds[kind])
@@ -142,20 +142,20 @@ class ServeMetrics:
         self._families.clear()
 
     # typed views of the dynamically created metrics (mypy and readers see what exists)
-    prompt_tokens: Any
-    hit_tokens: Any
-    hit_rate: Any
-    blocks_used: Any
-    blocks_pinned: Any
-    blocks_free: Any
-    active_slots: Any
-    queue_length: Any
-    active: Any
-    ttft_ms: Any
-    succeeded: Any
-    rejected: Any
-    failed: Any
-    cancelled: Any
-    warmup_requests: Any
-    warmup_seconds: Any
-    engine: dict[EngineMetric, Any]
+    prompt_tokens: TritonMetric
+    hit_tokens: TritonMetric
+    hit_rate: TritonMetric
+    blocks_used: TritonMetric
+    blocks_pinned: TritonMetric
+    blocks_free: TritonMetric
+    active_slots: TritonMetric
+    queue_length: TritonMetric
+    active: TritonMetric
+    ttft_ms: TritonMetric
+    succeeded: TritonMetric
+    rejected: TritonMetric
+    failed: TritonMetric
+    cancelled: TritonMetric
+    warmup_requests: TritonMetric
+    warmup_seconds: TritonMetric
+    engine: dict[EngineMetric, TritonMetric]

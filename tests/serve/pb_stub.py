@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -54,6 +54,10 @@ class Logger:
     @classmethod
     def log_error(cls, m: str) -> None:
         cls.lines.append("E " + m)
+
+    @classmethod
+    def log_verbose(cls, m: str) -> None:
+        cls.lines.append("V " + m)
 
 
 class _Metric:
@@ -130,3 +134,10 @@ class Request:
     def is_cancelled(self) -> bool:
         self.checks += 1
         return self.cancel_after is not None and self.checks > self.cancel_after
+
+
+if TYPE_CHECKING:  # mypy checks this module against the surface it stands in for
+    from llmkiln.serve.triton_pb import TritonPb
+    from tests.serve import pb_stub
+
+    _conforms: TritonPb = pb_stub

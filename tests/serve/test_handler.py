@@ -99,6 +99,7 @@ def test_cancelled_request_ends_with_a_final_flag():
     r.cancel_after = 1
     run(c, r)
     assert r.sender.final and len(r.sender.texts()) < 100
+    assert not r.sender.errors() and c.metrics.cancelled.value == 1  # the cancel path, not an internal error
 
 
 def test_warmup_is_accounted_before_the_final_response():
