@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -39,8 +40,10 @@ from llmkiln.errors import BadInput
 
 WORKLOAD_CHOICES = ("shared-prefix", "unique", "mixed-long-short", "jsonl")
 
+_Command = TypeVar("_Command", bound=Callable[..., Any])
 
-def _run_options(f):
+
+def _run_options(f: _Command) -> _Command:
     opts = [
         click.option(
             "--api",

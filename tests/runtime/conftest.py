@@ -104,7 +104,7 @@ class FakeRunner:
         pass
 
 
-def make_scheduler(num_blocks: int = 64, **overrides) -> Scheduler:
+def make_scheduler(num_blocks: int = 64, **overrides: Any) -> Scheduler:
     base: dict[str, Any] = dict(
         max_batch_size=4,
         max_num_tokens=64,
@@ -167,7 +167,7 @@ def run_to_completion(
 
 
 @pytest.fixture
-def fake_runner_factory():
+def fake_runner_factory() -> type[FakeRunner]:
     return FakeRunner
 
 
