@@ -38,7 +38,7 @@ from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, make_spec
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.runtime.kv_quant import bytes_per_block
-from llmkiln.serve.server import free_ports
+from llmkiln.serve.ports import free_ports
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from llmkiln.dynamo.cluster import ClusterSpec, RouterMode
 from llmkiln.dynamo.metrics import parse_exposition
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput, KilnError
-from llmkiln.serve.server import port_free
+from llmkiln.serve.ports import port_free
 
 STOP_MARGIN_S = 10.0
 
