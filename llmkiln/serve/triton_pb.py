@@ -58,6 +58,22 @@ class TritonTensor(Protocol):
     def as_numpy(self) -> np.ndarray: ...
 
 
+class ResponseSender(Protocol):
+    """A decoupled request's response sender: responses, then one with the FINAL flag (possibly no response)."""
+
+    def send(self, response: object | None = None, flags: int = 0) -> None: ...
+
+
+class TritonRequest(Protocol):
+    """One request handed to execute()."""
+
+    def get_response_sender(self) -> ResponseSender: ...
+
+    def request_id(self) -> str: ...
+
+    def is_cancelled(self) -> bool: ...
+
+
 class TritonPb(Protocol):
     """The module `triton_python_backend_utils`, as far as llmkiln uses it."""
 

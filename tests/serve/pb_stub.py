@@ -95,8 +95,9 @@ class Sender:
         self.sent: list[tuple[InferenceResponse | None, int]] = []
         self.done_at = 0.0  # time.perf_counter() of the FINAL response
 
-    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+    def send(self, response: object | None = None, flags: int = 0) -> None:
         assert not any(f & TRITONSERVER_RESPONSE_COMPLETE_FINAL for _, f in self.sent), "sent after FINAL"
+        assert response is None or isinstance(response, InferenceResponse), f"not a response: {response!r}"
         self.sent.append((response, flags))
         if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             self.done_at = time.perf_counter()
@@ -137,7 +138,8 @@ class Request:
 
 
 if TYPE_CHECKING:  # mypy checks this module against the surface it stands in for
-    from llmkiln.serve.triton_pb import TritonPb
+    from llmkiln.serve.triton_pb import TritonPb, TritonRequest
     from tests.serve import pb_stub
 
     _conforms: TritonPb = pb_stub
+    _request: TritonRequest = Request()
