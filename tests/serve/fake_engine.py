@@ -15,14 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from llmkiln.runtime.metrics import EngineMetric
-from llmkiln.runtime.request import (
-    BadRequestParams,
-    PromptTooLong,
-    QueueFull,
-    RequestTimings,
-    SamplingParams,
-    TokenEvent,
-)
+from llmkiln.runtime.request import PromptTooLong, QueueFull, RequestTimings, SamplingParams, TokenEvent
 from llmkiln.runtime.scheduler import SchedulerConfig
 
 if TYPE_CHECKING:
@@ -144,8 +137,6 @@ class FakeEngine:
             raise QueueFull(f"queue full ({MAX_ACTIVE} requests waiting); retry later")
         if params is None:
             params = SamplingParams()
-        if not isinstance(params, SamplingParams):
-            raise BadRequestParams(f"params must be SamplingParams, got {type(params).__name__}")
         self._ids += 1
         rid = request_id or f"fake-{self._ids}"
         h = Handle(self, ids, params, RequestTimings(arrival_ns=time.time_ns()), request_id=rid)
