@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 
 from llmkiln.capabilities import (
     BACKEND_PRECISIONS,
@@ -526,7 +527,7 @@ def load_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     return merged
 
 
-def _describe(err: dict[str, Any]) -> str:
+def _describe(err: ErrorDetails) -> str:
     if not err["loc"] and str(err["msg"]).startswith("Value error, "):  # a check across fields: it names them
         return str(err["msg"])[len("Value error, ") :]
     loc = ".".join(str(p) for p in err["loc"]) or "(top level)"

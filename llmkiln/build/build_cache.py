@@ -116,7 +116,7 @@ def _alive(pid: int) -> bool:
 def remove_dead_temp(folder: Path) -> list[Path]:
     """Remove `.tmp-*@PID-*` / `.old-*@PID-*` folders under `folder` whose writer process is gone (a killed
     build); folders of live builds (other recipes may share a stage cache) are left alone."""
-    removed = []
+    removed: list[Path] = []
     if not folder.is_dir():
         return removed
     for entry in folder.iterdir():

@@ -71,7 +71,7 @@ def generate(
     try:
         prompt_ids = runtime.encode(prompt)
         handle = runtime.submit(prompt_ids, params)
-        detok = IncrementalDetokenizer(runtime.tokenizer, prompt_ids)
+        detok = IncrementalDetokenizer(runtime, prompt_ids)  # the engine decodes (encode() found a tokenizer)
         for event in handle:
             if event.token_id is not None and (piece := detok.push(event.token_id)):
                 sys.stdout.write(piece)

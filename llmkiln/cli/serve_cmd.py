@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from llmkiln.cli.options import engines_dir_option
-from llmkiln.dynamo.cluster import ROUTER_MODES
+from llmkiln.dynamo.cluster import ROUTER_MODES, RouterMode
 from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, serve_dynamo
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
@@ -168,7 +168,7 @@ def serve(
     verify_full: bool,
     dynamo: bool,
     workers: int,
-    router_mode: str,
+    router_mode: RouterMode,  # click.Choice(ROUTER_MODES)
     migration_limit: int,
     threads_per_worker: int,
     grace_period: float,

@@ -19,12 +19,12 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from llmkiln.errors import BadInput
 
 RouterMode = Literal["kv", "round-robin", "random"]
-ROUTER_MODES: tuple[str, ...] = ("kv", "round-robin", "random")
+ROUTER_MODES: tuple[str, ...] = get_args(RouterMode)
 DISCOVERY_DIR = "discovery"
 LOG_DIR = "logs"
 WORKER_MODULE = "llmkiln.dynamo.worker"

@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from llmkiln.dynamo.cluster import ClusterSpec
+from llmkiln.dynamo.cluster import ClusterSpec, RouterMode
 from llmkiln.dynamo.openai_front import OpenAIFront
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.host.check import check_engine
 from llmkiln.host.metrics import parse_exposition
-from llmkiln.serve.server import free_ports, port_free
+from llmkiln.serve.ports import free_ports, port_free
 
 STOP_MARGIN_S = 10.0
 
@@ -317,7 +317,7 @@ class DynamoOptions:
     workers: int = 2
     host: str = "127.0.0.1"
     http_port: int | None = None  # the recipe's serve.http_port
-    router_mode: str = "kv"
+    router_mode: RouterMode = "kv"  # ClusterSpec.check refuses other values (a caller may pass any str)
     migration_limit: int = 3
     threads_per_worker: int = 0  # available cores // workers
     state_dir: Path | None = None  # a fresh temp folder, removed after a clean stop
@@ -344,7 +344,7 @@ def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> Clust
         workers=opts.workers,
         host=opts.host,
         http_port=serve.http_port if opts.http_port is None else opts.http_port,
-        router_mode=opts.router_mode,  # type: ignore[arg-type]  # checked by ClusterSpec.check
+        router_mode=opts.router_mode,
         migration_limit=opts.migration_limit,
         threads_per_worker=opts.threads_per_worker,
         overrides=dict(opts.overrides),

@@ -49,7 +49,7 @@ from llmkiln.errors import KilnError
 from llmkiln.host.engine_host import EngineHost, HostOptions
 from llmkiln.host.roles import WorkerRole
 from llmkiln.runtime.engine import EngineClosed
-from llmkiln.runtime.handle import RequestHandle
+from llmkiln.runtime.protocol import ServingHandle
 from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, SamplingParams
 
 log = logging.getLogger("llmkiln.dynamo.worker")
@@ -145,7 +145,7 @@ class KilnWorker(DynamoEngine):
         self.folder = resolve_engine(args.engine).require()
         self.host: EngineHost | None = None
         self.bridge = KvEventBridge()
-        self._handles: dict[str, RequestHandle] = {}
+        self._handles: dict[str, ServingHandle] = {}
         self._watch: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -298,6 +298,7 @@ class KilnWorker(DynamoEngine):
         try:
             async for event in handle.aiter():
                 if not event.finished:
+                    assert event.token_id is not None  # only a final event may carry no token
                     n_out += 1
                     yield {"token_ids": [event.token_id], "index": 0}
                     continue
@@ -312,7 +313,7 @@ class KilnWorker(DynamoEngine):
                     host.metrics.observe_request(
                         len(token_ids), handle.num_cached_tokens, ttft / 1e6 if ttft is not None else None
                     )
-                ids = [] if event.token_id is None else [event.token_id]
+                ids: list[int] = [] if event.token_id is None else [event.token_id]
                 n_out += len(ids)
                 yield {
                     "token_ids": ids,

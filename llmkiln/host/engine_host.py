@@ -31,13 +31,12 @@ from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.host.check import check_engine
 from llmkiln.host.metrics import HostMetrics, exposition
-from llmkiln.host.protocol import ServingEngine
 from llmkiln.host.roles import WorkerRole
 from llmkiln.host.warmup import WarmupResult, run_warmup
 from llmkiln.recipe import Warmup
-from llmkiln.runtime.handle import RequestHandle
 from llmkiln.runtime.loader import load_engine
 from llmkiln.runtime.profile import PROFILE_ENV
+from llmkiln.runtime.protocol import ServingEngine, ServingHandle
 
 SHUTTING_DOWN = "llmkiln: the server is shutting down; retry on another replica or after it restarts"
 
@@ -93,7 +92,7 @@ class EngineHost:
         self.load_seconds = 0.0
         self.warmup_result: WarmupResult | None = None
         self._lock = threading.Lock()
-        self._handles: set[RequestHandle] = set()
+        self._handles: set[ServingHandle] = set()
         self._active = 0
         self._draining = False
         self._ending = False
@@ -195,12 +194,12 @@ class EngineHost:
         """Requests the front door is serving (parsed, queued, running or streaming)."""
         return self._active
 
-    def track(self, handle: RequestHandle) -> None:
+    def track(self, handle: ServingHandle) -> None:
         """A submitted request, cancelled at the drain deadline if still running (end_overdue)."""
         with self._lock:
             self._handles.add(handle)
 
-    def untrack(self, handle: RequestHandle) -> None:
+    def untrack(self, handle: ServingHandle) -> None:
         with self._lock:
             self._handles.discard(handle)
 

@@ -140,9 +140,7 @@ class HttpFront:
                 {"error": f"the request body is larger than {self.max_body_bytes} bytes"}, status=413
             )
         except aiohttp.web_protocol.RequestPayloadError as exc:
-            return web.json_response(
-                {"error": f"the request body could not be read ({exc.message})"}, status=400
-            )
+            return web.json_response({"error": f"the request body could not be read ({exc})"}, status=400)
         data: dict[str, Any] | None = None
         if generate:
             assert m is not None
