@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # A Python 3.12 venv for the tests that run under 3.12 too (`make test-py312`, tests/gpu/test_container_setup.py),
 # cached at $LLMKILN_PY312_VENV (default .venv-py312, git-ignored); prints its python on stdout. Idempotent: it
-# reinstalls only when pyproject.toml changed (a stamp holds its sha256).
+# reinstalls only when pyproject.toml or this script changed (a stamp holds their sha256).
 #
 # What goes in: llmkiln's [project] dependencies except torch (on 3.12 PyPI has only the multi-GB CUDA build, and
-# the tests run here — build, recipe, GPU wing — do not import it), plus pytest and hypothesis at the dev pins.
-# llmkiln itself is not installed: the tests put the checkout first on PYTHONPATH.
+# the tests run here — recipe, GPU wing, plans — do not import it), onnxruntime, pytest and hypothesis at their
+# pins, and llmkiln itself (editable, --no-deps).
 #
 # Where Python 3.12 comes from, first found: $LLMKILN_PYTHON312, python3.12 on PATH, pyenv's 3.12.x, else `uv`
 # (installed from PyPI into .venv-py312-tools) downloads a standalone CPython 3.12 (python-build-standalone).
@@ -32,7 +32,7 @@ find_python() {
 }
 
 stamp="$VENV/.llmkiln-py312"
-want=$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)
+want=$(cat "$ROOT/pyproject.toml" "${BASH_SOURCE[0]}" | sha256sum | cut -d" " -f1)  # the pins and this recipe
 if [ -x "$VENV/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
   echo "$VENV/bin/python"
   exit 0
@@ -44,10 +44,13 @@ import re, sys, tomllib
 project = tomllib.load(open(sys.argv[1], "rb"))["project"]
 deps = [d for d in project["dependencies"] if not re.match(r"torch\b", d)]
 deps += [d for d in project["optional-dependencies"]["dev"] if re.match(r"(pytest|hypothesis)\b", d)]
+deps += [d for d in project["optional-dependencies"]["cpu"] if re.match(r"onnxruntime\b", d)]
 print("\n".join(deps))
 EOF
 )
 echo "$reqs" >"$VENV/requirements-py312.txt"
 "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$VENV/requirements-py312.txt" >&2
+# llmkiln itself, without its dependencies: pip refuses it if requires-python excludes 3.12 (the `kiln` script too)
+"$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps -e "$ROOT" >&2
 echo "$want" >"$stamp"
 echo "$VENV/bin/python"

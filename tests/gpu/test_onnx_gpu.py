@@ -78,6 +78,7 @@ def test_tensorrt_provider_options(engine_dir: Path, recipe) -> None:
     assert provider_options(recipe, engine_dir, "cuda") == [("CUDAExecutionProvider", {"device_id": 0})]
 
 
+@pytest.mark.torch
 def test_gating_never_reads_onnxruntimes_provider_list(monkeypatch: pytest.MonkeyPatch) -> None:
     import onnxruntime
 
