@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from llmkiln.errors import RecipeError
-from llmkiln.recipe_trtllm import TRTLLM_BACKENDS, LlmApi, NonNegInt, PositiveInt, TrtLlm
+from llmkiln.recipe_trtllm import TRTLLM_BACKENDS, LlmApi, NonNegInt, PositiveInt, SpeculativeField, TrtLlm
 from llmkiln.resources import bundled
 from llmkiln.yaml_limits import safe_load_yaml
 
@@ -263,6 +263,7 @@ class Recipe(Strict):
     serve: Serve = Field(default_factory=Serve)
     trtllm: TrtLlm = Field(default_factory=TrtLlm)
     llmapi: LlmApi = Field(default_factory=LlmApi)
+    speculative: SpeculativeField = Field(None, description="Speculative decoding (trtllm-llmapi only).")
     chat_template: str | None = Field(
         None,
         description="Jinja chat template (Hugging Face style: messages, add_generation_prompt, bos_token, "
