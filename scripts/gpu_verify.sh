@@ -53,7 +53,12 @@ PY="$VENV/bin/python"
 setup_venv() {
   say "kiln in $VENV (sees $CONTAINER_VENV: the container's tensorrt_llm, tensorrt, torch)"
   [ -x "$CONTAINER_PY" ] || fail "no container Python at $CONTAINER_PY (set LLMKILN_CONTAINER_VENV)" 2
-  if [ ! -x "$VENV/bin/python" ]; then "$CONTAINER_PY" -m venv "$VENV"; fi
+  if [ ! -x "$VENV/bin/python" ]; then
+    # without ensurepip in the base Python (no python3-venv package), a venv without pip, driven by the container's pip
+    "$CONTAINER_PY" -m venv "$VENV" 2>/dev/null || { rm -rf "$VENV" && "$CONTAINER_PY" -m venv --without-pip "$VENV"; }
+  fi
+  local pip=("$VENV/bin/pip")
+  [ -x "$VENV/bin/pip" ] || pip=("$CONTAINER_PY" -m pip --python "$VENV/bin/python")
   local pth site
   pth=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_llmkiln_container.pth
   # purelib and platlib of the container venv (the same folder on Debian/Ubuntu builds, kept apart if not)
@@ -63,12 +68,12 @@ setup_venv() {
   constraints="$VENV/container-constraints.txt"
   "$PY" "$ROOT/scripts/gpu_missing_deps.py" "$ROOT/pyproject.toml" --protected >"$constraints"
   before=$(cat "$constraints")
-  [ -x "$KILN" ] || "$VENV/bin/pip" install --quiet --no-deps -e "$ROOT"
+  [ -x "$KILN" ] || "${pip[@]}" install --quiet --no-deps -e "$ROOT"
   missing=$("$PY" "$ROOT/scripts/gpu_missing_deps.py" "$ROOT/pyproject.toml")
   if [ -n "$missing" ]; then
     say "installing what the container lacks: $(echo $missing)"
     # shellcheck disable=SC2086  # one requirement per word
-    "$VENV/bin/pip" install --quiet --constraint "$constraints" $missing
+    "${pip[@]}" install --quiet --constraint "$constraints" $missing
   fi
   after=$("$PY" "$ROOT/scripts/gpu_missing_deps.py" "$ROOT/pyproject.toml" --protected)
   [ "$before" = "$after" ] || fail "the setup changed the container's packages: before [$before], after [$after]"

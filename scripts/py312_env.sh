@@ -27,7 +27,11 @@ find_python() {
   local boot
   boot=$(command -v python3.11 || command -v python3)
   [ -x "$TOOLS/bin/uv" ] || { "$boot" -m venv "$TOOLS" && "$TOOLS/bin/pip" install --quiet "uv==$UV_VERSION"; } >&2
-  UV_PYTHON_INSTALL_DIR="$TOOLS/python" "$TOOLS/bin/uv" python install 3.12 >&2
+  if ! UV_PYTHON_INSTALL_DIR="$TOOLS/python" "$TOOLS/bin/uv" python install 3.12 >&2; then
+    echo "py312_env.sh: no Python 3.12 on this machine, and uv could not download one (it fetches from" \
+      "github.com/astral-sh/python-build-standalone): set LLMKILN_PYTHON312=/path/to/python3.12" >&2
+    return 1
+  fi
   UV_PYTHON_INSTALL_DIR="$TOOLS/python" "$TOOLS/bin/uv" python find 3.12
 }
 
