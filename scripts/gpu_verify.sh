@@ -28,7 +28,8 @@
 #   setup        only the venv (tests/gpu/test_container_setup.py runs it against a stand-in container on CPU)
 #   speculative  LLM-API recipe with and without its speculative: section: acceptance rate, output tokens/s
 # Paths (env): LLMKILN_CONTAINER_VENV (/opt/venv-tritonserver), LLMKILN_CONTAINER_PYTHON ($it/bin/python3),
-# LLMKILN_GPU_VENV ($ROOT/.venv-gpu), LLMKILN_TRTLLM_MODELS (the container's model files, /app/all_models/...),
+# LLMKILN_GPU_VENV ($ROOT/.venv-gpu), LLMKILN_TRTLLM_MODELS / LLMKILN_TRTLLM_LLMAPI_MODELS (the container's model
+# files, /app/all_models/inflight_batcher_llm and /app/all_models/llmapi),
 # LLMKILN_ENGINES, LLMKILN_GPU_RESULTS, LLMKILN_HTTP_PORT, LLMKILN_PROBE_ROUNDS.
 # Exit codes: 0 every check passed, 1 a check failed, 2 bad input (missing engine/plan), 3 versions or GPU do not
 # match the pins (smoke versions).

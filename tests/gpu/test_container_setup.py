@@ -156,7 +156,13 @@ def container(py312: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
         (llmapi / rel).parent.mkdir(parents=True, exist_ok=True)
         (llmapi / rel).write_text(f"# stand-in {rel}\n")
     (models / "inflight_batcher_llm" / "tensorrt_llm").mkdir(parents=True)
-    return {"top": top, "venv": cvenv, "site": site, "models": models / "inflight_batcher_llm"}
+    return {
+        "top": top,
+        "venv": cvenv,
+        "site": site,
+        "models": models / "inflight_batcher_llm",
+        "llmapi_models": models / "llmapi",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +174,7 @@ def gpu_venv(container: dict[str, Path]) -> dict[str, object]:
         "LLMKILN_CONTAINER_VENV": str(container["venv"]),
         "LLMKILN_GPU_VENV": str(venv),
         "LLMKILN_TRTLLM_MODELS": str(container["models"]),
+        "LLMKILN_TRTLLM_LLMAPI_MODELS": str(container["llmapi_models"]),
         "LLMKILN_ENGINES": str(container["top"] / "engines"),
     }
     r = subprocess.run(
@@ -235,12 +242,12 @@ def test_smoke_versions_passes_in_the_pinned_container(gpu_venv: dict[str, objec
 
 
 def test_the_upstream_model_files_come_from_the_container_path(gpu_venv: dict[str, object]) -> None:
-    code = "from llmkiln.trtllm.upstream import default_upstream; print(default_upstream('engine'))"
+    code = "from llmkiln.trtllm.upstream import default_upstream as d; print(d('engine')); print(d('llmapi'))"
     r = _py(gpu_venv, "-c", code)
     assert r.returncode == 0, r.stderr
     env = gpu_venv["env"]
     assert isinstance(env, dict)
-    assert r.stdout.strip() == env["LLMKILN_TRTLLM_MODELS"]
+    assert r.stdout.split() == [env["LLMKILN_TRTLLM_MODELS"], env["LLMKILN_TRTLLM_LLMAPI_MODELS"]]
 
 
 def test_smoke_options_accepts_good_options_and_prints_the_pydantic_error(
