@@ -8,7 +8,8 @@
 #     -v $PWD:$PWD -w $PWD nvcr.io/nvidia/tritonserver:26.05-trtllm-python-py3 scripts/gpu_verify.sh
 #
 # Before it, on the CPU host (or anywhere with `make setup`): make engine RECIPE=tiny-trtllm-fp8 (stops with exit
-# 3 and a plan) and make engine RECIPE=tiny-trtllm-llmapi (exit 0). Then this script, for each path:
+# 3 and a plan), make engine RECIPE=tiny-trtllm-llmapi and RECIPE=tiny-trtllm-llmapi-ngram (exit 0). Then this
+# script, for each path:
 #   1. checks tensorrt_llm / tensorrt versions and the GPU's compute capability against the pins (exit 3 if not);
 #   2. engine path: kiln build --resume (trtllm-build of the smoke engine, the container's model files compared
 #      and taken); LLM-API path: compares and takes the llmapi model files (kiln repo --check --take-model-files);
@@ -72,13 +73,13 @@ setup_venv() {
   [ -x "$KILN" ] || "${pip[@]}" install --quiet --no-deps -e "$ROOT"
   missing=$("$PY" "$ROOT/scripts/gpu_missing_deps.py" "$ROOT/pyproject.toml")
   if [ -n "$missing" ]; then
-    say "installing what the container lacks: $(echo $missing)"
+    say "installing what the container lacks: ${missing//$'\n'/ }"
     # shellcheck disable=SC2086  # one requirement per word
     "${pip[@]}" install --quiet --constraint "$constraints" $missing
   fi
   after=$("$PY" "$ROOT/scripts/gpu_missing_deps.py" "$ROOT/pyproject.toml" --protected)
   [ "$before" = "$after" ] || fail "the setup changed the container's packages: before [$before], after [$after]"
-  echo "container packages kept: $(echo $after)"
+  echo "container packages kept: ${after//$'\n'/ }"
 }
 
 SERVER_PID=""

@@ -265,8 +265,8 @@ def llm_api_header(recipe: Recipe) -> str:
     """The comment every generated file for dynamo.trtllm starts with: the TensorRT-LLM version it targets."""
     return (
         f"# TensorRT-LLM {pins.pin('dynamo_tensorrt_llm')} (Dynamo {pins.pin('dynamo')}'s dynamo.trtllm, image "
-        f"{pins.pin('dynamo_trtllm_image')}): LLM(**kwargs) from recipe {recipe.name}, checked against "
-        f"{FACTS_FILES['dynamo'].name}\n"
+        f"{pins.pin('dynamo_trtllm_image')})\n"
+        f"# LLM(**kwargs) from recipe {recipe.name}, checked against {FACTS_FILES['dynamo'].name}\n"
     )
 
 

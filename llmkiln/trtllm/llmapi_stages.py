@@ -84,9 +84,9 @@ class LlmapiOptionsStage:
         options = llm_api_options(ctx.recipe)
         check_options(options, "llm_api_options.yaml")
         header = (f"# LLM(**kwargs) for TensorRT-LLM {pins.pin('tensorrt_llm')} (PyTorch backend) in "
-                  f"{pins.container()}, from recipe {ctx.recipe.name}: trtllm-serve --extra_llm_api_options and the "
-                  "llmapi model.yaml. Dynamo's dynamo.trtllm runs another TensorRT-LLM: `kiln deploy dynamo` writes "
-                  "its own llm_api.yaml\n")  # fmt: skip
+                  f"{pins.container()}, from recipe {ctx.recipe.name}\n"
+                  "# (trtllm-serve --extra_llm_api_options, the llmapi model.yaml; Dynamo's dynamo.trtllm runs another "
+                  "TensorRT-LLM: `kiln deploy dynamo` writes its own llm_api.yaml)\n")  # fmt: skip
         EngineDir(out_dir).write_llm_api_options(options, header)
         return {
             "options": options,
