@@ -216,8 +216,8 @@ def measure_speculative(engine: Path, max_tokens: int = 128, repeats: int = 4) -
             "acceptance_rate": round(accepted / drafted, 4) if drafted else None,
         }
     runs["speedup"] = round(runs["with"]["output_tokens_per_s"] / runs["without"]["output_tokens_per_s"], 3)
-    runs["speculative_config"] = {k: v for k, v in dict(opts["speculative_config"]).items()} if isinstance(
-        opts["speculative_config"], dict) else str(opts["speculative_config"])  # fmt: skip
+    spec = opts["speculative_config"]  # a dict (1.3: validated later) or already a config object (1.2.1)
+    runs["speculative_config"] = dict(spec) if isinstance(spec, dict) else repr(spec)
     return runs
 
 

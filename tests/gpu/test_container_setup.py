@@ -85,6 +85,42 @@ def update_llm_args_with_extra_options(llm_args, extra_llm_api_options):
 """
 
 
+FAKE_LLM = """
+import time
+
+
+class SamplingParams:
+    def __init__(self, max_tokens=16, temperature=1.0):
+        self.max_tokens = max_tokens
+
+
+class _Out:
+    def __init__(self, n):
+        self.outputs = [type("Completion", (), {"token_ids": list(range(n))})()]
+
+
+class LLM:
+    \"\"\"Stand-in LLM API: with a speculative_config every step drafts 4 tokens and accepts 3, and runs faster.\"\"\"
+
+    def __init__(self, model, speculative_config=None, enable_iter_perf_stats=False, **kwargs):
+        self.spec = speculative_config
+        self.stats = []
+
+    def generate(self, prompts, params):
+        time.sleep(0.02 if self.spec else 0.05)
+        if self.spec:
+            self.stats += [{"specDecodingStats": {"numDraftTokens": 4, "numAcceptedTokens": 3}} for _ in prompts]
+        return [_Out(params.max_tokens) for _ in prompts]
+
+    def get_stats(self, timeout=2):
+        out, self.stats = self.stats, []
+        return out
+
+    def shutdown(self):
+        pass
+"""
+
+
 def _dist(site: Path, name: str, version: str, files: dict[str, str]) -> None:
     """A package and its dist-info (METADATA, INSTALLER, RECORD): what pip and importlib.metadata read."""
     for rel, text in files.items():
@@ -99,7 +135,8 @@ def _dist(site: Path, name: str, version: str, files: dict[str, str]) -> None:
 
 
 def _set_trtllm_version(site: Path, version: str) -> None:
-    (site / "tensorrt_llm" / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    text = f"__version__ = {version!r}\nfrom tensorrt_llm._stand_in_llm import LLM, SamplingParams\n"
+    (site / "tensorrt_llm" / "__init__.py").write_text(text)
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +182,7 @@ def container(py312: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
         pins.pin("tensorrt_llm"),
         {
             "tensorrt_llm/__init__.py": "",
+            "tensorrt_llm/_stand_in_llm.py": FAKE_LLM,
             "tensorrt_llm/llmapi/__init__.py": FAKE_LLMAPI,
             "tensorrt_llm/llmapi/llm_utils.py": FAKE_LLM_UTILS,
         },
@@ -280,3 +318,34 @@ def test_a_tensorrt_llm_at_another_version_exits_3_with_its_message(
     assert r.returncode == 3, r.stdout + r.stderr
     assert f"tensorrt_llm 1.3.0rc29 found, needs {pins.pin('tensorrt_llm')}" in r.stderr
     assert pins.container() in r.stderr
+
+
+def test_smoke_speculative_records_acceptance_and_tokens_per_second(
+    gpu_venv: dict[str, object], tmp_path: Path
+) -> None:
+    """The measuring plumbing of `gpu_verify.sh speculative`, against the stand-in LLM API (the numbers are the
+    stand-in's; on a GPU host they are TensorRT-LLM's)."""
+    engine = tmp_path / "tiny-trtllm-llmapi-ngram"
+    (engine / "hf_checkpoint").mkdir(parents=True)
+    (engine / "llm_api_options.yaml").write_text(
+        "max_batch_size: 8\nspeculative_config: {decoding_type: NGram, max_draft_len: 4, max_matching_ngram_size: 3}\n"
+    )
+    out = tmp_path / "results"
+    r = _py(
+        gpu_venv,
+        "-m",
+        "llmkiln.trtllm.smoke",
+        "speculative",
+        str(engine),
+        "--out",
+        str(out),
+        "--max-tokens",
+        "8",
+    )
+    assert r.returncode == 0, r.stderr
+    (path,) = out.glob("*-tiny-trtllm-llmapi-ngram-speculative.json")
+    result = json.loads(path.read_text())
+    assert result["with"]["acceptance_rate"] == 0.75 and result["without"]["acceptance_rate"] is None
+    assert result["with"]["output_tokens"] == result["without"]["output_tokens"] == 16 * 8
+    assert result["speedup"] > 1 and result["speculative_config"]["decoding_type"] == "NGram"
+    assert "acceptance rate 0.75" in r.stdout
