@@ -58,6 +58,9 @@ HF_CHECKPOINT_DIR = (
 LLM_API_OPTIONS = "llm_api_options.yaml"  # LLM(**kwargs) / trtllm-serve --extra_llm_api_options
 DEPLOY_COMMANDS = "deploy.json"  # the exact docker run / trtllm-serve / tritonserver argv
 DEPLOY_MD = "DEPLOY.md"  # the same commands for people
+EXECUTION_PROVIDERS = "execution_providers.json"  # onnx-gpu: the onnxruntime providers= list the runner uses
+# provider options that name files inside the engine folder: stored relative, resolved against the folder on read
+_EP_PATH_OPTIONS = ("trt_engine_cache_path", "trt_timing_cache_path", "trt_ep_context_file_path")
 
 ENGINES_ENV = "LLMKILN_ENGINES"
 CACHE_ENV = "LLMKILN_CACHE_DIR"
@@ -372,6 +375,38 @@ class EngineDir:
         text = header + yaml.safe_dump(options, sort_keys=False)
         write_text_atomic(self.file(LLM_API_OPTIONS), text)
         return self.file(LLM_API_OPTIONS)
+
+    def execution_providers(self) -> list[tuple[str, dict[str, Any]]] | None:
+        """execution_providers.json of an onnx-gpu engine as onnxruntime's providers= list (engine-relative paths
+        resolved, the EP-context model not dumped again); None for a CPU engine (the runner's CPU default)."""
+        path = self.file(EXECUTION_PROVIDERS)
+        if not path.is_file():
+            return None
+        try:
+            data = loads_json(path.read_text(encoding="utf-8"))
+            out = []
+            for name, options in data:
+                opts = dict(options)
+                for key in _EP_PATH_OPTIONS:
+                    if key in opts:
+                        opts[key] = str(self.path / opts[key])
+                if "trt_dump_ep_context_model" in opts:
+                    opts["trt_dump_ep_context_model"] = False
+                out.append((str(name), opts))
+        except (UnicodeDecodeError, ValueError, TypeError) as exc:
+            raise BadInput(f"{path}: not a list of [provider, options] pairs: {exc}") from None
+        return out
+
+    def write_execution_providers(self, providers: list[tuple[str, dict[str, Any]]]) -> None:
+        """The build's providers= list, with paths inside the engine folder made relative to it."""
+        out = []
+        for name, options in providers:
+            opts = dict(options)
+            for key in _EP_PATH_OPTIONS:
+                if key in opts:
+                    opts[key] = str(Path(opts[key]).resolve().relative_to(self.path.resolve()))
+            out.append([name, opts])
+        write_json_atomic(self.file(EXECUTION_PROVIDERS), out)
 
     def write_deploy_commands(self, commands: dict[str, Any]) -> None:
         write_json_atomic(self.file(DEPLOY_COMMANDS), commands)

@@ -30,7 +30,7 @@ from llmkiln.capabilities import (
     names,
 )
 from llmkiln.errors import RecipeError
-from llmkiln.recipe_trtllm import LlmApi, NonNegInt, PositiveInt, TrtLlm
+from llmkiln.recipe_trtllm import LlmApi, NonNegInt, PositiveInt, SpeculativeField, TrtLlm
 from llmkiln.resources import bundled
 from llmkiln.yaml_limits import safe_load_yaml
 
@@ -319,6 +319,15 @@ class Recipe(Strict):
     serve: Serve = Field(default_factory=Serve)
     trtllm: TrtLlm = Field(default_factory=TrtLlm, json_schema_extra=honoured_by(*TRTLLM_BACKENDS))
     llmapi: LlmApi = Field(default_factory=LlmApi, json_schema_extra=honoured_by(Backend.TRTLLM_LLMAPI))
+    speculative: SpeculativeField = Field(
+        None,
+        description="Speculative decoding (trtllm-llmapi only).",
+        json_schema_extra=honoured_by(
+            Backend.TRTLLM_LLMAPI,
+            why="TensorRT-LLM's LLM API drafts and verifies; llmkiln's CPU runtime and the TensorRT-engine path have "
+            "no draft-and-verify step yet",
+        ),
+    )
     chat_template: str | None = Field(
         None,
         description="Jinja chat template (Hugging Face style: messages, add_generation_prompt, bos_token, "
@@ -388,16 +397,21 @@ def ignored_settings(recipe: Recipe) -> list[str]:
         value = getattr(recipe, name)
         if not isinstance(value, BaseModel):
             if b not in section_backends and data[name] != _default(info):
+                why = field_why(info)
                 out.append(
-                    f"{name}: not used by backend {b.value} (honoured by {names(section_backends)}); remove it"
+                    f"{name}: not used by backend {b.value} (honoured by {names(section_backends)}"
+                    + (f": {why}" if why else "")
+                    + "); remove it"
                 )
             continue
         changed = [f for f, finfo in type(value).model_fields.items() if data[name][f] != _default(finfo)]
         if b not in section_backends:
             if changed:
+                why = field_why(info)
                 out.append(
-                    f"{name}: this section is only for backend(s) {names(section_backends)}, not {b.value}; "
-                    f"remove {', '.join(f'{name}.{f}' for f in changed)}"
+                    f"{name}: this section is only for backend(s) {names(section_backends)}, not {b.value}"
+                    + (f" ({why})" if why else "")
+                    + f"; remove {', '.join(f'{name}.{f}' for f in changed)}"
                 )
             continue
         for f in changed:

@@ -13,6 +13,7 @@ from llmkiln.dynamo.cluster import ROUTER_MODES, RouterMode
 from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, serve_dynamo
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
+from llmkiln.serve.backend_env import check_triton_python
 from llmkiln.serve.launch import ServeOptions, serve_engine
 from llmkiln.serve.repository import check_repository, spec_from_engine, write_repository
 from llmkiln.serve.server import ADMIN_KEY_ENV, TritonServer
@@ -206,6 +207,8 @@ def serve(
                 engines_root=engines_dir,
             ),
         )
+
+    check_triton_python()  # before anything is built or started: one message, exit 2
 
     def ready(server: TritonServer, model_name: str) -> None:
         ep = server.endpoints()
