@@ -97,7 +97,7 @@ class MappedWriter:
 
 
 def test_mmap_rewrite_is_refused_by_generate_serve_and_dynamo(engine_copy: Path, tmp_path: Path) -> None:
-    from llmkiln.dynamo.launcher import DynamoOptions, make_spec
+    from llmkiln.dynamo.launcher import DynamoOptions, serve_dynamo
     from llmkiln.serve.launch import ServeOptions, serve_engine
 
     writer = MappedWriter(engine_copy / "model.onnx.data")
@@ -110,7 +110,8 @@ def test_mmap_rewrite_is_refused_by_generate_serve_and_dynamo(engine_copy: Path,
         with pytest.raises(IntegrityError, match="model.onnx.data"):
             serve_engine(engine_copy, ServeOptions())  # before anything is started
         with pytest.raises(IntegrityError, match="model.onnx.data"):
-            make_spec(engine_copy, DynamoOptions(), tmp_path / "state")
+            serve_dynamo(engine_copy, DynamoOptions(state_dir=tmp_path / "state"))  # before anything starts
+        assert not (tmp_path / "state").exists()
     finally:
         writer.close()
 

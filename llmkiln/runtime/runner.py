@@ -1,4 +1,5 @@
-"""Executes a SchedulerOutput on the builder's ONNX graph. The only module that imports onnxruntime.
+"""Executes a SchedulerOutput on the builder's ONNX graph. The runtime's onnxruntime module (runtime.simple, the
+reference loop, is the other one: import-linter's `onnxruntime` contract lists them).
 
 One InferenceSession driven through IOBinding. The KV lives in a pool per layer shaped
 (slots, kv_heads, max_len, head_dim); past and present are bound to the same memory, so GroupQueryAttention

@@ -8,7 +8,7 @@ and Triton then answers 200 with an error body. The model cannot see any of that
 (serve/http_front.py) checks the body first: every known input must have its JSON type and fit its wire type,
 and `/generate` refuses `stream: true` — a 400 naming the field and what is allowed, never echoing the value.
 
-The body must also be one Triton reads the way Python does (issue 21, finding 7): strict UTF-8, RFC 8259 JSON
+The body must also be one Triton reads the way Python does: strict UTF-8, RFC 8259 JSON
 (no NaN/Infinity), no key twice in an object (Python keeps the last, Triton's rapidjson the first: a string
 `temperature` before a number one reached Triton and gave HTTP 500), no lone UTF-16 surrogate (`"\\ud800"`:
 Triton answered 500), bounded nesting, and `id` (Triton's request id) a string (Triton answered 500 otherwise).

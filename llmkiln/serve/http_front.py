@@ -11,7 +11,7 @@ deletes the error, before `HttpCodeFromError(err)`), and a model cannot set resp
 recognises the model's own messages: "queue full" becomes 429 Too Many Requests, "shutting down" 503, both with
 `Retry-After: 1`.
 
-Also (issue 21, findings 7 and 8):
+Also:
 - a generate request with a `Content-Encoding` other than identity is refused with 415 (aiohttp would have tried
   to inflate it and logged a traceback; the body is read as sent: `auto_decompress=False`); other paths pass it
   to Triton, which inflates gzip/deflate itself;
