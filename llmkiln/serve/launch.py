@@ -52,6 +52,7 @@ def server_config(engine: EngineDir, repo: Path, opts: ServeOptions) -> ServerCo
         drain_file=repo.parent / DRAIN_FILE,
         http_front=True,
         max_request_bytes=serve.max_prompt_bytes,
+        reap_workdir=True,
     )
 
 

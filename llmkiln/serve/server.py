@@ -7,6 +7,9 @@ stops it gracefully:
   started it (`setpriv --pdeathsig KILL`): a SIGKILLed `kiln serve` leaves no server holding its ports. A stale
   server from an older, killed launcher is named (pid, how to stop it) when its port is wanted again, and the
   /dev/shm files of dead servers are removed at start.
+- If the launcher dies (SIGKILL included), its reaper (llmkiln.serve.reaper, a process in its own session) kills
+  the server's cgroup (or process group) — tritonserver, its stubs and their guards — and removes the server's
+  /dev/shm files and the temp folder; each stub also dies with tritonserver by itself (parent_watch's guard).
 - Triton 2.51 does not notice a dead python stub: health stays 200 and in-flight streams hang (measured: 70 s
   with no answer). A watchdog polls the stub pids every 0.25 s; when one dies, tritonserver is killed (it cannot
   recover), so readiness fails within a second, clients' streams end with an error, and the launcher reports
@@ -52,6 +55,7 @@ from llmkiln.serve.processes import (
     remove_orphan_shm,
     stale_servers,
 )
+from llmkiln.serve.reaper import Reaper, die_with_parent
 
 EXIT_MARGIN_S = 5.0
 DRAIN_MARGIN_S = 1.0  # requests still running this long before the exit timeout end with a final error
@@ -87,12 +91,7 @@ class ServerConfig:
     http_front: bool = False
     max_request_bytes: int = 256 * 1024  # the front's body limit (the recipe's serve.max_prompt_bytes)
     env: dict[str, str] = field(default_factory=dict)  # added to the server's environment (and the backend's)
-
-
-def _die_with_parent(argv: list[str]) -> list[str]:
-    """argv run under `setpriv --pdeathsig KILL` (util-linux): the kernel kills it when our thread dies."""
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
+    reap_workdir: bool = False  # remove `workdir` too if the launcher dies (kiln serve's temp folder)
 
 
 class TritonServer:
@@ -117,6 +116,7 @@ class TritonServer:
         self.stop_requested = threading.Event()
         self._own_workdir: Path | None = None
         self.front: HttpFront | None = None
+        self.reaper: Reaper | None = None  # kills what we started and removes its files if we die
         # where tritonserver's own HTTP endpoint listens (behind the front: loopback, a free port)
         self.triton_http = (cfg.host, cfg.http_port)
 
@@ -188,14 +188,20 @@ class TritonServer:
                 ) from None
         self.log_path = workdir / "tritonserver.log"
         self._log = self.log_path.open("w", encoding="utf-8")
+        self.reaper = Reaper("serve")
+        self.reaper.start()
+        self.reaper.remove_shm(self.shm_prefix)
+        if self._own_workdir is not None or self.cfg.reap_workdir:
+            self.reaper.remove_tree(workdir)
         self.proc = subprocess.Popen(
-            _die_with_parent(self.command(backend_dir)),
+            self.reaper.wrap(die_with_parent(self.command(backend_dir))),
             env={**server_env(), **self.cfg.env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        self.reaper.watch_group(self.proc.pid)  # tritonserver leads its group; the stubs are in it
         self._reader = threading.Thread(target=self._read, name="tritonserver-log", daemon=True)
         self._reader.start()
 
@@ -269,6 +275,7 @@ class TritonServer:
             if code is not None:
                 self._join_reader()
                 self._clean_leftovers()  # a crashed server (Triton 2.51 can segfault on a failed warmup)
+                self._close_reaper()
                 raise ServerFailed(
                     f"tritonserver exited with code {code} before it was ready.\n{self.failure_report()}"
                 )
@@ -367,7 +374,13 @@ class TritonServer:
             self.keep_log()
         if self._own_workdir is not None:
             shutil.rmtree(self._own_workdir, ignore_errors=True)
+        self._close_reaper()
         return self.proc.returncode
+
+    def _close_reaper(self) -> None:
+        if self.reaper is not None:
+            self.reaper.close()
+            self.reaper = None
 
     def stop(self, grace_s: float | None = None) -> int | None:
         """drain(), then terminate() and wait_exit(); returns tritonserver's exit code (-9 when killed)."""
