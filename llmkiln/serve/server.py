@@ -15,8 +15,11 @@ stops it gracefully:
   recover), so readiness fails within a second, clients' streams end with an error, and the launcher reports
   the cause and the log tail (the log is kept in the user cache folder).
 - stop(): drain first (the model's drain file: new requests get UNAVAILABLE at once, requests in flight finish or
-  end with a final error at the deadline, `llmkiln_requests_active` reaches 0), then SIGTERM with nothing in
-  flight, then SIGKILL past the exit timeout.
+  end with a final error at the deadline, `llmkiln_requests_active` reaches 0; the HTTP front's readiness says
+  503), then — nothing in flight — tritonserver is killed, with the HTTP front answering 503 until it is gone
+  (Triton 2.51's own shutdown answers "unknown model" while it unloads and can hang until its exit timeout:
+  `_stop_after_drain`). Without a drain (no drain file, or requests still active): SIGTERM, then SIGKILL past the
+  exit timeout.
 - The admin APIs (shared memory, logging, trace, model repository, statistics) are restricted to clients that
   send the operator's key (`ServerConfig.admin_key`, header `llmkiln-admin-key`; gRPC:
   `triton-grpc-protocol-llmkiln-admin-key`); without a key a random one is used, so they are closed.
@@ -111,6 +114,7 @@ class TritonServer:
         self.kept_log: Path | None = None
         self.forced_exit = False
         self.drained = False
+        self.stopped_after_drain = False  # killed on purpose once nothing was in flight: a clean stop
         self.crash: str | None = None  # why the watchdog killed the server
         self.stub_pids: list[int] = []
         self.stop_requested = threading.Event()
@@ -331,6 +335,8 @@ class TritonServer:
             return False
         deadline = time.time() + max(self.cfg.exit_timeout_s - DRAIN_MARGIN_S, 0.5)
         drain_file.write_text(f"{deadline:.3f}\n")
+        if self.front is not None:
+            self.front.draining()  # readiness 503 from now on
         while self.proc.poll() is None:
             if self.active_requests() == 0:
                 self.drained = True
@@ -344,8 +350,9 @@ class TritonServer:
         """Ask for Triton's graceful shutdown (SIGTERM): it waits up to the exit timeout for in-flight requests."""
         self.stop_requested.set()  # stubs exit during a shutdown: the watchdog stands down
         if self.front is not None:
-            # first: its pooled keep-alive connections would make Triton wait the whole exit timeout, then exit 1
-            self.front.stop()
+            # first: its pooled keep-alive connections would make Triton wait the whole exit timeout, then exit 1;
+            # it keeps answering 503 until tritonserver is gone (wait_exit stops it)
+            self.front.refuse_all()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
 
@@ -370,7 +377,7 @@ class TritonServer:
         self._clean_leftovers()
         if self.front is not None:
             self.front.stop()
-        if self.proc.returncode != 0 or self.crash is not None:
+        if (self.proc.returncode != 0 and not self.stopped_after_drain) or self.crash is not None:
             self.keep_log()
         if self._own_workdir is not None:
             shutil.rmtree(self._own_workdir, ignore_errors=True)
@@ -385,10 +392,27 @@ class TritonServer:
     def stop(self, grace_s: float | None = None) -> int | None:
         """drain(), then terminate() and wait_exit(); returns tritonserver's exit code (-9 when killed)."""
         self.stop_requested.set()
-        if self.proc is not None and self.proc.poll() is None and self.stub_pids:
-            self.drain()
+        if self.proc is not None and self.proc.poll() is None and self.stub_pids and self.drain():
+            self._stop_after_drain()
         self.terminate()
         return self.wait_exit(grace_s)
+
+    def _stop_after_drain(self) -> None:
+        """Nothing is in flight (the model said so): end tritonserver at once rather than by SIGTERM.
+
+        Triton 2.51's own shutdown (measured, `python scripts/triton_probes.py closed-streams`) first unloads the
+        model while its gRPC endpoint still takes streams — they get "unknown model", not the drain's UNAVAILABLE
+        — and after client-cancelled gRPC streams (a channel closed without ending its stream, after every final
+        response) it keeps the model "live" with 0 inferences in flight until its exit timeout, then exits 1.
+        Killed, every port closes at once (gRPC clients: UNAVAILABLE), the HTTP front answers 503 until the
+        end, the stubs die with tritonserver (their guard) and their /dev/shm files are removed (wait_exit)."""
+        assert self.proc is not None
+        if self.front is not None:
+            self.front.refuse_all()
+        self.stopped_after_drain = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.lines.append("llmkiln: drained (0 requests in flight): stopped tritonserver")
 
     def _clean_leftovers(self) -> None:
         deadline = time.monotonic() + 5
