@@ -51,6 +51,17 @@ def _pids() -> list[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
 
 
+def children(parents: list[int]) -> list[int]:
+    """Pids (not zombies) whose parent is one of `parents`."""
+    want = set(parents)
+    out = []
+    for pid in _pids():
+        info = _ppid_and_state(pid)
+        if info is not None and info[0] in want and info[1] not in ("Z", "X"):
+            out.append(pid)
+    return out
+
+
 def processes_with(text: str) -> list[int]:
     """Pids (not zombies) whose command line contains `text`."""
     needle = text.encode()

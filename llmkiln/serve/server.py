@@ -53,12 +53,13 @@ from llmkiln.serve.processes import (
     LLMKILN_SHM_PREFIX,
     SHM_DIR,
     alive,
+    children,
     new_workdir,
     processes_with,
     remove_orphan_shm,
     stale_servers,
 )
-from llmkiln.serve.reaper import Reaper, die_with_parent
+from llmkiln.serve.reaper import Reaper, die_with_parent, start_time
 
 EXIT_MARGIN_S = 5.0
 DRAIN_MARGIN_S = 1.0  # requests still running this long before the exit timeout end with a final error
@@ -117,6 +118,7 @@ class TritonServer:
         self.stopped_after_drain = False  # killed on purpose once nothing was in flight: a clean stop
         self.crash: str | None = None  # why the watchdog killed the server
         self.stub_pids: list[int] = []
+        self._tree: list[tuple[int, int | None]] = []  # stubs and their guards, with their start times
         self.stop_requested = threading.Event()
         self._own_workdir: Path | None = None
         self.front: HttpFront | None = None
@@ -294,6 +296,7 @@ class TritonServer:
                 )
             time.sleep(0.2)
         self.stub_pids = [p for p in processes_with(self.shm_prefix) if p != self.proc.pid]
+        self._tree = [(p, start_time(p)) for p in [*self.stub_pids, *children(self.stub_pids)]]  # + guards
         self._watchdog = threading.Thread(target=self._watch_stubs, name="stub-watchdog", daemon=True)
         self._watchdog.start()
         return time.monotonic() - t0
@@ -421,6 +424,10 @@ class TritonServer:
         for pid in self.leftover_processes():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+        # a stub killed with tritonserver is an orphan zombie until init reaps it: wait for that (briefly), so
+        # nothing of this server is in the process table when we return
+        while time.monotonic() < deadline and any(start_time(p) == t for p, t in self._tree if t is not None):
+            time.sleep(0.02)
         removed = 0
         for f in self.leftover_shm():
             with contextlib.suppress(FileNotFoundError):
