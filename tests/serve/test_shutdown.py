@@ -167,3 +167,39 @@ def test_clients_see_unavailable_and_503_through_the_stop_never_unknown_model_or
     assert while_alive, "no HTTP request while the server stopped"
     assert all(o in ("200", "503 retry-after") for o in while_alive), sorted(set(while_alive))
     assert server.leftover_processes() == [] and server.leftover_shm() == []
+
+
+def test_readiness_is_503_from_the_drain_on_while_work_in_flight_finishes(tmp_path: Path):
+    server = _server(tmp_path, exit_timeout_s=5)
+    server.start()
+    try:
+        server.wait_ready()
+        ready_url = f"http://{server.url_http}/v2/health/ready"
+        assert urllib.request.urlopen(ready_url, timeout=10).status == 200
+        result: list[str] = []
+        busy = threading.Thread(
+            target=lambda: result.append(
+                one_stream(server.url_grpc, close_channel=False, max_tokens=100_000)
+            ),
+            daemon=True,
+        )
+        busy.start()
+        while not server.active_requests():
+            time.sleep(0.05)
+        stopper = threading.Thread(target=server.stop, daemon=True)
+        stopper.start()
+        statuses = set()
+        while busy.is_alive():  # the request in flight runs until the drain deadline
+            try:
+                urllib.request.urlopen(ready_url, timeout=10)
+                statuses.add("200")
+            except urllib.error.HTTPError as e:
+                statuses.add(f"{e.code} {e.headers.get('Retry-After')}")
+            time.sleep(0.05)
+        stopper.join(60)
+        assert "503 1" in statuses, statuses
+        assert result and "did not finish within the exit timeout" in result[0], result
+    finally:
+        server.stop()
+    assert server.drained and server.stopped_after_drain
+    assert server.leftover_processes() == [] and server.leftover_shm() == []
