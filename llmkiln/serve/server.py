@@ -281,6 +281,7 @@ class TritonServer:
             if code is not None:
                 self._join_reader()
                 self._clean_leftovers()  # a crashed server (Triton 2.51 can segfault on a failed warmup)
+                self.keep_log()  # before the reaper removes the folder it is in
                 self._close_reaper()
                 raise ServerFailed(
                     f"tritonserver exited with code {code} before it was ready.\n{self.failure_report()}"

@@ -187,3 +187,22 @@ def test_the_reaper_kills_a_launch_even_when_a_process_left_its_group(tmp_path: 
         for p in pids:
             if alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+def test_the_reaper_never_signals_a_group_whose_leader_pid_is_another_process_now(tmp_path: Path):
+    import io
+
+    from llmkiln.serve.reaper import reap, start_time
+
+    p = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        started = start_time(p.pid)
+        assert started is not None
+        reap(io.StringIO(f"pgid {p.pid} {started + 1}\n"))  # recorded for an earlier process with this pid
+        assert p.poll() is None
+        (tmp_path / "gone").mkdir()
+        reap(io.StringIO(f"pgid {p.pid} {started}\nrmtree {tmp_path / 'gone'}\n"))
+        assert p.wait(10) == -signal.SIGKILL and not (tmp_path / "gone").exists()
+    finally:
+        if p.poll() is None:
+            p.kill()
