@@ -2,6 +2,7 @@
 every llmkiln server gets (`--backend-config=python,shm-region-prefix-name=<prefix>`).
 
 - `processes_with(text)`: pids whose command line holds `text` (a server's prefix: tritonserver and its stubs).
+- `children(pids)`: the live children of `pids` (a stub's guard process).
 - `stale_servers(ports)`: llmkiln tritonservers listening on one of `ports` whose parent is gone (a `kiln serve`
   that was killed before tritonserver learned to die with its parent), or any llmkiln server on those ports.
 - `remove_orphan_shm()`: /dev/shm files of llmkiln servers no process carries any more (a killed server's).
