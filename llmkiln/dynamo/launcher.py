@@ -2,8 +2,10 @@
 
 `DynamoLauncher.start()` wipes the launch's discovery folder, starts llmkiln's OpenAI front on the public port
 (llmkiln.dynamo.openai_front: 429/503 + Retry-After, streaming or not), Dynamo's frontend behind it and the N
-workers (each in its own session, so a terminal's Ctrl-C reaches only kiln, which stops them in order), and
-`wait_ready()` returns
+workers (each in its own session, so a terminal's Ctrl-C reaches only kiln, which stops them in order; each dies
+with the launcher: a parent-death signal, and a reaper — llmkiln.serve.reaper — that kills the launch's cgroup or
+process groups and removes the discovery folder when the launcher is gone, SIGKILL included), and `wait_ready()`
+returns
 once the frontend lists the model and N generate instances — a worker registers only after its warmup, so no
 request reaches a cold worker. `stop()` sends SIGTERM to every process (workers unregister, finish what is in
 flight, exit), SIGKILLs what is still alive after the timeout, and removes the discovery folder: no process and
@@ -38,6 +40,7 @@ from llmkiln.errors import BadInput, KilnError
 from llmkiln.host.check import check_engine
 from llmkiln.host.metrics import parse_exposition
 from llmkiln.serve.ports import free_ports, port_free
+from llmkiln.serve.reaper import Reaper, die_with_parent
 
 STOP_MARGIN_S = 10.0
 
@@ -59,16 +62,21 @@ class Proc:
     restarts: int = 0
     _reader: threading.Thread | None = None
 
-    def start(self, echo: IO[str] | None) -> None:
+    def start(self, echo: IO[str] | None, reaper: Reaper | None = None) -> None:
+        """Start the process (from the thread that lives as long as the launch: it dies with that thread, and
+        with the launcher through `reaper`)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv = die_with_parent(self.command)
         self.popen = subprocess.Popen(
-            self.command,
+            reaper.wrap(argv) if reaper is not None else argv,
             env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        if reaper is not None:
+            reaper.watch_group(self.popen.pid)
         self._reader = threading.Thread(target=self._read, args=(echo,), name=f"{self.name}-log", daemon=True)
         self._reader.start()
 
@@ -132,6 +140,7 @@ class DynamoLauncher:
         ]
         self.stopping = threading.Event()
         self.front: OpenAIFront | None = None
+        self.reaper: Reaper | None = None  # kills the launch's processes if the launcher dies
 
     @property
     def procs(self) -> list[Proc]:
@@ -154,6 +163,9 @@ class DynamoLauncher:
         shutil.rmtree(s.discovery_dir, ignore_errors=True)
         s.discovery_dir.mkdir(parents=True)
         s.log_dir.mkdir(parents=True, exist_ok=True)
+        self.reaper = Reaper("dynamo")
+        self.reaper.start()
+        self.reaper.remove_tree(s.discovery_dir)
         if s.frontend_port:
             self.front = OpenAIFront(s.host, s.http_port, s.frontend_address)
             try:
@@ -161,7 +173,7 @@ class DynamoLauncher:
             except OSError as exc:
                 raise BadInput(f"--http-port {s.http_port}: cannot listen on {s.host} ({exc})") from None
         for proc in self.procs:
-            proc.start(self.echo)
+            proc.start(self.echo, self.reaper)
 
     def wait_ready(self, timeout_s: float = 300.0) -> float:
         """Block until the frontend serves the model with every worker registered; returns seconds waited."""
@@ -233,6 +245,9 @@ class DynamoLauncher:
         if self.front is not None:
             self.front.stop()
             self.front = None
+        if self.reaper is not None:
+            self.reaper.close()
+            self.reaper = None
         return {p.name: p.returncode() for p in self.procs}
 
     def leftover_pids(self) -> list[int]:
@@ -267,7 +282,7 @@ class DynamoLauncher:
             proc.lines.append(f"llmkiln: {proc.name} exited with code {proc.returncode()}: restarting it")
             if self.echo is not None:
                 self.echo.write(f"llmkiln: {proc.name} exited with code {proc.returncode()}: restarting it\n")
-            proc.start(self.echo)
+            proc.start(self.echo, self.reaper)
 
     def _failure(self, proc: Proc, what: str) -> str:
         return (

@@ -24,11 +24,19 @@ Also:
 - nothing reaches aiohttp's own 500 handler: an unexpected exception is one log line and a JSON 500.
 
 It runs an aiohttp server on its own event loop in a thread of the launcher process.
+
+Shutdown: the front outlives tritonserver, so an HTTP client never meets a closed port or a reset while the
+server stops. `draining()` (the drain began): readiness answers 503, everything else still reaches Triton,
+whose model refuses new work with "shutting down" (503). `refuse_all()` (tritonserver is being stopped):
+every request is answered 503 + `Retry-After` + `Connection: close` by the front itself, and its pooled
+keep-alive connections to Triton are closed (Triton 2.51 would otherwise wait its whole exit timeout for them).
+`stop()` closes the port once tritonserver is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -45,6 +53,9 @@ HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "kee
 RETRY_AFTER_S = "1"
 QUEUE_FULL = b"queue full"  # the runtime's QueueFull message (llmkiln.runtime.engine.submit)
 SHUTTING_DOWN = b"the server is shutting down"  # llmkiln.serve.handler.SHUTTING_DOWN
+STOPPING_MESSAGE = "llmkiln: the server is shutting down; retry on another replica or after it restarts"
+READY_PATH = re.compile(r"^/v2/(?:health/ready|models/[^/]+(?:/versions/[^/]+)?/ready)$")
+OPEN, DRAINING, REFUSING = "open", "draining", "refusing"
 BODY_SLACK = 64 * 1024  # JSON overhead allowed on top of the largest prompt
 IDENTITY = ("", "identity")
 LOG = logging.getLogger(__name__)
@@ -62,6 +73,7 @@ class HttpFront:
         self._session: aiohttp.ClientSession | None = None
         self._started = threading.Event()
         self._error: BaseException | None = None
+        self.mode = OPEN
 
     def start(self) -> None:
         """Bind and serve in a background thread; raises the bind error (e.g. the port is taken)."""
@@ -103,6 +115,20 @@ class HttpFront:
         if self._session is not None:
             await self._session.close()
 
+    def draining(self) -> None:
+        """The drain began: readiness answers 503 (load balancers stop sending); requests still reach Triton."""
+        if self.mode == OPEN:
+            self.mode = DRAINING
+
+    def refuse_all(self, timeout_s: float = 5.0) -> None:
+        """tritonserver is being stopped: answer every request 503 here and close the connections to Triton."""
+        self.mode = REFUSING
+        loop, session = self._loop, self._session
+        if loop is not None and loop.is_running() and session is not None:
+            fut = asyncio.run_coroutine_threadsafe(session.close(), loop)
+            with contextlib.suppress(Exception):
+                fut.result(timeout_s)
+
     def stop(self) -> None:
         """Stop listening and close the connections to Triton (idempotent)."""
         if self._loop is not None and self._loop.is_running():
@@ -111,7 +137,17 @@ class HttpFront:
             self._thread.join(10)
             self._thread = None
 
+    @staticmethod
+    def _stopping() -> web.Response:
+        return web.json_response(
+            {"error": STOPPING_MESSAGE},
+            status=503,
+            headers={"Retry-After": RETRY_AFTER_S, "Connection": "close"},
+        )
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if self.mode == REFUSING or (self.mode == DRAINING and READY_PATH.match(request.path)):
+            return self._stopping()
         try:
             return await self._forward(request)
         except (asyncio.CancelledError, ConnectionResetError):
@@ -147,6 +183,8 @@ class HttpFront:
             data, problem = parse_generate_body(body, streaming=m.group(1) == "generate_stream")
             if problem is not None:
                 return web.json_response({"error": problem}, status=400)
+        if self.mode == REFUSING:  # tritonserver began stopping while the body was read
+            return self._stopping()
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         if data is not None and m is not None and m.group(1) == "generate":
@@ -160,7 +198,7 @@ class HttpFront:
                 payload = await up.read()
                 return web.Response(body=payload, status=self._status(up.status, payload, out_headers),
                                     headers=out_headers)  # fmt: skip
-        except aiohttp.ClientError as exc:
+        except (aiohttp.ClientError, RuntimeError) as exc:  # RuntimeError: the session was closed (stopping)
             return self._unreachable(exc)
 
     @staticmethod
@@ -194,7 +232,7 @@ class HttpFront:
                     for line in (await up.read()).split(b"\n")
                     if line.startswith(b"data:")
                 ]
-        except aiohttp.ClientError as exc:
+        except (aiohttp.ClientError, RuntimeError) as exc:  # RuntimeError: the session was closed (stopping)
             return self._unreachable(exc)
         out_headers = {"Content-Type": "application/json"}
         error = next((e["error"] for e in events if isinstance(e, dict) and "error" in e), None)

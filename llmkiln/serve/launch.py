@@ -52,6 +52,7 @@ def server_config(engine: EngineDir, repo: Path, opts: ServeOptions) -> ServerCo
         drain_file=repo.parent / DRAIN_FILE,
         http_front=True,
         max_request_bytes=serve.max_prompt_bytes,
+        reap_workdir=True,
     )
 
 
@@ -109,7 +110,7 @@ def serve_forever(server: TritonServer, on_ready: Callable[[TritonServer], None]
             cause = server.crash or f"tritonserver exited unexpectedly with code {code}"
             raise ServerFailed(f"{cause}.\n{server.failure_report()}")
         code = server.stop()
-        if code == 0 or (server.forced_exit and server.drained):
+        if code == 0 or server.stopped_after_drain or (server.forced_exit and server.drained):
             return 0
         raise ServerFailed(
             f"tritonserver exited with code {code} while stopping"
