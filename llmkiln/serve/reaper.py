@@ -237,8 +237,8 @@ def reap(lines: IO[str]) -> None:
         if kind == "cgroup":
             cgroups.append(Path(rest))
         elif kind == "pgid":
-            pid, started = rest.split()
-            groups.append((int(pid), int(started)))
+            pid_text, started_text = rest.split()
+            groups.append((int(pid_text), int(started_text)))
         elif kind == "shm":
             shm.append(rest)
         elif kind == "rmtree":
@@ -246,8 +246,8 @@ def reap(lines: IO[str]) -> None:
     for cg in cgroups:
         with contextlib.suppress(OSError):
             (cg / "cgroup.kill").write_text("1")
-    for pgid, started in groups:
-        _kill_group(pgid, started)
+    for pgid, group_start in groups:
+        _kill_group(pgid, group_start)
     deadline = time.monotonic() + KILL_WAIT_S
     while time.monotonic() < deadline and (
         any(_populated(cg) for cg in cgroups) or any(_group_alive(*g) for g in groups)
