@@ -18,6 +18,7 @@ from llmkiln.build.progress import BuildProgress
 from llmkiln.build.stages import Stage
 from llmkiln.build.warmup_check import WarmupCheckStage
 from llmkiln.calibration.stage import CpuCalibrationStage, FakeQuantQualityStage
+from llmkiln.capabilities import Backend
 from llmkiln.engine_dir import default_engines_root
 from llmkiln.errors import BuildFailed
 from llmkiln.trtllm.llmapi_stages import LlmapiCheckpointStage, LlmapiOptionsStage, LlmapiRepoStage
@@ -29,10 +30,10 @@ from llmkiln.trtllm.stages import (
 )
 
 # backend -> its stages, in order
-STAGES: dict[str, list[type | Stage]] = {
-    "onnx-cpu": [OnnxExportStage, TokenizerStage, WarmupCheckStage, CpuCalibrationStage],
-    "onnx-gpu": [OnnxExportStage, TokenizerStage, WarmupCheckStage, OnnxTrtEngineStage],
-    "trtllm": [
+STAGES: dict[Backend, list[type | Stage]] = {
+    Backend.ONNX_CPU: [OnnxExportStage, TokenizerStage, WarmupCheckStage, CpuCalibrationStage],
+    Backend.ONNX_GPU: [OnnxExportStage, TokenizerStage, WarmupCheckStage, OnnxTrtEngineStage],
+    Backend.TRTLLM: [
         TrtllmCheckpointStage,
         FakeQuantQualityStage,
         TrtllmTokenizerStage,
@@ -40,11 +41,16 @@ STAGES: dict[str, list[type | Stage]] = {
         TrtllmEngineStage,
     ],
     # everything on a CPU host: the PyTorch backend loads the HF checkpoint, no engine build
-    "trtllm-llmapi": [LlmapiCheckpointStage, FakeQuantQualityStage, LlmapiOptionsStage, LlmapiRepoStage],
+    Backend.TRTLLM_LLMAPI: [
+        LlmapiCheckpointStage,
+        FakeQuantQualityStage,
+        LlmapiOptionsStage,
+        LlmapiRepoStage,
+    ],
 }
 
 
-def stages_for(backend: str) -> list[Stage]:
+def stages_for(backend: Backend) -> list[Stage]:
     """The backend's stages, in order, instantiated (BuildFailed when it has none)."""
     entries = STAGES.get(backend) or []
     if not entries:

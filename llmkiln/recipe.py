@@ -16,9 +16,21 @@ from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 
+from llmkiln.capabilities import (
+    BACKEND_PRECISIONS,
+    LLMKILN_RUNTIME,
+    TRTLLM_BACKENDS,
+    Backend,
+    field_backends,
+    field_why,
+    honoured_by,
+    names,
+)
 from llmkiln.errors import RecipeError
-from llmkiln.recipe_trtllm import TRTLLM_BACKENDS, LlmApi, NonNegInt, PositiveInt, TrtLlm
+from llmkiln.recipe_trtllm import LlmApi, NonNegInt, PositiveInt, SpeculativeField, TrtLlm
 from llmkiln.resources import bundled
 from llmkiln.yaml_limits import safe_load_yaml
 
@@ -30,20 +42,11 @@ MAX_TOKENS_CAP = 2**20
 MAX_QUEUE_SIZE = 2**20
 MAX_KV_BYTES = 2**40
 
-# trtllm: TensorRT engine (trtllm-build) + the tensorrtllm Triton model set; trtllm-llmapi: TensorRT-LLM's
-# PyTorch backend (LLM API) on the ModelOpt HF checkpoint, served by Triton's llmapi model or trtllm-serve.
-Backend = Literal["onnx-cpu", "onnx-gpu", "trtllm", "trtllm-llmapi"]
 Precision = Literal["fp32", "int8", "int4", "fp8"]
 # gpu-smoke-llama: head_dim 64 and 16-aligned sizes, the smallest model TensorRT-LLM's kernels accept.
 GeneratedModel = Literal["tiny-llama", "bench-llama-125m", "gpu-smoke-llama"]
 
-# Which precisions each backend can build.
-BACKEND_PRECISIONS: dict[str, tuple[str, ...]] = {
-    "onnx-cpu": ("fp32", "int8", "int4"),
-    "onnx-gpu": ("fp32", "int8", "int4"),
-    "trtllm": ("fp8",),
-    "trtllm-llmapi": ("fp8",),
-}
+RUNTIME_ONLY = honoured_by(*LLMKILN_RUNTIME)  # llmkiln's own runtime (scheduler, block store, onnxruntime)
 
 
 class Strict(BaseModel):
@@ -77,7 +80,14 @@ class Limits(Strict):
     """Sequence limits the engine is built and served for."""
 
     max_input_len: Annotated[int, Field(gt=0, le=MAX_TOKENS_CAP)] = Field(
-        256, description="Longest accepted prompt, in tokens."
+        256,
+        description="Longest accepted prompt, in tokens.",
+        json_schema_extra=honoured_by(
+            *LLMKILN_RUNTIME,
+            Backend.TRTLLM_LLMAPI,
+            why="trtllm-build ignores --max_input_len when remove_input_padding and context FMHA are on (in-flight "
+            "batching needs both), so prompts are bounded by limits.max_seq_len",
+        ),
     )
     max_seq_len: Annotated[int, Field(gt=0, le=MAX_TOKENS_CAP)] = Field(
         512, description="Prompt + generated tokens, per sequence."
@@ -105,15 +115,23 @@ class KvCache(Strict):
     max_bytes: Annotated[int, Field(gt=0, le=MAX_KV_BYTES)] = Field(
         64 * 2**20,
         description="Byte budget of the prefix block store (CPU); checked against this machine's memory at build.",
+        json_schema_extra=honoured_by(
+            *LLMKILN_RUNTIME,
+            why="the CPU prefix block store's budget; the GPU KV cache is sized by kv_cache.free_gpu_memory_fraction "
+            "(and trtllm.max_tokens_in_paged_kv_cache)",
+        ),
     )
     prefix_reuse: bool = Field(True, description="Reuse KV of byte-identical token prefixes across requests.")
     slot_reuse: bool = Field(
         True,
         description="CPU, with prefix_reuse: a free slot keeps the KV of its last prompt, and a new prompt sharing "
         "a prefix with it starts there (token-exact, beyond whole blocks, no block copies).",
+        json_schema_extra=RUNTIME_ONLY,
     )
     free_gpu_memory_fraction: Annotated[float, Field(gt=0, le=1)] = Field(
-        0.9, description="TRT-LLM: fraction of free GPU memory given to the KV cache."
+        0.9,
+        description="TRT-LLM: fraction of free GPU memory given to the KV cache.",
+        json_schema_extra=honoured_by(*TRTLLM_BACKENDS),
     )
 
     @model_validator(mode="after")
@@ -140,26 +158,49 @@ class Scheduler(Strict):
         2048, description="Token budget of one step (prefill chunks + decodes)."
     )
     chunked_prefill: bool = Field(True, description="Split long prompts into chunks of max_prefill_tokens.")
-    max_prefill_tokens: PositiveInt = Field(512, description="Largest prefill chunk, in tokens.")
+    max_prefill_tokens: PositiveInt = Field(
+        512,
+        description="Largest prefill chunk, in tokens.",
+        json_schema_extra=honoured_by(
+            *LLMKILN_RUNTIME,
+            why="TensorRT-LLM has no separate prefill chunk size: a context chunk is bounded by "
+            "scheduler.max_num_tokens (the per-iteration token budget)",
+        ),
+    )
     max_queue_size: Annotated[int, Field(gt=0, le=MAX_QUEUE_SIZE)] = Field(
-        64, description="Waiting requests beyond this are rejected at once."
+        64,
+        description="Waiting requests beyond this are rejected at once.",
+        json_schema_extra=honoured_by(
+            *LLMKILN_RUNTIME,
+            Backend.TRTLLM,
+            why="the llmapi model (max_batch_size 0, no Triton queue policy) and trtllm-serve have no bounded "
+            "request queue",
+        ),
     )
     static_batch_timeout_ms: NonNegInt = Field(
-        50, description="static batching: wait this long to fill a batch."
+        50,
+        description="static batching: wait this long to fill a batch.",
+        json_schema_extra=honoured_by(
+            *LLMKILN_RUNTIME, why="the CPU runtime's static-batch fill timeout; TensorRT-LLM has none"
+        ),
     )
     intra_op_threads: NonNegInt = Field(
-        0, description="onnxruntime intra-op threads; 0 = onnxruntime's default."
+        0,
+        description="onnxruntime intra-op threads; 0 = onnxruntime's default.",
+        json_schema_extra=honoured_by(*LLMKILN_RUNTIME, why="onnxruntime's thread count"),
     )
     ttft_first: bool = Field(
         False,
         description="CPU runtime, inflight: run waiting prompts' prefill (one run per step) ahead of decode steps "
         "while no running request's time per output token would exceed tpot_slo_ms; false: every step decodes "
         "every running sequence first, then prefills within max_num_tokens.",
+        json_schema_extra=RUNTIME_ONLY,
     )
     tpot_slo_ms: Annotated[float, Field(gt=0)] = Field(
         100.0,
         description="ttft_first: the mean time per output token a running request may reach before its next "
         "decode goes ahead of waiting prefills.",
+        json_schema_extra=RUNTIME_ONLY,
     )
 
     @model_validator(mode="after")
@@ -222,11 +263,26 @@ class Warmup(Strict):
     count: NonNegInt = Field(1, description="Times each prompt is run.")
     max_tokens: PositiveInt = Field(4, description="Tokens generated per warmup request.")
 
+    def texts(self) -> list[str]:
+        """What every backend sends before ready, in order: the shared prefixes (they prime the prefix cache, so
+        the first real request reuses their blocks), then the engine warmup prompts; none when count is 0. The
+        one list every engine host and repository writer uses."""
+        return [*self.prefixes, *self.prompts] if self.count else []
+
+    def num_requests(self) -> int:
+        """Warmup requests run before ready: `count` per text."""
+        return len(self.texts()) * self.count
+
+
+# A Triton model name is a folder name in the model repository and a URL path segment: letters, digits, '_', '.'
+# and '-', not starting with '.' or '-' (so never '.', '..' or a hidden folder), at most 128 characters.
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+
 
 class Serve(Strict):
     """Triton serving settings."""
 
-    model_name: str = Field("llmkiln", pattern=r"^[A-Za-z0-9_.-]+$", description="Triton model name.")
+    model_name: str = Field("llmkiln", pattern=MODEL_NAME_PATTERN, description="Triton model name.")
     http_port: Port = 8000
     grpc_port: Port = 8001
     metrics_port: Port = 8002
@@ -252,7 +308,7 @@ class Recipe(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", description="Equals the file name without .yaml.")
     description: str = Field("", description="One line, shown by `kiln recipes`.")
     model: ModelSource
-    backend: Backend = "onnx-cpu"
+    backend: Backend = Backend.ONNX_CPU
     precision: Precision = "fp32"
     limits: Limits = Field(default_factory=Limits)
     kv_cache: KvCache = Field(default_factory=KvCache)
@@ -261,8 +317,17 @@ class Recipe(Strict):
     quality_budget: QualityBudget = Field(default_factory=QualityBudget)
     warmup: Warmup = Field(default_factory=Warmup)
     serve: Serve = Field(default_factory=Serve)
-    trtllm: TrtLlm = Field(default_factory=TrtLlm)
-    llmapi: LlmApi = Field(default_factory=LlmApi)
+    trtllm: TrtLlm = Field(default_factory=TrtLlm, json_schema_extra=honoured_by(*TRTLLM_BACKENDS))
+    llmapi: LlmApi = Field(default_factory=LlmApi, json_schema_extra=honoured_by(Backend.TRTLLM_LLMAPI))
+    speculative: SpeculativeField = Field(
+        None,
+        description="Speculative decoding (trtllm-llmapi only).",
+        json_schema_extra=honoured_by(
+            Backend.TRTLLM_LLMAPI,
+            why="TensorRT-LLM's LLM API drafts and verifies; llmkiln's CPU runtime and the TensorRT-engine path have "
+            "no draft-and-verify step yet",
+        ),
+    )
     chat_template: str | None = Field(
         None,
         description="Jinja chat template (Hugging Face style: messages, add_generation_prompt, bos_token, "
@@ -276,14 +341,35 @@ class Recipe(Strict):
         allowed = BACKEND_PRECISIONS[self.backend]
         if self.precision not in allowed:
             raise ValueError(
-                f"precision {self.precision!r} is not available on backend {self.backend!r}; allowed: {', '.join(allowed)}"
+                f"precision {self.precision!r} is not available on backend {self.backend.value!r}; allowed: "
+                f"{', '.join(allowed)}"
+            )
+        ignored = ignored_settings(self)
+        if ignored:
+            raise ValueError(
+                f"backend {self.backend.value} would ignore these settings:\n    " + "\n    ".join(ignored)
             )
         return self
 
     @property
     def is_trtllm(self) -> bool:
         """Either TensorRT-LLM backend (engine path or LLM API)."""
-        return self.backend in TRTLLM_BACKENDS
+        return self.backend.is_trtllm
+
+    def for_backend(self) -> dict[str, Any]:
+        """The recipe as JSON data, only the fields its backend reads (`kiln recipe show`)."""
+        data = self.model_dump(mode="json")
+        for name, info in Recipe.model_fields.items():
+            section_backends = field_backends(info)
+            if self.backend not in section_backends:
+                data.pop(name, None)
+                continue
+            value = getattr(self, name)
+            if isinstance(value, BaseModel):
+                for fname, finfo in type(value).model_fields.items():
+                    if self.backend not in field_backends(finfo):
+                        data[name].pop(fname, None)
+        return data
 
     def compute_hash(self) -> str:
         """sha256 over the normalized recipe (sorted-key JSON, description excluded): the build-cache key part."""
@@ -292,6 +378,54 @@ class Recipe(Strict):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def _default(info: FieldInfo) -> Any:
+    value = info.get_default(call_default_factory=True)
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+def ignored_settings(recipe: Recipe) -> list[str]:
+    """Every field set (different from its default) on a backend that does not honour it, as 'field: ...;
+    remove it', naming the backends that take it (llmkiln.capabilities). A resolved recipe, every field written
+    out, checks the same as the file it came from."""
+    b = recipe.backend
+    data = recipe.model_dump(mode="json")
+    out: list[str] = []
+    for name, info in Recipe.model_fields.items():
+        section_backends = field_backends(info)
+        value = getattr(recipe, name)
+        if not isinstance(value, BaseModel):
+            if b not in section_backends and data[name] != _default(info):
+                why = field_why(info)
+                out.append(
+                    f"{name}: not used by backend {b.value} (honoured by {names(section_backends)}"
+                    + (f": {why}" if why else "")
+                    + "); remove it"
+                )
+            continue
+        changed = [f for f, finfo in type(value).model_fields.items() if data[name][f] != _default(finfo)]
+        if b not in section_backends:
+            if changed:
+                why = field_why(info)
+                out.append(
+                    f"{name}: this section is only for backend(s) {names(section_backends)}, not {b.value}"
+                    + (f" ({why})" if why else "")
+                    + f"; remove {', '.join(f'{name}.{f}' for f in changed)}"
+                )
+            continue
+        for f in changed:
+            finfo = type(value).model_fields[f]
+            backends = field_backends(finfo)
+            if b in backends:
+                continue
+            why = field_why(finfo)
+            out.append(
+                f"{name}.{f}: not used by backend {b.value} (honoured by {names(backends)}"
+                + (f": {why}" if why else "")
+                + "); remove it"
+            )
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -365,31 +499,51 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+MAX_EXTENDS = 32  # recipes in one `extends:` chain (the bundled ones use 3)
+
+
 def load_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """The merged mapping of `path` over its `extends:` chain (not yet validated). The parent is looked up
-    next to the file first, then in the recipe folders."""
-    if path in _seen:
-        chain = " -> ".join(str(p.name) for p in (*_seen, path))
-        raise RecipeError(f"{path}: field 'extends': cycle {chain}")
-    data = _read_yaml(path)
-    parent = data.pop("extends", None)
-    if parent is None:
-        return data
-    if not isinstance(parent, str) or not parent or "/" in parent:
-        raise RecipeError(f"{path}: field 'extends' must be a recipe name, got {parent!r}")
-    parent_path = _find(parent, first=path.parent)
-    if parent_path is None:
-        raise RecipeError(
-            f"{path}: field 'extends': no recipe {parent!r} next to it or in the recipe folders"
-        )
-    base = load_raw(parent_path.resolve(), (*_seen, path))
-    # A child's name is its own, never inherited.
-    base.pop("name", None)
-    base.pop("description", None)
-    return merge(base, data)
+    next to the file first, then in the recipe folders. The chain is followed in a loop (a 1,200-deep chain was
+    a RecursionError) and may hold at most MAX_EXTENDS recipes."""
+    chain: list[dict[str, Any]] = []  # the file first, its root last
+    seen = list(_seen)
+    current = path
+    while True:
+        if current in seen:
+            cycle = " -> ".join(str(p.name) for p in (*seen, current))
+            raise RecipeError(f"{current}: field 'extends': cycle {cycle}")
+        if len(chain) == MAX_EXTENDS:
+            raise RecipeError(
+                f"{path}: field 'extends': a chain of more than {MAX_EXTENDS} recipes (at {current.name}); "
+                "extend a recipe that is closer to the base"
+            )
+        data = _read_yaml(current)
+        parent = data.pop("extends", None)
+        chain.append(data)
+        seen.append(current)
+        if parent is None:
+            break
+        if not isinstance(parent, str) or not parent or "/" in parent:
+            raise RecipeError(f"{current}: field 'extends' must be a recipe name, got {_short(parent)}")
+        parent_path = _find(parent, first=current.parent)
+        if parent_path is None:
+            raise RecipeError(
+                f"{current}: field 'extends': no recipe {parent!r} next to it or in the recipe folders"
+            )
+        current = parent_path.resolve()
+    merged = chain.pop()
+    while chain:
+        # A child's name is its own, never inherited.
+        merged.pop("name", None)
+        merged.pop("description", None)
+        merged = merge(merged, chain.pop())
+    return merged
 
 
-def _describe(err: dict[str, Any]) -> str:
+def _describe(err: ErrorDetails) -> str:
+    if not err["loc"] and str(err["msg"]).startswith("Value error, "):  # a check across fields: it names them
+        return str(err["msg"])[len("Value error, ") :]
     loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
@@ -445,9 +599,10 @@ def resolve_model_path(recipe: Recipe, recipe_file: Path) -> Path | None:
     return p
 
 
-def list_recipes() -> list[tuple[str, str, Path]]:
+def list_recipes(errors: list[str] | None = None) -> list[tuple[str, str, Path]]:
     """(name, description, file) of every recipe in the recipe folders (the first of a name wins); files
-    starting with '_' are bases, not listed."""
+    starting with '_' are bases, not listed. A file that cannot be read is listed as "(unreadable: ...)" and its
+    error appended to `errors` when given."""
     seen: dict[str, tuple[str, str, Path]] = {}
     for d in recipe_dirs():
         for p in sorted(d.glob("*.yaml")):
@@ -457,5 +612,7 @@ def list_recipes() -> list[tuple[str, str, Path]]:
                 desc = str(_read_yaml(p).get("description", ""))
             except RecipeError as exc:
                 desc = f"(unreadable: {exc})"
+                if errors is not None:
+                    errors.append(str(exc))
             seen[p.stem] = (p.stem, desc, p)
     return sorted(seen.values())

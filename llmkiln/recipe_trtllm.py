@@ -1,12 +1,12 @@
 """The TensorRT-LLM sections of the recipe schema: `trtllm` (both trtllm backends, and the engine path's own
-settings) and `llmapi` (the LLM-API / PyTorch-backend target, backend trtllm-llmapi).
+settings), `llmapi` (the LLM-API / PyTorch-backend target, backend trtllm-llmapi) and `speculative` (speculative
+decoding on that target; rejected on every other backend).
 
 The shared sections carry one concept each, and the trtllm backends read them instead of keeping a copy:
 scheduler.chunked_prefill (enable_chunked_context / enable_chunked_prefill), scheduler.batching (gpt_model_type
 inflight_fused_batching / V1), scheduler.max_batch_size, scheduler.max_num_tokens, limits.max_seq_len,
 kv_cache.tokens_per_block, kv_cache.prefix_reuse, kv_cache.free_gpu_memory_fraction. Which recipe fields each
-trtllm backend honours, and which it rejects, is decided in llmkiln.trtllm.rules (checked before a build writes
-anything).
+backend honours is declared on the fields (llmkiln.capabilities); llmkiln.trtllm.rules keeps the value rules.
 
 recipe.py imports this module (not the other way round), so the section base class is repeated here.
 """
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from llmkiln.capabilities import Backend, honoured_by
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
-
-TRTLLM_BACKENDS = ("trtllm", "trtllm-llmapi")
 
 
 class _Section(BaseModel):
@@ -95,6 +95,14 @@ ENGINE_ONLY_FIELDS: tuple[str, ...] = (
     "skip_special_tokens", "accumulate_tokens",
 )  # fmt: skip
 
+# The capability declaration of the engine path's own fields (llmkiln.capabilities): backend trtllm only.
+ENGINE_ONLY = honoured_by(
+    Backend.TRTLLM, why="a TensorRT-engine setting (backend trtllm); the LLM API has no such option"
+)
+for _name in ENGINE_ONLY_FIELDS:
+    TrtLlm.model_fields[_name].json_schema_extra = ENGINE_ONLY
+TrtLlm.model_rebuild(force=True)
+
 
 class LlmApi(_Section):
     """The LLM-API target (backend trtllm-llmapi): TensorRT-LLM's PyTorch backend loading the ModelOpt unified
@@ -117,3 +125,53 @@ class LlmApi(_Section):
     disable_overlap_scheduler: bool = Field(
         False, description="disable_overlap_scheduler (the overlap scheduler hides CPU work behind the GPU)."
     )
+
+
+SPECULATIVE_METHODS = ("ngram", "draft_target", "eagle3")
+
+
+class Speculative(_Section):
+    """Speculative decoding on the LLM-API path (backend trtllm-llmapi): TensorRT-LLM's `speculative_config`.
+
+    A throughput lever: a drafter proposes up to max_draft_len tokens, the target model verifies them in one step.
+    Keep it when the acceptance rate times the drafter's speed pays (below ~0.6 acceptance it rarely does);
+    scripts/gpu_verify.sh measures both with and without it. Methods are those the pinned TensorRT-LLM LLM API
+    offers on the PyTorch backend (llm_args_facts*.json `speculative`): `ngram` (prompt lookup, no draft model),
+    `draft_target` (a smaller model of the same tokenizer), `eagle3` (an EAGLE-3 draft head)."""
+
+    method: Literal["ngram", "draft_target", "eagle3"] = Field(
+        description="ngram: NGramDecodingConfig; draft_target: DraftTargetDecodingConfig; eagle3: EAGLE-3 "
+        "(EagleDecodingConfig in TensorRT-LLM 1.2.1, Eagle3DecodingConfig in 1.3)."
+    )
+    max_draft_len: PositiveInt = Field(
+        4, description="speculative_config.max_draft_len: tokens drafted per step."
+    )
+    draft_model: str | None = Field(
+        None,
+        description="draft_target / eagle3: the draft model as the GPU host (or pod) sees it, a local folder or a "
+        "Hugging Face id (speculative_model_dir in 1.2.1, speculative_model in 1.3); not used by ngram.",
+    )
+    max_matching_ngram_size: PositiveInt = Field(
+        2, description="ngram: the longest token pattern looked up in the prompt and output so far."
+    )
+    max_concurrency: PositiveInt | None = Field(
+        None,
+        description="speculative_config.max_concurrency: speculation off above this batch size; None = always on.",
+    )
+
+    @model_validator(mode="after")
+    def _method_fields(self) -> Speculative:
+        if self.method == "ngram" and self.draft_model is not None:
+            raise ValueError("draft_model: method ngram drafts from the prompt itself; remove draft_model")
+        if self.method != "ngram" and not self.draft_model:
+            raise ValueError(
+                f"draft_model: method {self.method} needs the draft model (a folder or a Hugging Face id)"
+            )
+        if self.method != "ngram" and self.max_matching_ngram_size != 2:
+            raise ValueError(f"max_matching_ngram_size: only for method ngram, not {self.method}; remove it")
+        return self
+
+
+# The recipe field (recipe.Recipe.speculative); which backends honour it is declared there (llmkiln.capabilities):
+# set on any other backend it is an error naming the field.
+SpeculativeField = Speculative | None

@@ -8,7 +8,8 @@
 #     -v $PWD:$PWD -w $PWD nvcr.io/nvidia/tritonserver:26.05-trtllm-python-py3 scripts/gpu_verify.sh
 #
 # Before it, on the CPU host (or anywhere with `make setup`): make engine RECIPE=tiny-trtllm-fp8 (stops with exit
-# 3 and a plan) and make engine RECIPE=tiny-trtllm-llmapi (exit 0). Then this script, for each path:
+# 3 and a plan), make engine RECIPE=tiny-trtllm-llmapi and RECIPE=tiny-trtllm-llmapi-ngram (exit 0). Then this
+# script, for each path:
 #   1. checks tensorrt_llm / tensorrt versions and the GPU's compute capability against the pins (exit 3 if not);
 #   2. engine path: kiln build --resume (trtllm-build of the smoke engine, the container's model files compared
 #      and taken); LLM-API path: compares and takes the llmapi model files (kiln repo --check --take-model-files);
@@ -16,29 +17,70 @@
 #   4. probes: the first request with the warmup prefix must reuse KV blocks (warmup ran before READY), a fresh
 #      long shared prefix sent twice must reuse KV blocks on the second request (kv_cache_reused_block(s));
 #      cold vs warm time to first token and the machine go to bench/results/gpu/.
-# Nothing is installed into the container's Python: kiln runs from a venv on the mounted checkout that sees the
-# container's packages (--system-site-packages). Exit 0 only when every check passed.
+# Nothing is installed into the container's Python. kiln runs from a venv on the mounted checkout that sees the
+# container venv's packages: `python3` there is /opt/venv-tritonserver/bin/python3 (the Dockerfile's venv, where
+# tensorrt_llm, tensorrt and torch live), and a venv made from a venv with --system-site-packages would see the
+# *base* interpreter's site-packages instead. So the setup step makes a plain venv from the container's Python,
+# puts a .pth file naming the container venv's site-packages into it, installs llmkiln with --no-deps and then
+# only the dependencies that no installed distribution provides (scripts/gpu_missing_deps.py), with the
+# container's torch / tensorrt_llm / tensorrt as pip constraints, and checks afterwards that they are unchanged.
+#
+# Usage: scripts/gpu_verify.sh [setup] [engine] [llmapi] [speculative]   (default: engine llmapi speculative)
+#   setup        only the venv (tests/gpu/test_container_setup.py runs it against a stand-in container on CPU)
+#   speculative  LLM-API recipe with and without its speculative: section: acceptance rate, output tokens/s
+# Paths (env): LLMKILN_CONTAINER_VENV (/opt/venv-tritonserver), LLMKILN_CONTAINER_PYTHON ($it/bin/python3),
+# LLMKILN_GPU_VENV ($ROOT/.venv-gpu), LLMKILN_TRTLLM_MODELS / LLMKILN_TRTLLM_LLMAPI_MODELS (the container's model
+# files, /app/all_models/inflight_batcher_llm and /app/all_models/llmapi),
+# LLMKILN_ENGINES, LLMKILN_GPU_RESULTS, LLMKILN_HTTP_PORT, LLMKILN_PROBE_ROUNDS.
+# Exit codes: 0 every check passed, 1 a check failed, 2 bad input (missing engine/plan), 3 versions or GPU do not
+# match the pins (smoke versions).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ENGINES=${LLMKILN_ENGINES:-$ROOT/engines}
 RESULTS=${LLMKILN_GPU_RESULTS:-$ROOT/bench/results/gpu}
 VENV=${LLMKILN_GPU_VENV:-$ROOT/.venv-gpu}
-PATHS=${1:-engine llmapi}
+PATHS=${*:-engine llmapi speculative}
 HTTP_PORT=${LLMKILN_HTTP_PORT:-18000}
 ROUNDS=${LLMKILN_PROBE_ROUNDS:-5}
 
 say() { printf '\n== %s\n' "$*"; }
 fail() { printf 'FAILED: %s\n' "$*" >&2; exit "${2:-1}"; }
 
-say "kiln in $VENV (system site packages: the container's tensorrt_llm, torch, transformers)"
-if [ ! -x "$VENV/bin/kiln" ]; then
-  python3 -m venv --system-site-packages "$VENV"
-  "$VENV/bin/pip" install --quiet --no-deps -e "$ROOT"
-  "$VENV/bin/pip" install --quiet 'click==8.5.1' 'rich==15.0.0' 'tritonclient[grpc,http]==2.73.0'
-fi
+CONTAINER_VENV=${LLMKILN_CONTAINER_VENV:-/opt/venv-tritonserver}
+CONTAINER_PY=${LLMKILN_CONTAINER_PYTHON:-$CONTAINER_VENV/bin/python3}
 KILN="$VENV/bin/kiln"
 PY="$VENV/bin/python"
+
+setup_venv() {
+  say "kiln in $VENV (sees $CONTAINER_VENV: the container's tensorrt_llm, tensorrt, torch)"
+  [ -x "$CONTAINER_PY" ] || fail "no container Python at $CONTAINER_PY (set LLMKILN_CONTAINER_VENV)" 2
+  if [ ! -x "$VENV/bin/python" ]; then
+    # without ensurepip in the base Python (no python3-venv package), a venv without pip, driven by the container's pip
+    "$CONTAINER_PY" -m venv "$VENV" 2>/dev/null || { rm -rf "$VENV" && "$CONTAINER_PY" -m venv --without-pip "$VENV"; }
+  fi
+  local pip=("$VENV/bin/pip")
+  [ -x "$VENV/bin/pip" ] || pip=("$CONTAINER_PY" -m pip --python "$VENV/bin/python")
+  local pth site
+  pth=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_llmkiln_container.pth
+  # purelib and platlib of the container venv (the same folder on Debian/Ubuntu builds, kept apart if not)
+  site=$("$CONTAINER_PY" -c 'import sysconfig; p = sysconfig.get_paths(); print(p["purelib"]); print(p["platlib"])' | sort -u)
+  printf '%s\n' "$site" >"$pth"
+  local before after constraints missing
+  constraints="$VENV/container-constraints.txt"
+  "$PY" "$ROOT/scripts/gpu_missing_deps.py" "$ROOT/pyproject.toml" --protected >"$constraints"
+  before=$(cat "$constraints")
+  [ -x "$KILN" ] || "${pip[@]}" install --quiet --no-deps -e "$ROOT"
+  missing=$("$PY" "$ROOT/scripts/gpu_missing_deps.py" "$ROOT/pyproject.toml")
+  if [ -n "$missing" ]; then
+    say "installing what the container lacks: ${missing//$'\n'/ }"
+    # shellcheck disable=SC2086  # one requirement per word
+    "${pip[@]}" install --quiet --constraint "$constraints" $missing
+  fi
+  after=$("$PY" "$ROOT/scripts/gpu_missing_deps.py" "$ROOT/pyproject.toml" --protected)
+  [ "$before" = "$after" ] || fail "the setup changed the container's packages: before [$before], after [$after]"
+  echo "container packages kept: ${after//$'\n'/ }"
+}
 
 SERVER_PID=""
 stop_server() {
@@ -68,8 +110,10 @@ serve_and_probe() {  # $1 repository, $2 kind (engine|llmapi), $3 recipe
   stop_server
 }
 
+setup_venv
 for path in $PATHS; do
   case "$path" in
+    setup) ;;
     engine)
       recipe=tiny-trtllm-fp8
       say "$recipe: versions and compute capability against the pins"
@@ -90,17 +134,23 @@ for path in $PATHS; do
       [ -f "$ENGINES/$recipe/manifest.json" ] || fail "no $ENGINES/$recipe: run 'make engine RECIPE=$recipe' first" 2
       say "$recipe: compare the container's llmapi model files, take model.py and helpers.py"
       "$KILN" repo --check "$ENGINES/$recipe/triton_repo" --take-model-files
-      "$PY" - "$ENGINES/$recipe/llm_api_options.yaml" <<'EOF'
-import sys, yaml
-from tensorrt_llm.llmapi import TorchLlmArgs  # the installed generation: every key must be one of its fields
-opts = yaml.safe_load(open(sys.argv[1]))
-bad = sorted(set(opts) - set(TorchLlmArgs.model_fields))
-sys.exit(f"llm_api_options.yaml keys unknown to the installed TensorRT-LLM: {bad}" if bad else 0)
-EOF
+      say "$recipe: llm_api_options.yaml through the installed TorchLlmArgs (nested keys, enums)"
+      "$PY" -m llmkiln.trtllm.smoke options "$ENGINES/$recipe/llm_api_options.yaml" \
+        --model "$ENGINES/$recipe/hf_checkpoint"
       say "$recipe: serve and probe"
       serve_and_probe "$ENGINES/$recipe/triton_repo" llmapi "$recipe"
       ;;
-    *) fail "unknown path '$path' (engine, llmapi)" 2 ;;
+    speculative)
+      recipe=tiny-trtllm-llmapi-ngram
+      say "$recipe: versions and compute capability against the pins"
+      "$PY" -m llmkiln.trtllm.smoke versions "$recipe"
+      [ -f "$ENGINES/$recipe/manifest.json" ] || fail "no $ENGINES/$recipe: run 'make engine RECIPE=$recipe' first" 2
+      "$PY" -m llmkiln.trtllm.smoke options "$ENGINES/$recipe/llm_api_options.yaml" \
+        --model "$ENGINES/$recipe/hf_checkpoint"
+      say "$recipe: acceptance rate and output tokens/s, with and without speculative decoding"
+      "$PY" -m llmkiln.trtllm.smoke speculative "$ENGINES/$recipe" --out "$RESULTS"
+      ;;
+    *) fail "unknown path '$path' (setup, engine, llmapi, speculative)" 2 ;;
   esac
 done
-say "all GPU checks passed; results in $RESULTS"
+if [ "$PATHS" = setup ]; then say "setup done: $KILN"; else say "all GPU checks passed; results in $RESULTS"; fi

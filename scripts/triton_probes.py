@@ -4,6 +4,8 @@
   .venv/bin/python scripts/triton_probes.py stub-death    # health and an in-flight stream after the stub is killed
   .venv/bin/python scripts/triton_probes.py generate-json # what Triton's own /generate makes of odd JSON
   .venv/bin/python scripts/triton_probes.py tokenizer-gil # does Tokenizer.encode / encode_batch hold the GIL?
+  .venv/bin/python scripts/triton_probes.py closed-streams [N] # SIGTERM after N streams closed by channel close
+  .venv/bin/python scripts/triton_probes.py stub-pdeathsig # PR_SET_PDEATHSIG set in the stub's initialize
   .venv/bin/python scripts/triton_probes.py cancel-storm [stop|close] [plain|careful] [STREAMS] [CLIENTS]
                                                           # gRPC clients that cancel streams: does Triton survive?
 
@@ -261,10 +263,72 @@ def tokenizer_gil() -> None:
         print(f"{name:12s}: {took:.2f} s for 1 MB; longest pause of the other thread {max(gaps):.3f} s")
 
 
+def _bare_server(tmp: Path, model_py: str = MODEL, exit_timeout_s: int = 3) -> TritonServer:
+    repo = _repository(tmp)
+    (repo / "probe" / "1" / "model.py").write_text(model_py)
+    http, grpc, metrics = free_ports(3)
+    cfg = ServerConfig(repo, http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=exit_timeout_s,
+                       workdir=tmp / "work")  # fmt: skip
+    server = TritonServer(cfg)
+    server.start()
+    server.wait_ready(120)
+    server.stop_requested.set()  # a bare server: no llmkiln watchdog reaction
+    return server
+
+
+def closed_streams(n: int) -> None:
+    """N streams, each read to its final response, then ended by tritonclient's close() (the stream is half-closed
+    first) or by closing the channel (the stream RPC is cancelled); then SIGTERM with nothing in flight."""
+    for how in ("close()", "channel.close()"):
+        with tempfile.TemporaryDirectory(prefix="llmkiln-probe-") as tmp:
+            server = _bare_server(Path(tmp), exit_timeout_s=8)
+            for _ in range(n):
+                q: queue.Queue = queue.Queue()
+                c = grpcclient.InferenceServerClient(server.url_grpc)
+                c.start_stream(callback=lambda result, error, q=q: q.put((result, error)))
+                t = grpcclient.InferInput("text_input", [1, 1], "BYTES")
+                t.set_data_from_numpy(np.array([[b"two"]], dtype=object))
+                c.async_stream_infer("probe", [t], enable_empty_final_response=True)
+                while not q.get(timeout=30)[0].get_response().parameters["triton_final_response"].bool_param:
+                    pass
+                c.close() if how == "close()" else c._channel.close()
+            time.sleep(0.5)
+            t0 = time.monotonic()
+            server.terminate()
+            code = server.wait_exit()
+            live = [ln for ln in server.lines if "live models" in ln][-1:]
+            print(
+                f"{n} streams ended by {how}: tritonserver exit {code} after {time.monotonic() - t0:.1f} s; {live}"
+            )
+
+
+def stub_pdeathsig() -> None:
+    """The parent-death signal follows the parent *thread*: is the stub forked by a thread that lives on?"""
+    model = MODEL.replace(
+        "    def initialize(self, args):\n        pass\n",
+        "    def initialize(self, args):\n        import ctypes, signal\n"
+        "        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)\n",
+    )
+    with tempfile.TemporaryDirectory(prefix="llmkiln-probe-") as tmp:
+        server = _bare_server(Path(tmp), model_py=model)
+        assert server.proc is not None
+        time.sleep(2)
+        stubs = [p for p in server.leftover_processes() if p != server.proc.pid]
+        print(f"2 s after READY, with PR_SET_PDEATHSIG set in initialize: {len(stubs)} stub(s) alive; "
+              f"tritonserver alive: {server.proc.poll() is None}")  # fmt: skip
+        server.stop(10)
+
+
 def main() -> None:
     what = sys.argv[1] if len(sys.argv) > 1 else "error-codes"
     if what == "tokenizer-gil":
         tokenizer_gil()
+        return
+    if what == "closed-streams":
+        closed_streams(int(sys.argv[2]) if len(sys.argv) > 2 else 200)
+        return
+    if what == "stub-pdeathsig":
+        stub_pdeathsig()
         return
     with tempfile.TemporaryDirectory(prefix="llmkiln-probe-") as tmp:
         http, grpc, metrics = free_ports(3)

@@ -62,3 +62,19 @@ def engine_factory(session_engines_root: Path) -> Callable[[str], Path]:
         return built[recipe]
 
     return factory
+
+
+# The Python 3.12 run (`make test-py312`, scripts/py312_env.sh) installs no torch: on 3.12 PyPI has only the
+# multi-GB CUDA build. With this variable set, tests that need torch (ModelOpt calibration, the onnxruntime-genai
+# builder: the fixtures below, or the `torch` marker) are skipped with that reason instead of failing.
+WITHOUT_TORCH_ENV = "LLMKILN_TESTS_WITHOUT_TORCH"
+TORCH_FIXTURES = frozenset({"cpu_build", "built", "served", "engine_factory"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not os.environ.get(WITHOUT_TORCH_ENV):
+        return
+    skip = pytest.mark.skip(reason=f"needs torch (${WITHOUT_TORCH_ENV}: this run installs no torch)")
+    for item in items:
+        if TORCH_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("torch"):
+            item.add_marker(skip)

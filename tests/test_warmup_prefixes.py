@@ -3,7 +3,6 @@ with the engine's tokenizer), and the prefixes are sent before READY (first) by 
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import pytest
@@ -12,8 +11,8 @@ from llmkiln.backends import build as build_engine
 from llmkiln.build.progress import QuietProgress
 from llmkiln.build.warmup_check import prefix_problems
 from llmkiln.errors import BadInput
-from llmkiln.recipe import load_recipe
-from llmkiln.serve.repository import RepoSpec, build_model_config, warmup_files, warmup_request_count
+from llmkiln.recipe import Warmup, load_recipe
+from llmkiln.serve.repository import RepoSpec, build_model_config
 
 SYSTEM = "You are a helpful assistant. Answer briefly and accurately, and say so when you do not know.\n"
 
@@ -28,19 +27,43 @@ def test_the_rule_on_token_counts() -> None:
     ]
 
 
-def test_cpu_repository_sends_the_prefixes_first() -> None:
+def test_every_backend_takes_its_warmup_texts_from_one_place() -> None:
     r, _ = load_recipe(
         "tiny-fp32", overrides={"warmup": {"prefixes": [SYSTEM], "prompts": ["hi"], "count": 2}}
     )
-    spec = RepoSpec("llmkiln", Path("/srv/engine"), warmup=r.warmup)
-    cfg = build_model_config(spec)
-    assert [w.inputs["text_input"].input_data_file for w in cfg.model_warmup] == [
-        "text_input_0",
-        "text_input_1",
-    ]
-    assert warmup_request_count(r.warmup) == 4 and cfg.parameters["warmup_requests"].string_value == "4"
-    raw = warmup_files(spec)["text_input_0"]
-    assert struct.unpack("<I", raw[:4])[0] == len(SYSTEM.encode()) and raw[4:].decode() == SYSTEM
+    assert r.warmup.texts() == [SYSTEM, "hi"] and r.warmup.num_requests() == 4
+    cfg = build_model_config(RepoSpec("llmkiln", Path("/srv/engine"), warmup=r.warmup))
+    assert not cfg.model_warmup  # the CPU model's engine host runs the warmup in initialize()
+    assert Warmup.model_validate_json(cfg.parameters["warmup"].string_value) == r.warmup
+    none, _ = load_recipe("tiny-fp32", overrides={"warmup": {"prefixes": [SYSTEM], "count": 0}})
+    assert none.warmup.texts() == [] and none.warmup.num_requests() == 0
+
+
+class _Engine:
+    """Records what the host's warmup submits."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def submit(self, prompt, params=None, priority=0, request_id=None):
+        from llmkiln.runtime.handle import RequestHandle
+        from llmkiln.runtime.request import Request, TokenEvent
+
+        self.sent.append(prompt)
+        h = RequestHandle(Request(str(len(self.sent)), [1], params), lambda rid: None)
+        h._push(TokenEvent(2, 0, True, "length"))
+        return h
+
+
+def test_the_host_warmup_sends_prefixes_first_count_times() -> None:
+    from llmkiln.host.warmup import run_warmup
+
+    r, _ = load_recipe(
+        "tiny-fp32", overrides={"warmup": {"prefixes": [SYSTEM], "prompts": ["hi"], "count": 2}}
+    )
+    eng = _Engine()
+    result = run_warmup(eng, r.warmup)
+    assert eng.sent == [SYSTEM, SYSTEM, "hi", "hi"] and result.requests == 4
 
 
 def test_a_prefix_shorter_than_one_block_fails_the_cpu_build(

@@ -1,1 +1,3 @@
-"""`kiln bench`: workloads, a streaming Triton client, statistics, reports, plots, peers and the TTFT experiment."""
+"""`kiln bench`: workloads, streaming clients (Triton gRPC, OpenAI), statistics, reports, compare, plots, peers,
+the suffix-only floor, soak and profile. The project's experiments that use it live outside the package, in
+experiments/."""

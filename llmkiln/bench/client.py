@@ -13,14 +13,13 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from llmkiln.bench.arrivals import closed_loop
 from llmkiln.bench.stats import RequestRecord
 from llmkiln.bench.workloads import BenchRequest
 from llmkiln.errors import BadInput, KilnError
@@ -160,7 +159,7 @@ async def run_one(
     rec = RequestRecord(index=req.index, group=req.group, send_ns=0, num_prompt_tokens=req.num_prompt_tokens)
     inputs = build_inputs(io, req)
 
-    async def requests():
+    async def requests() -> AsyncIterator[dict[str, object]]:
         yield {
             "model_name": model,
             "inputs": inputs,
@@ -206,21 +205,6 @@ async def run_one(
     if served is not None:
         rec.num_output_tokens = served
     return rec
-
-
-async def run_level(
-    client: grpcclient.InferenceServerClient,
-    model: str,
-    io: ModelIO,
-    requests: Sequence[BenchRequest],
-    concurrency: int,
-    timeout_s: float,
-    on_done: Callable[[RequestRecord], None] | None = None,
-) -> list[RequestRecord]:
-    """Replay `requests` with at most `concurrency` in flight (a closed loop: a new one starts as one ends)."""
-    return await closed_loop(
-        lambda req: run_one(client, model, io, req, timeout_s), requests, concurrency, on_done
-    )
 
 
 async def wait_ready(client: grpcclient.InferenceServerClient, model: str, timeout_s: float) -> None:

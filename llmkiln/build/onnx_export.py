@@ -24,6 +24,7 @@ from llmkiln.build.generate import get_spec
 from llmkiln.build.logs import output_to
 from llmkiln.build.rope_fix import derive_position_ids, needs_separate_rope
 from llmkiln.build.stages import BuildContext
+from llmkiln.capabilities import Backend
 from llmkiln.engine_dir import HF_CONFIG, EngineDir
 from llmkiln.errors import BadInput, BuildFailed
 from llmkiln.tokenizer_files import GENERATION_CONFIG, TOKENIZER_FILES, copy_tokenizer_files
@@ -36,7 +37,7 @@ EXPORT_FILES = ("model.onnx", "model.onnx.data", "genai_config.json")
 # OpenAI frontends that read Hugging Face folders (Dynamo) need besides the tokenizer.
 COPIED_SOURCE_FILES = (*TOKENIZER_FILES, GENERATION_CONFIG, HF_CONFIG)
 
-EXECUTION_PROVIDERS = {"onnx-cpu": "cpu", "onnx-gpu": "cuda"}
+EXECUTION_PROVIDERS = {Backend.ONNX_CPU: "cpu", Backend.ONNX_GPU: "cuda"}
 
 # Builder --extra_options per precision.
 PRECISION_OPTIONS: dict[str, dict[str, str]] = {

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from llmkiln.build.stages import BuildContext
+from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe
 
@@ -178,6 +179,9 @@ class OnnxTrtEngineStage:
         return {"recipe": ctx.recipe.compute_hash()}
 
     def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:
+        # The runner serves the engine with these providers (execution_providers.json): TensorRT EP on the cache
+        # built here, CUDA EP as fallback; on a host without them loading the engine is exit 3, never a silent CPU run.
+        EngineDir(out_dir).write_execution_providers(provider_options(ctx.recipe, out_dir, "tensorrt"))
         status = onnx_gpu_status()
         if not status.ok("tensorrt"):
             ctx.progress.info("onnx-trt-engine: skipped, " + "; ".join(status.missing))

@@ -29,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from llmkiln.build.model_source import ModelLocation
 from llmkiln.build.progress import BuildProgress
+from llmkiln.capabilities import Backend
 from llmkiln.recipe import Recipe
 
 
@@ -46,7 +47,7 @@ class Stage(Protocol):
 
 
 # backend name -> its stages, in order (llmkiln.backends.stages_for)
-StageSource = Callable[[str], list[Stage]]
+StageSource = Callable[[Backend], list[Stage]]
 
 
 @dataclass

@@ -15,7 +15,7 @@ from llmkiln.build.model_source import resolve_source
 from llmkiln.calibration.datasets import calib_dataset, load_jsonl, texts
 from llmkiln.calibration.modelopt_fp8 import calibrate_fp8, hf_kv_absmax, load_hf_model, tokenize
 from llmkiln.calibration.stage import engine_kv_scales, needs_kv_scales
-from llmkiln.engine_dir import EngineDir
+from llmkiln.engine_dir import EngineDir, default_engines_root
 from llmkiln.errors import BadInput
 from llmkiln.kv_scales import FILE_NAME as KV_SCALES_NAME
 from llmkiln.kv_scales import KvScales
@@ -26,10 +26,12 @@ def calibrate_recipe(
     recipe_name: str,
     out_dir: Path | None = None,
     engine_dir: Path | None = None,
-    engines_root: Path = Path("engines"),
+    engines_root: Path | None = None,
     model_override: Path | None = None,
 ) -> dict[str, Any]:
-    """Calibrate RECIPE into out_dir (default engines/.calibration/<recipe>); returns a summary dict."""
+    """Calibrate RECIPE into out_dir (default <engines root>/.calibration/<recipe>, the root $LLMKILN_ENGINES or
+    ./engines unless given); returns a summary dict."""
+    engines_root = engines_root if engines_root is not None else default_engines_root()
     recipe, recipe_file = load_recipe(recipe_name)
     out = Path(out_dir) if out_dir else engines_root / ".calibration" / recipe.name
     t0 = time.perf_counter()

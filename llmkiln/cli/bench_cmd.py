@@ -1,18 +1,19 @@
-"""`kiln bench` (run a benchmark; `kiln bench run` is the same), `kiln bench compare`, `kiln bench experiment`."""
+"""`kiln bench` (run a benchmark; `kiln bench run` is the same), `kiln bench compare`, `kiln bench soak`.
+
+The project's experiments (`make bench-ttft`, `make bench-scaleout`) are not commands of the package: they live in
+experiments/ beside their results and drive the same library (docs/bench.md)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
 from llmkiln.bench.compare import STATS, compare, compare_markdown, compare_table
-from llmkiln.bench.experiment import ExperimentConfig, run_experiment
-from llmkiln.bench.experiment import resummarize as resummarize_run
 from llmkiln.bench.plots import bars, ttft_cdf
 from llmkiln.bench.report import (
     load_report,
@@ -26,21 +27,26 @@ from llmkiln.bench.runner import (
     APIS,
     DEFAULT_URLS,
     BenchConfig,
-    parse_concurrency,
     requests_needed,
     run_bench,
 )
-from llmkiln.bench.scaleout import ScaleoutConfig, run_scaleout
 from llmkiln.bench.soak import report_json, run_soak
 from llmkiln.bench.stats import Slo
-from llmkiln.bench.workloads import WorkloadSpec, build_workload, load_tokenizer, parse_range
+from llmkiln.bench.workloads import build_workload, load_tokenizer
+from llmkiln.cli.options import (
+    engines_dir_option,
+    sweep_levels,
+    sweep_options,
+    workload_options,
+    workload_spec,
+)
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
 
-WORKLOAD_CHOICES = ("shared-prefix", "unique", "mixed-long-short", "jsonl")
+_Command = TypeVar("_Command", bound=Callable[..., Any])
 
 
-def _run_options(f):
+def _run_options(f: _Command) -> _Command:
     opts = [
         click.option(
             "--api",
@@ -56,44 +62,14 @@ def _run_options(f):
             "(default http://127.0.0.1:8000/v1).",
         ),
         click.option("--model", default="llmkiln", show_default=True, help="Served model name."),
-        click.option(
-            "--workload", type=click.Choice(WORKLOAD_CHOICES), default="shared-prefix", show_default=True
-        ),
-        click.option(
-            "--from-jsonl",
-            "jsonl",
-            type=str,
-            default=None,
-            help="Recorded requests (implies --workload jsonl).",
-        ),
+        workload_options,
         click.option(
             "--tokenizer",
             type=str,
             default=None,
             help="Engine folder or tokenizer.json (exact token lengths).",
         ),
-        click.option("--concurrency", default="1,4,8,16", show_default=True, help="Comma-separated levels."),
-        click.option(
-            "--requests",
-            "requests_",
-            type=int,
-            default=16,
-            show_default=True,
-            help="Requests per level (at least the level's concurrency).",
-        ),
-        click.option("--warmup-requests", type=int, default=0, show_default=True, help="0 = cold mode."),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option(
-            "--output-tokens", type=int, default=64, show_default=True, help="max_tokens per request."
-        ),
-        click.option("--system-tokens", type=int, default=1500, show_default=True, help="shared-prefix: S."),
-        click.option(
-            "--system-prompts",
-            type=int,
-            default=1,
-            show_default=True,
-            help="shared-prefix: K distinct system prompts (each request draws one).",
-        ),
+        sweep_options(concurrency="1,4,8,16", requests=16, warmup=0),
         click.option(
             "--request-rate",
             type=float,
@@ -105,21 +81,6 @@ def _run_options(f):
         ),
         click.option(
             "--slo-tpot-ms", type=float, default=None, help="... and TPOT <= this (default 100 ms)."
-        ),
-        click.option(
-            "--user-tokens", default="50-200", show_default=True, help="shared-prefix: U (N or MIN-MAX)."
-        ),
-        click.option(
-            "--prompt-tokens", default="1550-1700", show_default=True, help="unique: prompt length."
-        ),
-        click.option(
-            "--long-tokens", type=int, default=2048, show_default=True, help="mixed-long-short: long length."
-        ),
-        click.option(
-            "--short-tokens", default="32-128", show_default=True, help="mixed-long-short: short length."
-        ),
-        click.option(
-            "--long-every", type=int, default=8, show_default=True, help="mixed-long-short: one long in N."
         ),
         click.option(
             "--label", default="llmkiln", show_default=True, help="Name of this run in reports and plots."
@@ -147,27 +108,8 @@ def _run_options(f):
 
 
 def _do_run(**kw: Any) -> None:
-
-    levels = parse_concurrency(kw["concurrency"])
-    if kw["requests_"] <= 0:
-        raise BadInput(f"--requests must be positive, got {kw['requests_']}")
-    if kw["warmup_requests"] < 0:
-        raise BadInput(f"--warmup-requests must be zero or more, got {kw['warmup_requests']}")
-    name = "jsonl" if kw["jsonl"] else kw["workload"]
-    spec = WorkloadSpec(
-        name=name,
-        num_requests=requests_needed(kw["requests_"], levels, kw["warmup_requests"]),
-        seed=kw["seed"],
-        output_tokens=kw["output_tokens"],
-        system_tokens=kw["system_tokens"],
-        num_system_prompts=kw["system_prompts"],
-        user_tokens=parse_range(kw["user_tokens"], "--user-tokens"),
-        prompt_tokens=parse_range(kw["prompt_tokens"], "--prompt-tokens"),
-        long_tokens=kw["long_tokens"],
-        short_tokens=parse_range(kw["short_tokens"], "--short-tokens"),
-        long_every=kw["long_every"],
-        jsonl_path=kw["jsonl"],
-    )
+    levels = sweep_levels(kw)
+    spec = workload_spec(kw, requests_needed(kw["requests_"], levels, kw["warmup_requests"]))
     tok = load_tokenizer(kw["tokenizer"]) if kw["tokenizer"] else None
     workload = build_workload(tok, spec)
     slo = None
@@ -211,7 +153,7 @@ def _do_run(**kw: Any) -> None:
 @click.group(invoke_without_command=True)
 @_run_options
 @click.pass_context
-def bench(ctx: click.Context, **kw: Any) -> None:
+def bench(ctx: click.Context, /, **kw: Any) -> None:
     """Benchmark a served model: TTFT/TPOT/ITL percentiles over a concurrency sweep.
 
     \b
@@ -219,9 +161,8 @@ def bench(ctx: click.Context, **kw: Any) -> None:
         --workload shared-prefix --concurrency 1,4,8,16 --requests 16 --warmup-requests 2 --out report.json
     kiln bench --api chat --url http://127.0.0.1:8000/v1 --tokenizer engines/NAME --system-prompts 4 \\
         --concurrency 8 --request-rate 2 --slo-ttft-ms 1000 --slo-tpot-ms 100
-    kiln bench scaleout        (make bench-scaleout: Dynamo, KV routing vs round-robin, one worker vs two)
     kiln bench compare A.json B.json
-    kiln bench experiment [--quick]
+    kiln bench soak ENGINE --minutes 5
     """
     if ctx.invoked_subcommand is None:
         _do_run(**kw)
@@ -271,115 +212,21 @@ def compare_cmd(
 
 @bench.command("soak")
 @click.argument("engine")
+@engines_dir_option
 @click.option("--minutes", type=click.FloatRange(0.05, 24 * 60), default=5, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(1, 4096), default=32, show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the report as JSON.")
-def soak_cmd(engine: str, minutes: float, concurrency: int, max_tokens: int, out: str | None) -> None:
+def soak_cmd(
+    engine: str, engines_dir: Path, minutes: float, concurrency: int, max_tokens: int, out: str | None
+) -> None:
     """Serve ENGINE and keep CONCURRENCY streams busy for MINUTES; report errors, p99 and RSS drift, leaks.
 
     Exit 1 when a request failed or slots/blocks are still held with no traffic (not run in CI)."""
-    folder = resolve_engine(engine).require()
+    folder = resolve_engine(engine, engines_dir).require()
     report = run_soak(folder.path, minutes, concurrency, max_tokens)
     click.echo(report.text())
     if out:
         write_atomic(Path(out), report_json(report))
     if not report.ok:
         raise click.ClickException("the soak found errors or leaks (see above)")
-
-
-@bench.command("experiment")
-@click.option("--quick", is_flag=True, help="A few requests per level (minutes, for checking the setup).")
-@click.option(
-    "--requests", "requests_", type=int, default=None, help="Requests per level (overrides the default)."
-)
-@click.option(
-    "--out-dir",
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    default="bench/results",
-    show_default=True,
-)
-@click.option("--engines-dir", type=click.Path(file_okay=False), default="engines", show_default=True)
-@click.option("--no-peers", is_flag=True, help="Skip onnxruntime-genai and transformers.")
-@click.option("--no-tradeoff", is_flag=True, help="Skip the TTFT vs TPOT sweep over scheduler.tpot_slo_ms.")
-@click.option(
-    "--only",
-    type=click.Choice(["shared-prefix", "unique", "mixed-long-short"]),
-    multiple=True,
-    help="Run only these workloads (repeatable).",
-)
-@click.option(
-    "--resummarize",
-    is_flag=True,
-    help="Measure nothing: rewrite SUMMARY.md, summary.json and the plots from the saved reports in --out.",
-)
-def experiment_cmd(
-    quick: bool,
-    requests_: int | None,
-    out_dir: str,
-    engines_dir: str,
-    no_peers: bool,
-    no_tradeoff: bool,
-    only: tuple[str, ...],
-    resummarize: bool,
-) -> None:
-    """`make bench-ttft`: baseline vs optimized recipe on one engine, each served by tritonserver."""
-    if resummarize:
-        path, summary = resummarize_run(Path(out_dir))
-        click.echo(f"rewrote {path} from the saved reports")
-        _print_targets(summary)
-        return
-
-    cfg = ExperimentConfig.make(
-        quick=quick,
-        requests=requests_,
-        out_dir=Path(out_dir),
-        peers=not no_peers,
-        only=only,
-        tradeoff=not no_tradeoff,
-    )
-    cfg = replace(cfg, engines_root=Path(engines_dir))
-    path, summary = run_experiment(cfg)
-    click.echo(f"\nwrote {path} (and the reports and plots next to it)")
-    _print_targets(summary)
-
-
-def _print_targets(summary: dict) -> None:
-    for t in summary["targets"]:
-        what = f"{t['workload']} c={t['concurrency']} {t.get('peer', '')} {t['metric']} {t.get('stat', '')}".replace(
-            "  ", " "
-        )
-        value = t.get("change", t.get("ratio", t.get("value")))
-        if value is None:
-            shown = "n/a"
-        elif "change" in t:
-            shown = f"{value * 100:+.1f}%"
-        elif "ratio" in t or t["metric"] == "ttft_over_floor":
-            shown = f"{value:.2f}x"
-        else:
-            shown = f"{value:.1f}"
-        click.echo(f"  {'met    ' if t['met'] else 'NOT met'}  {what}: {shown} (limit {t['limit']})")
-
-
-@bench.command("scaleout")
-@click.option("--quick", is_flag=True, help="Short prompts, few requests (minutes, for checking the setup).")
-@click.option("--requests", "requests_", type=int, default=None, help="Requests per setup (default 32).")
-@click.option(
-    "--out-dir",
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Default bench/results/scaleout (--quick: bench/results/raw/scaleout-quick).",
-)
-@click.option("--engines-dir", type=click.Path(file_okay=False), default="engines", show_default=True)
-def scaleout_cmd(quick: bool, requests_: int | None, out_dir: str | None, engines_dir: str) -> None:
-    """`make bench-scaleout`: Dynamo, KV routing vs round-robin (two workers), one worker vs two."""
-    cfg = ScaleoutConfig.make(quick=quick, requests=requests_, out_dir=Path(out_dir) if out_dir else None)
-    cfg = replace(cfg, engines_root=Path(engines_dir))
-    path, summary = run_scaleout(cfg)
-    click.echo(f"\nwrote {path} (and the reports next to it)")
-    for t in summary["targets"]:
-        click.echo(f"  {'met    ' if t['met'] else 'NOT met'}  {t['target']}: {t['value']:.2f}")

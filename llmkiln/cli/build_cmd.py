@@ -10,7 +10,7 @@ import click
 
 from llmkiln.backends import build as build_engine
 from llmkiln.build.progress import make_progress
-from llmkiln.engine_dir import DEFAULT_ENGINES_ROOT, ENGINES_ENV
+from llmkiln.cli.options import engines_dir_option
 from llmkiln.trtllm.resume import resume_build
 
 
@@ -34,13 +34,7 @@ from llmkiln.trtllm.resume import resume_build
     default=None,
     help="Use this local HF folder instead of the recipe's model.",
 )
-@click.option(
-    "--engines-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help=f"Where engine folders (and the build caches, under .stages/ and .models/) live "
-    f"[default: ${ENGINES_ENV} or ./{DEFAULT_ENGINES_ROOT}].",
-)
+@engines_dir_option
 @click.option(
     "--allow-quality-regression",
     is_flag=True,
@@ -56,7 +50,7 @@ def build(
     quiet: bool,
     as_json: bool,
     model: Path | None,
-    engines_dir: Path | None,
+    engines_dir: Path,
     allow_quality_regression: bool,
     dry_run: bool,
 ) -> None:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from llmkiln.dynamo.cluster import ROUTER_MODES
+from llmkiln.cli.options import engines_dir_option
+from llmkiln.dynamo.cluster import ROUTER_MODES, RouterMode
 from llmkiln.dynamo.deploy import DeployOptions, write_deployment
 
 
@@ -36,7 +37,7 @@ def deploy() -> None:
 @click.option("--namespace", default=None, help="metadata.namespace.")
 @click.option("--router-mode", type=click.Choice(ROUTER_MODES), default="kv", show_default=True)
 @click.option("--migration-limit", type=int, default=3, show_default=True)
-@click.option("--engines-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@engines_dir_option
 @click.option(
     "--checkpoint",
     default=None,
@@ -52,9 +53,9 @@ def dynamo(
     engine_pvc: str,
     name: str | None,
     namespace: str | None,
-    router_mode: str,
+    router_mode: RouterMode,  # click.Choice(ROUTER_MODES)
     migration_limit: int,
-    engines_dir: Path | None,
+    engines_dir: Path,
     checkpoint: str | None,
     force: bool,
 ) -> None:

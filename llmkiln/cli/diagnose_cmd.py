@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from llmkiln.cli.options import engines_dir_option
 from llmkiln.diagnose.diagnosis import diagnose as run_diagnosis
 from llmkiln.diagnose.render import print_diagnosis
 from llmkiln.engine_dir import resolve_engine
@@ -19,9 +20,7 @@ from llmkiln.recipe import Recipe, load_recipe
 @click.option(
     "--engine", default=None, help="Engine folder (or recipe name under the engines root): its recipe."
 )
-@click.option(
-    "--engines-dir", type=click.Path(path_type=Path), default=None, help="Where --engine names are looked up."
-)
+@engines_dir_option
 @click.option(
     "--recipe", "recipe_name", default=None, help="The current recipe (name or file), instead of --engine."
 )
@@ -36,7 +35,7 @@ def diagnose(
     files: tuple[Path, ...],
     metrics_urls: tuple[str, ...],
     engine: str | None,
-    engines_dir: Path | None,
+    engines_dir: Path,
     recipe_name: str | None,
     recipe_overlay: Path | None,
     as_json: bool,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from llmkiln.cli.options import engines_dir_option
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.runtime.detokenizer import IncrementalDetokenizer
 from llmkiln.runtime.loader import load_engine
@@ -29,14 +30,10 @@ from llmkiln.runtime.request import SamplingParams
     "--verify",
     "verify_full",
     is_flag=True,
-    help="Re-hash every engine file (default: files changed since their last check).",
+    hidden=True,
+    help="Kept for old scripts: every engine file is re-hashed before every load anyway.",
 )
-@click.option(
-    "--engines-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Where a recipe-name ENGINE is looked up [default: $LLMKILN_ENGINES or ./engines].",
-)
+@engines_dir_option
 def generate(
     engine: str,
     prompt: str,
@@ -47,7 +44,7 @@ def generate(
     seed: int | None,
     ignore_eos: bool,
     verify_full: bool,
-    engines_dir: Path | None,
+    engines_dir: Path,
 ) -> None:
     """Stream the continuation of PROMPT from ENGINE (an engine folder, or a recipe name under the engines root)."""
     params = SamplingParams(
@@ -59,7 +56,8 @@ def generate(
         ignore_eos=ignore_eos,
     )
     folder = resolve_engine(engine, engines_dir).require()
-    folder.verify(full=verify_full)  # a corrupted engine is never loaded (IntegrityError, exit 1)
+    del verify_full  # every load re-hashes every file
+    folder.verify()  # a corrupted engine is never loaded (IntegrityError, exit 1)
     manifest = folder.manifest()
     if manifest is not None and manifest.source.generated:
         click.secho(
@@ -73,7 +71,7 @@ def generate(
     try:
         prompt_ids = runtime.encode(prompt)
         handle = runtime.submit(prompt_ids, params)
-        detok = IncrementalDetokenizer(runtime.tokenizer, prompt_ids)
+        detok = IncrementalDetokenizer(runtime, prompt_ids)  # the engine decodes (encode() found a tokenizer)
         for event in handle:
             if event.token_id is not None and (piece := detok.push(event.token_id)):
                 sys.stdout.write(piece)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from llmkiln.cli.options import engines_dir_option
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
 from llmkiln.lint.lint import lint_prompts
@@ -16,12 +17,7 @@ from llmkiln.lint.render import render_report
 @click.command("lint-prompts")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--engine", required=True, help="Engine folder, or a recipe name under the engines root.")
-@click.option(
-    "--engines-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Where a recipe-name ENGINE is looked up [default: $LLMKILN_ENGINES or ./engines].",
-)
+@engines_dir_option
 @click.option(
     "--fix",
     "fix_out",
@@ -41,7 +37,7 @@ def lint_prompts_cmd(
     ctx: click.Context,
     file: Path,
     engine: str,
-    engines_dir: Path | None,
+    engines_dir: Path,
     fix_out: Path | None,
     as_json: bool,
     min_hit_rate: float | None,

@@ -77,8 +77,13 @@ def cli(recipes_dirs: tuple[Path, ...]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    run_command(cli, argv, prog_name="kiln")
+
+
+def run_command(command: click.Command, argv: list[str] | None, prog_name: str) -> None:
+    """Run a click command with kiln's exit codes and error messages (also the experiments' entry points)."""
     try:
-        rv = cli.main(args=argv, prog_name="kiln", standalone_mode=False)
+        rv = command.main(args=argv, prog_name=prog_name, standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)

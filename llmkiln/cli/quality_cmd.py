@@ -9,6 +9,7 @@ import click
 
 from llmkiln.calibration.calibrate_run import calibrate_recipe
 from llmkiln.calibration.quality_run import failure_message, run_quality_diff
+from llmkiln.cli.options import engines_dir_option
 from llmkiln.errors import BadInput, QualityBudgetExceeded
 
 
@@ -106,7 +107,7 @@ def quality_diff(
     default=None,
     help="CPU recipes: take KV statistics from this engine folder (default: engines/RECIPE when built).",
 )
-@click.option("--engines-dir", type=click.Path(path_type=Path), default=Path("engines"), show_default=True)
+@engines_dir_option
 @click.option("--model", type=click.Path(path_type=Path), default=None, help="Use this HF folder instead.")
 def calibrate(
     recipe: str, out_dir: Path | None, engine_dir: Path | None, engines_dir: Path, model: Path | None

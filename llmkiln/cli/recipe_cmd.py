@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 
 import click
+import yaml
 from rich.console import Console
 from rich.table import Table
 
+from llmkiln.errors import RecipeError
 from llmkiln.recipe import Recipe, list_recipes, load_recipe
 
 
@@ -16,9 +18,12 @@ from llmkiln.recipe import Recipe, list_recipes, load_recipe
 def recipes(paths: bool) -> None:
     """List the recipes (--recipes-dir / $LLMKILN_RECIPES, ./recipes, then the bundled ones) and what they do."""
     table = Table("recipe", "description", *(["file"] if paths else []), box=None)
-    for name, desc, file in list_recipes():
+    errors: list[str] = []
+    for name, desc, file in list_recipes(errors):
         table.add_row(name, desc, *([str(file)] if paths else []))
     Console().print(table)
+    if errors:  # listed above; exit 2 naming each file
+        raise RecipeError("recipe files that cannot be read:\n  " + "\n  ".join(errors))
 
 
 @click.group()
@@ -30,9 +35,12 @@ def recipe() -> None:
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
 def show(name: str, as_json: bool) -> None:
-    """Print the resolved recipe NAME (extends merged, defaults filled)."""
+    """Print the resolved recipe NAME (extends merged, defaults filled): the fields its backend reads."""
     r, _ = load_recipe(name)
-    click.echo(json.dumps(r.model_dump(mode="json"), indent=2) if as_json else r.to_yaml(), nl=not as_json)
+    data = r.for_backend()
+    click.echo(
+        json.dumps(data, indent=2) if as_json else yaml.safe_dump(data, sort_keys=False), nl=not as_json
+    )
 
 
 @recipe.command("schema")

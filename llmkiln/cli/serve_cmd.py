@@ -8,10 +8,12 @@ from pathlib import Path
 
 import click
 
-from llmkiln.dynamo.cluster import ROUTER_MODES
+from llmkiln.cli.options import engines_dir_option
+from llmkiln.dynamo.cluster import ROUTER_MODES, RouterMode
 from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, serve_dynamo
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
+from llmkiln.serve.backend_env import check_triton_python
 from llmkiln.serve.launch import ServeOptions, serve_engine
 from llmkiln.serve.repository import check_repository, spec_from_engine, write_repository
 from llmkiln.serve.server import ADMIN_KEY_ENV, TritonServer
@@ -46,6 +48,7 @@ PORT = click.IntRange(1, 65535)
     help="With --check on a TensorRT-LLM repository: after the comparison, copy the container's python model "
     "code into the repository (default folder: the pinned container's).",
 )
+@engines_dir_option
 def repo(
     engine: Path | None,
     out: Path | None,
@@ -54,6 +57,7 @@ def repo(
     check_dir: Path | None,
     upstream_models: Path | None,
     take_model_files: bool,
+    engines_dir: Path,
 ) -> None:
     """Write the Triton model repository for ENGINE to --out, or validate one with --check DIR."""
     if check_dir is not None and repo_kind(check_dir) != "cpu":
@@ -71,7 +75,7 @@ def repo(
             return
     if engine is None or out is None:
         raise BadInput("give ENGINE and -o OUT to write a repository, or --check DIR to validate one")
-    spec = spec_from_engine(resolve_engine(engine).require(), model_name)
+    spec = spec_from_engine(resolve_engine(engine, engines_dir).require(), model_name)
     model_dir = write_repository(spec, out, overwrite=force)
     click.echo(
         f"wrote {model_dir} (config.pbtxt, 1/model.py, {len(spec.warmup.prefixes)} warmup prefix(es), {len(spec.warmup.prompts)} prompt(s))"
@@ -111,7 +115,8 @@ def _check_trtllm(repo_dir: Path, upstream: Path | None, take: bool) -> None:
     "--verify",
     "verify_full",
     is_flag=True,
-    help="Re-hash every engine file before serving (default: files changed since their last check).",
+    hidden=True,
+    help="Kept for old scripts: every engine file is re-hashed before serving anyway.",
 )
 @click.option(
     "--dynamo",
@@ -152,6 +157,7 @@ def _check_trtllm(repo_dir: Path, upstream: Path | None, take: bool) -> None:
     default=None,
     help="--dynamo: discovery folder (wiped at start) and logs (default: a temp folder, removed after).",
 )
+@engines_dir_option
 def serve(
     engine: Path,
     host: str,
@@ -163,11 +169,12 @@ def serve(
     verify_full: bool,
     dynamo: bool,
     workers: int,
-    router_mode: str,
+    router_mode: RouterMode,  # click.Choice(ROUTER_MODES)
     migration_limit: int,
     threads_per_worker: int,
     grace_period: float,
     state_dir: Path | None,
+    engines_dir: Path,
 ) -> int:
     """Serve ENGINE with tritonserver; ready only after warmup. Ctrl-C or SIGTERM shuts it down cleanly.
 
@@ -177,7 +184,13 @@ def serve(
 
     With --dynamo: the Dynamo frontend (OpenAI API: /v1/models, /v1/completions, /v1/chat/completions) and
     --workers llmkiln workers, each warmed up before it registers; Ctrl-C or SIGTERM stops them all.
+
+    A flag of the other front door is refused (exit 2): --grpc-port, --metrics-port and --log-verbose are
+    Triton's; --workers, --router-mode, --migration-limit, --threads-per-worker, --grace-period and --state-dir
+    are Dynamo's.
     """
+    _refuse_other_front_door(click.get_current_context(), dynamo)
+    del verify_full  # every start re-hashes every engine file
     if dynamo:
         return _serve_dynamo(
             engine,
@@ -191,8 +204,11 @@ def serve(
                 state_dir=state_dir,
                 grace_period_s=grace_period,
                 drain_timeout_s=None if exit_timeout is None else float(exit_timeout),
+                engines_root=engines_dir,
             ),
         )
+
+    check_triton_python()  # before anything is built or started: one message, exit 2
 
     def ready(server: TritonServer, model_name: str) -> None:
         ep = server.endpoints()
@@ -208,12 +224,34 @@ def serve(
         metrics_port,
         exit_timeout,
         log_verbose,
-        verify_full=verify_full,
         admin_key=os.environ.get(ADMIN_KEY_ENV) or None,
+        engines_root=engines_dir,
     )
     code = serve_engine(engine, opts, on_ready=ready)
     click.echo("stopped (clean shutdown)", err=True)
     return code
+
+
+TRITON_ONLY = ("grpc_port", "metrics_port", "log_verbose")
+DYNAMO_ONLY = ("workers", "router_mode", "migration_limit", "threads_per_worker", "grace_period", "state_dir")
+
+
+def _refuse_other_front_door(ctx: click.Context, dynamo: bool) -> None:
+    """BadInput (exit 2) naming every given flag that the chosen front door would ignore."""
+    given = [
+        name
+        for name in (TRITON_ONLY if dynamo else DYNAMO_ONLY)
+        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
+    ]
+    if not given:
+        return
+    flags = ", ".join("--" + name.replace("_", "-") for name in given)
+    if dynamo:
+        raise BadInput(
+            f"{flags}: Triton's flag(s), not used with --dynamo (the OpenAI endpoint is --http-port; each "
+            "worker's metrics are on its status port): remove them"
+        )
+    raise BadInput(f"{flags}: flag(s) of the Dynamo front door: add --dynamo or remove them")
 
 
 def _serve_dynamo(engine: Path, opts: DynamoOptions) -> int:

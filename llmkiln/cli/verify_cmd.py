@@ -6,22 +6,21 @@ from pathlib import Path
 
 import click
 
+from llmkiln.cli.options import engines_dir_option
 from llmkiln.engine_dir import resolve_engine
 
 
 @click.command()
 @click.argument("engine")
-@click.option(
-    "--engines-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Where a recipe-name ENGINE is looked up [default: $LLMKILN_ENGINES or ./engines].",
-)
-def verify(engine: str, engines_dir: Path | None) -> None:
+@engines_dir_option
+def verify(engine: str, engines_dir: Path) -> None:
     """Check every file of ENGINE against the sha256 its manifest records (all files re-read).
 
     Exit 0 when all match; 1 naming each missing or changed file; 2 when ENGINE is not an engine folder.
     """
     folder = resolve_engine(engine, engines_dir).require()
-    report = folder.verify(full=True)
-    click.echo(f"ok: {folder.path}: {report.files} files match the manifest ({report.seconds:.2f} s)")
+    report = folder.verify()
+    click.echo(
+        f"ok: {folder.path}: {report.files} files match the manifest "
+        f"({report.bytes / 1e6:.1f} MB hashed in {report.seconds:.2f} s)"
+    )

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from llmkiln.capabilities import Backend
 from llmkiln.diagnose.signals import Figure, Signals
 from llmkiln.recipe import KvCache, Recipe, Scheduler, Warmup
 
@@ -43,12 +44,12 @@ class Current:
     scheduler: Scheduler
     kv_cache: KvCache
     warmup: Warmup
-    backend: str
+    backend: Backend
 
     @classmethod
     def of(cls, recipe: Recipe | None) -> Current:
         if recipe is None:
-            return cls(Scheduler(), KvCache(), Warmup(), "onnx-cpu")
+            return cls(Scheduler(), KvCache(), Warmup(), Backend.ONNX_CPU)
         return cls(recipe.scheduler, recipe.kv_cache, recipe.warmup, recipe.backend)
 
 
@@ -178,7 +179,7 @@ def kv_crowding(sig: Signals, cur: Current) -> Row:
         row.status = "yes" if cache_on else "no"
         row.figures.append("(no KV block figures: judged from throughput alone)")
     if row.status == "yes":
-        if cur.backend.startswith("trtllm"):
+        if cur.backend.is_trtllm:
             row.changes["kv_cache.free_gpu_memory_fraction"] = round(
                 min(0.95, cur.kv_cache.free_gpu_memory_fraction + 0.05), 2
             )

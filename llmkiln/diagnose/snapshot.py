@@ -75,9 +75,6 @@ class MetricSnapshot:
                     self.samples.setdefault(fam.name, []).append((dict(s.labels), float(s.value)))
         self.sources.append(source)
 
-    def has(self, name: str) -> bool:
-        return name in self.samples
-
     def total(self, name: str, **labels: str) -> float | None:
         """Sum over the label sets matching `labels` (None when the metric is absent)."""
         rows = [v for lab, v in self.samples.get(name, []) if _match(lab, labels)]

@@ -13,7 +13,8 @@ Written (atomically, as one folder):
 Recipes on TensorRT-LLM's LLM-API path (backend trtllm-llmapi) get a `TrtllmWorker` component instead:
 `python3 -m dynamo.trtllm --model <checkpoint> --served-model-name NAME --extra-engine-args /config/llm_api.yaml
 --publish-kv-events`, GPUs = tp × pp, the upstream tensorrtllm-runtime image; the `--extra-engine-args` YAML is
-`llm_api_options(recipe)` (llmkiln.trtllm.llmapi, the one recipe → LLM(**kwargs) mapping), written as
+`llm_api_options(recipe, target="dynamo")` (llmkiln.trtllm.llmapi, the one recipe → LLM(**kwargs) mapping, for the
+TensorRT-LLM of Dynamo's runtime image, pins.json dynamo_tensorrt_llm, checked against its facts), written as
 `llm_api.yaml` and as the ConfigMap `llm-api-configmap.yaml` mounted at /config. The checkpoint is the ModelOpt
 unified HF checkpoint inside the engine folder (`--checkpoint`, default <recipe>/hf_checkpoint on the volume).
 onnx-gpu and Triton-engine trtllm recipes cannot run under Dynamo's workers (dynamo.trtllm 1.6.1 loads HF
@@ -34,9 +35,13 @@ from typing import Any
 import yaml
 
 from llmkiln.atomic import atomic_dir, replace_dir
+from llmkiln.capabilities import Backend
+from llmkiln.dynamo.cluster import RouterMode
 from llmkiln.engine_dir import HF_CHECKPOINT_DIR, EngineDir, default_engines_root
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe, load_recipe
+from llmkiln.trtllm import pins
+from llmkiln.trtllm.facts import FACTS_FILES, check_options
 from llmkiln.trtllm.llmapi import llm_api_options
 from llmkiln.versions import package_versions
 
@@ -50,7 +55,7 @@ MIB = 2**20
 WORKER_BASE_MIB = 512
 FRONTEND_MEMORY = "1Gi"
 TEMPLATE = ("profiler", "templates", "dgd", "trtllm", "agg.yaml")  # in the ai-dynamo wheel
-TRTLLM_IMAGE = "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.6.1"  # as in the upstream v1beta1 examples
+TRTLLM_IMAGE = str(pins.pin("dynamo_trtllm_image"))  # as in the upstream v1beta1 examples (pins.json)
 LLM_API_FILE = "llm_api.yaml"
 CONFIGMAP_FILE = "llm-api-configmap.yaml"
 CONFIG_MOUNT = "/config"
@@ -67,7 +72,7 @@ class DeployOptions:
     engine_pvc: str = "llmkiln-engines"  # PVC holding the engines root (engines/<recipe>/ ...)
     name: str | None = None  # metadata.name; default llmkiln-<recipe>
     namespace: str | None = None
-    router_mode: str = "kv"
+    router_mode: RouterMode = "kv"
     migration_limit: int = 3
     http_port: int = 8000
     engines_root: Path | None = None  # to size memory from the built engine (optional)
@@ -105,7 +110,7 @@ def configmap_name(doc: dict[str, Any]) -> str:
 
 def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) -> dict[str, Any]:
     """The DynamoGraphDeployment document: llmkiln CPU workers (onnx-cpu) or dynamo.trtllm (trtllm-llmapi)."""
-    if recipe.backend not in ("onnx-cpu", "trtllm-llmapi"):
+    if recipe.backend not in (Backend.ONNX_CPU, Backend.TRTLLM_LLMAPI):
         raise BadInput(
             f"recipe {recipe.name}: backend {recipe.backend!r} cannot run in llmkiln's Dynamo workers (onnx-cpu) "
             "nor in dynamo.trtllm (which loads HF checkpoints on TensorRT-LLM's PyTorch backend: use a "
@@ -116,7 +121,7 @@ def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) ->
             f"--replicas and --threads-per-worker must be >= 1, got {opts.replicas}, {opts.threads_per_worker}"
         )
     version = package_versions(("llmkiln",)).get("llmkiln") or "latest"
-    trt = recipe.backend == "trtllm-llmapi"
+    trt = recipe.backend is Backend.TRTLLM_LLMAPI
     image = opts.image or (TRTLLM_IMAGE if trt else f"llmkiln:{version}")
     metadata: dict[str, Any] = {"name": _k8s_name(opts.name or f"llmkiln-{recipe.name}")}
     if opts.namespace:
@@ -148,13 +153,14 @@ def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) ->
             "resources": _cpu_resources("1", FRONTEND_MEMORY),
         },
     )
-    doc = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": {"components": [frontend]}}
+    components = [frontend]
+    doc = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": {"components": components}}
     worker = (
         trtllm_worker(recipe, image, opts, configmap_name(doc))
         if trt
         else cpu_worker(recipe, engine, image, opts)
     )
-    doc["spec"]["components"].append(worker)
+    components.append(worker)
     return doc
 
 
@@ -246,8 +252,25 @@ def llm_api_configmap(recipe: Recipe, name: str, namespace: str | None) -> dict[
     metadata: dict[str, Any] = {"name": name}
     if namespace:
         metadata["namespace"] = namespace
-    text = yaml.safe_dump(llm_api_options(recipe), sort_keys=False)
+    text = llm_api_header(recipe) + yaml.safe_dump(dynamo_llm_api_options(recipe), sort_keys=False)
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {LLM_API_FILE: text}}
+
+
+def dynamo_llm_api_options(recipe: Recipe) -> dict[str, Any]:
+    """llm_api_options(recipe) for the TensorRT-LLM dynamo.trtllm runs (pins.json dynamo_tensorrt_llm), checked
+    against that version's facts (llm_args_facts_1.3.0rc29.json), not the Triton container's."""
+    options = llm_api_options(recipe, target="dynamo")
+    check_options(options, LLM_API_FILE, target="dynamo")
+    return options
+
+
+def llm_api_header(recipe: Recipe) -> str:
+    """The comment every generated file for dynamo.trtllm starts with: the TensorRT-LLM version it targets."""
+    return (
+        f"# TensorRT-LLM {pins.pin('dynamo_tensorrt_llm')} (Dynamo {pins.pin('dynamo')}'s dynamo.trtllm, image "
+        f"{pins.pin('dynamo_trtllm_image')})\n"
+        f"# LLM(**kwargs) from recipe {recipe.name}, checked against {FACTS_FILES['dynamo'].name}\n"
+    )
 
 
 def shipped_template() -> dict[str, Any]:
@@ -308,25 +331,31 @@ def write_deployment(recipe_name: str, out_dir: Path, opts: DeployOptions, force
     if out_dir.exists() and any(out_dir.iterdir()) and not force:
         raise BadInput(f"-o {out_dir}: the folder is not empty; give --force to replace it")
     with atomic_dir(out_dir, publish=replace_dir) as tmp:  # non-empty folders were refused above
-        (tmp / DGD_FILE).write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-        if recipe.backend == "trtllm-llmapi":
-            options = llm_api_options(recipe)
-            (tmp / LLM_API_FILE).write_text(yaml.safe_dump(options, sort_keys=False), encoding="utf-8")
+        header = llm_api_header(recipe) if recipe.backend is Backend.TRTLLM_LLMAPI else ""
+        (tmp / DGD_FILE).write_text(header + yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        if recipe.backend is Backend.TRTLLM_LLMAPI:
+            options = dynamo_llm_api_options(recipe)
+            (tmp / LLM_API_FILE).write_text(
+                header + yaml.safe_dump(options, sort_keys=False), encoding="utf-8"
+            )
             cm = llm_api_configmap(recipe, configmap_name(doc), doc["metadata"].get("namespace"))
-            (tmp / CONFIGMAP_FILE).write_text(yaml.safe_dump(cm, sort_keys=False), encoding="utf-8")
+            (tmp / CONFIGMAP_FILE).write_text(header + yaml.safe_dump(cm, sort_keys=False), encoding="utf-8")
         (tmp / "README.md").write_text(readme(recipe, doc, opts), encoding="utf-8")
     return out_dir / DGD_FILE
 
 
 def readme(recipe: Recipe, doc: dict[str, Any], opts: DeployOptions) -> str:
     name = doc["metadata"]["name"]
-    if recipe.backend == "trtllm-llmapi":
+    if recipe.backend is Backend.TRTLLM_LLMAPI:
         args = " ".join(doc["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["args"])
         return f"""# {name}: recipe `{recipe.name}` on NVIDIA Dynamo with TensorRT-LLM (LLM API, PyTorch backend)
 
 1. Build the checkpoint (`kiln build {recipe.name}`) and copy the engine folder into the PersistentVolumeClaim
    `{opts.engine_pvc}` (mounted read-only at `{ENGINES_MOUNT}`).
 2. `kubectl apply -f {CONFIGMAP_FILE} -f {DGD_FILE}` (the Dynamo operator installed; GPU nodes).
+
+Targets TensorRT-LLM {pins.pin("dynamo_tensorrt_llm")} (the image `{pins.pin("dynamo_trtllm_image")}`), not the
+Triton container's {pins.pin("tensorrt_llm")}: `{LLM_API_FILE}` is checked against {FACTS_FILES["dynamo"].name}.
 
 Worker: `python3 -m dynamo.trtllm {args}`; `{LLM_API_FILE}` (also in the ConfigMap) is
 `llm_api_options(recipe)`, TensorRT-LLM's LLM(**kwargs). Written by `kiln deploy dynamo` on a CPU host: checked

@@ -1,11 +1,13 @@
-"""The llmkiln Dynamo worker: one engine folder served by the CPU runtime in-process, behind Dynamo's frontend.
+"""The Dynamo front door: a protocol adapter on the engine host (llmkiln.host), behind Dynamo's frontend.
 
     python -m llmkiln.dynamo.worker --engine engines/NAME [--threads 1] [--overrides JSON] [--no-kv-events]
+                                    [--role aggregated]
 
 `kiln serve ENGINE --dynamo` starts these (llmkiln.dynamo.launcher) with the environment of its launch
 (llmkiln.dynamo.cluster: file discovery, loopback addresses). Life of a worker, driven by Dynamo's Rust
-`Worker` (dynamo.common.backend): `from_args` → `start` (load the engine with the worker's intra-op thread cap,
-run the recipe's warmup, then return the registration: context length, KV block size, block count) →
+`Worker` (dynamo.common.backend): `from_args` → `start` (the engine host checks the folder against its
+manifest, loads it with the worker's intra-op thread cap and runs the recipe's warmup — prefixes, then prompts —
+then the registration is returned: context length, KV block size, block count) →
 `generate` per request → on SIGTERM: unregister, grace period (the router stops sending here), `cleanup`, which
 drains: it ends as soon as `is_quiescent` (nothing in flight) instead of waiting out a fixed budget. The
 frontend tokenizes and applies the chat template (from the engine folder's tokenizer_config.json), so
@@ -39,16 +41,16 @@ from dynamo.common.backend import LLMEngine as DynamoEngine
 from dynamo.common.backend.health_check import build_health_check_payload
 from dynamo.common.backend.publisher import KvEventSource, PushSource
 from dynamo.common.backend.run import run
-from dynamo.llm.exceptions import EngineShutdown, InvalidArgument, Unknown
+from dynamo.llm.exceptions import EngineShutdown, HttpError, InvalidArgument, Unknown
 
 from llmkiln.dynamo.kv_events import KvEventBridge
-from llmkiln.dynamo.metrics import exposition
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import KilnError
-from llmkiln.runtime.engine import EngineClosed, LLMEngine
-from llmkiln.runtime.handle import RequestHandle
-from llmkiln.runtime.loader import load_engine
-from llmkiln.runtime.request import RequestRejected, SamplingParams
+from llmkiln.host.engine_host import EngineHost, HostOptions
+from llmkiln.host.roles import WorkerRole
+from llmkiln.runtime.engine import EngineClosed
+from llmkiln.runtime.protocol import ServingHandle
+from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, SamplingParams
 
 log = logging.getLogger("llmkiln.dynamo.worker")
 
@@ -73,6 +75,7 @@ class WorkerArgs:
     kv_events: bool
     warmup: bool
     drain_timeout_s: float
+    role: WorkerRole = WorkerRole.AGGREGATED
 
     @classmethod
     def parse(cls, argv: list[str] | None) -> WorkerArgs:
@@ -100,6 +103,12 @@ class WorkerArgs:
             default=30.0,
             help="At shutdown, seconds requests in flight get to finish (the drain ends as soon as none is left).",
         )
+        p.add_argument(
+            "--role",
+            choices=[r.value for r in WorkerRole],
+            default=WorkerRole.AGGREGATED.value,
+            help="What this worker serves (prefill/decode separation: not available yet).",
+        )
         a = p.parse_args(argv)
         overrides = json.loads(a.overrides)
         if not isinstance(overrides, dict):
@@ -117,6 +126,7 @@ class WorkerArgs:
             kv_events=not a.no_kv_events,
             warmup=not a.no_warmup,
             drain_timeout_s=a.drain_timeout,
+            role=WorkerRole(a.role),
         )
 
     def engine_overrides(self) -> dict[str, Any]:
@@ -133,11 +143,10 @@ class KilnWorker(DynamoEngine):
     def __init__(self, args: WorkerArgs) -> None:
         self.args = args
         self.folder = resolve_engine(args.engine).require()
-        self.engine: LLMEngine | None = None
+        self.host: EngineHost | None = None
         self.bridge = KvEventBridge()
-        self._handles: dict[str, RequestHandle] = {}
+        self._handles: dict[str, ServingHandle] = {}
         self._watch: asyncio.Task[None] | None = None
-        self.warmup_s = 0.0
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -167,13 +176,14 @@ class KilnWorker(DynamoEngine):
                 f"{self.folder.path}: no config.json; engines built before Dynamo support lack it: rebuild with "
                 "`kiln build --force`"
             )
-        engine = await asyncio.to_thread(load_engine, self.folder, self.args.engine_overrides())
-        self.engine = engine
+        options = HostOptions(overrides=self.args.engine_overrides(), role=self.args.role)
+        host = await asyncio.to_thread(EngineHost.open, self.folder, options, log)
+        self.host = host
+        engine = host.engine
         if engine.block_store is not None and self.args.kv_events:
-            engine.block_store.add_listener(self.bridge)
-        engine.start()
+            engine.block_store.add_listener(self.bridge)  # before the warmup: its prefixes are routable
         if self.args.warmup:
-            self.warmup_s = await asyncio.to_thread(self._warmup, engine)
+            await asyncio.to_thread(host.warmup)
         self._watch = asyncio.get_running_loop().create_task(self._watch_health())
         recipe = engine.config
         kv = recipe.kv_cache
@@ -181,7 +191,7 @@ class KilnWorker(DynamoEngine):
             "engine %s ready (intra-op threads %s, warmup %.2f s)",
             self.folder.path,
             recipe.scheduler.intra_op_threads or "default",
-            self.warmup_s,
+            host.warmup_result.seconds if host.warmup_result else 0.0,
         )
         return EngineConfig(
             model=str(self.folder.path),
@@ -195,46 +205,37 @@ class KilnWorker(DynamoEngine):
             ),
         )
 
-    def _warmup(self, engine: LLMEngine) -> float:
-        """The recipe's warmup requests (prompts × count), or one short prompt: first runs allocate buffers."""
-        t0 = time.perf_counter()
-        w = self.folder.recipe().warmup
-        prompts = list(w.prompts) * w.count or ["Hello"]
-        params = SamplingParams(max_tokens=w.max_tokens)
-        for prompt in prompts:
-            engine.submit(prompt, params).result(timeout=600)
-        return time.perf_counter() - t0
-
     async def _watch_health(self) -> None:
         """When the engine turns unhealthy, stop this worker: it unregisters, so no request is routed here."""
-        while self.engine is not None and self.engine.healthy:
+        while self.host is not None and self.host.health().healthy:
             await asyncio.sleep(HEALTH_POLL_S)
-        if self.engine is not None:
-            log.error("engine failed (%s): stopping this worker", self.engine.failure)
+        if self.host is not None:
+            log.error("engine failed (%s): stopping this worker", self.host.health().reason)
             os.kill(os.getpid(), signal.SIGTERM)
 
     async def kv_event_sources(self) -> list[KvEventSource]:
-        if not self.args.kv_events or self.engine is None or self.engine.block_store is None:
+        if not self.args.kv_events or self.host is None or self.host.engine.block_store is None:
             return []
         return [PushSource(on_ready=self.bridge.start, dp_rank=0)]
 
     async def health_check_payload(self) -> dict[str, Any] | None:
-        assert self.engine is not None
+        assert self.host is not None
         bos = self.folder.genai_config().bos_token_id
         return build_health_check_payload(bos_token_id=1 if bos is None else bos)
 
     async def register_prometheus(self, metrics: Any) -> None:
-        """llmkiln_* gauges (the runtime's metrics) on the worker's status port /metrics."""
+        """The host's metrics (llmkiln.host.metrics: the same names as the Triton model's) on the worker's status
+        port /metrics, next to Dynamo's own dynamo_component_* series."""
         metrics.register_prometheus_expfmt_callback(self._exposition)
 
     def _exposition(self) -> str:
-        if self.engine is None:
+        if self.host is None:
             return ""
-        return exposition(self.engine.metrics(), self.engine.healthy, self.warmup_s)
+        return self.host.exposition({"model": self.folder.path.name, "worker": str(os.getpid())})
 
     async def is_quiescent(self) -> bool:
         """Nothing queued or running: a drain may end now instead of waiting out its budget."""
-        return self.engine is None or self.engine.num_in_flight == 0
+        return self.host is None or self.host.is_quiescent
 
     async def abort(self, context: Context) -> None:
         handle = self._handles.get(context.id())
@@ -248,13 +249,15 @@ class KilnWorker(DynamoEngine):
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
+        if self.host is not None:
+            self.host.begin_drain()
         deadline = time.monotonic() + self.args.drain_timeout_s
         while not await self.is_quiescent() and time.monotonic() < deadline:
             await asyncio.sleep(DRAIN_POLL_S)
-        engine, self.engine = self.engine, None
-        if engine is not None:
-            left = engine.num_in_flight
-            await asyncio.to_thread(engine.shutdown, 0.0)
+        host, self.host = self.host, None
+        if host is not None:
+            left = host.engine.num_in_flight
+            await asyncio.to_thread(host.shutdown, 0.0)
             log.info("engine stopped (%d request(s) cancelled at shutdown)", left)
         self.bridge.close()
 
@@ -262,30 +265,55 @@ class KilnWorker(DynamoEngine):
     async def generate(
         self, request: GenerateRequest, context: Context
     ) -> AsyncGenerator[GenerateChunk, None]:
-        engine = self.engine
-        if engine is None:
+        host = self.host
+        if host is None:
             raise EngineShutdown("the worker is not running")
+        refused = host.refusal()
+        if refused is not None:  # draining: the front answers 503 + Retry-After
+            host.metrics.add("rejected")
+            raise HttpError(503, refused)
+        engine = host.engine
         token_ids = [int(t) for t in request["token_ids"]]
-        params = sampling_params(request, len(token_ids), engine.config.limits.max_seq_len)
+        try:
+            params = sampling_params(request, len(token_ids), engine.config.limits.max_seq_len)
+        except InvalidArgument:
+            host.metrics.add("rejected")
+            raise
         rid = context.id()
         try:
             handle = engine.submit(token_ids, params, request_id=rid)
+        except QueueFull as exc:  # overload: 429 (+ Retry-After from the front); the frontend may migrate it
+            host.metrics.add("rejected")
+            raise HttpError(429, str(exc)) from None
         except RequestRejected as exc:
+            host.metrics.add("rejected")
             raise InvalidArgument(str(exc)) from None
         except EngineClosed as exc:
+            host.metrics.add("rejected")
             raise EngineShutdown(str(exc)) from None
         self._handles[rid] = handle
+        host.request_started()
+        host.track(handle)
         n_out = 0
         try:
             async for event in handle.aiter():
                 if not event.finished:
+                    assert event.token_id is not None  # only a final event may carry no token
                     n_out += 1
                     yield {"token_ids": [event.token_id], "index": 0}
                     continue
-                if event.finish_reason == "error":
+                if event.finish_reason == FinishReason.ERROR.value:
+                    host.metrics.add("failed")
                     failed = EngineShutdown if not engine.healthy else Unknown
                     raise failed(f"llmkiln engine: {handle.error}")
-                ids = [] if event.token_id is None else [event.token_id]
+                if event.finish_reason == FinishReason.CANCELLED.value:
+                    host.metrics.add("cancelled")
+                else:
+                    ttft = handle.timings.ttft_ns
+                    host.metrics.observe_request(
+                        len(token_ids), handle.num_cached_tokens, ttft / 1e6 if ttft is not None else None
+                    )
+                ids: list[int] = [] if event.token_id is None else [event.token_id]
                 n_out += len(ids)
                 yield {
                     "token_ids": ids,
@@ -295,6 +323,8 @@ class KilnWorker(DynamoEngine):
                 }
                 return
         finally:
+            host.untrack(handle)
+            host.request_ended()
             self._handles.pop(rid, None)
 
 

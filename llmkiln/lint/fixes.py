@@ -1,4 +1,4 @@
-"""Text edits that make shared parts byte-identical: move dynamic content out, one whitespace spelling, no
+"""Text edits that make shared parts byte-identical: move dynamic content out, trailing whitespace split off, no
 literal BOS, a separator the tokenizer does not merge across. Each takes a shared part's text and returns the
 edited text (plus what was moved out)."""
 
@@ -12,8 +12,6 @@ from llmkiln.lint.dynamic import Span
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _CLAUSE_START = re.compile(r"[,;]\s*")
 _CLAUSE_END = re.compile(r"[,;:][ \t]*")
-_SPACES = re.compile(r"(?<=\S)[ \t]{2,}")
-_BLANK_LINES = re.compile(r"\n{3,}")
 
 
 def _units(text: str, spans: Sequence[Span]) -> list[tuple[int, int]]:
@@ -59,14 +57,6 @@ def split_tail(text: str) -> tuple[str, str]:
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     body = text.rstrip()
     return body, text[len(body) :]
-
-
-def canonical_body(text: str) -> str:
-    """One whitespace spelling: \\n line ends, no leading or trailing whitespace, no spaces at line ends, single
-    spaces between words, at most one blank line in a row."""
-    body, _ = split_tail(text)
-    lines = [_SPACES.sub(" ", line.rstrip()) for line in body.lstrip().split("\n")]
-    return _BLANK_LINES.sub("\n\n", "\n".join(lines))
 
 
 def strip_bos(text: str, bos_text: str) -> str:

@@ -25,18 +25,3 @@ def common_prefix_len(a: S, b: S, start: int = 0) -> int:
         else:
             hi = mid - 1
     return lo
-
-
-def best_neighbour_prefix(items: Sequence[S]) -> tuple[list[int], list[int]]:
-    """For each item: the longest prefix it shares with any other item, and that other item's index (-1 when
-    alone). Sorting puts the best partner next to each item, so only neighbours are compared."""
-    order = sorted(range(len(items)), key=lambda i: items[i])
-    best = [0] * len(items)
-    partner = [-1] * len(items)
-    for a, b in zip(order, order[1:], strict=False):
-        n = common_prefix_len(items[a], items[b])
-        if n >= best[a]:
-            best[a], partner[a] = n, b
-        if n >= best[b]:
-            best[b], partner[b] = n, a
-    return best, partner

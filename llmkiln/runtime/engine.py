@@ -51,6 +51,15 @@ class EngineFailed(EngineClosed):
     """submit() after the scheduler thread died; the engine is unhealthy for good (start a new one)."""
 
 
+class EngineStuck(KilnError):
+    """shutdown(): the scheduler thread did not end after the stop command (its runner step never returned)."""
+
+
+STOP_WAIT_S = (
+    120.0  # how long shutdown waits for a running step to end and the thread to acknowledge the stop
+)
+
+
 class Runner(Protocol):
     """What the engine needs from a runner (runner.OnnxRunner, or the tests' fake)."""
 
@@ -97,7 +106,9 @@ class LLMEngine:
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
         self._stop = False
+        self._stop_ack: threading.Event | None = None
         self._closed = False
+        self._runner_closed = False
         self._failure: str | None = None  # why the scheduler thread died (None: healthy)
         self.profiler: Profiler | None = None
         self.costs = StepCosts()  # running estimates for the TTFT-first scheduler
@@ -123,38 +134,65 @@ class LLMEngine:
     def start(self) -> LLMEngine:
         """Start the scheduler thread (idempotent)."""
         with self._lock:
+            if self._closed:
+                raise EngineClosed("the engine was shut down; create a new one")
             if self._thread is None:
-                self._stop = False
                 self._thread = threading.Thread(target=self._loop, name="llmkiln-scheduler", daemon=True)
                 self._thread.start()
         return self
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
-        """Let running requests finish for up to timeout_s, then cancel what is left and stop the thread."""
+        """Let running requests finish for up to timeout_s, then stop: what is left is cancelled.
+
+        Stopping is a command the scheduler thread executes between two steps (cancel what is left, acknowledge,
+        exit), so the runner is never closed under a running step: the caller waits for the acknowledgement and
+        for the thread to end (a step in progress, e.g. a long prefill, finishes first) before it closes the
+        runner. If the thread does not end within STOP_WAIT_S after its step, the runner is left open (the
+        process owns it) and EngineStuck is raised. Safe to call twice.
+        """
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self._thread is not None:
+        thread = self._thread
+        while time.monotonic() < deadline and thread is not None and thread.is_alive():
             with self._lock:
-                if not self._inbox and not self.scheduler.has_work():
+                if not self._handles:
                     break
-            time.sleep(0.005)
+                self._lock.wait(0.005)  # woken by nothing in particular: a short poll of _handles
+        ack = threading.Event()
         with self._lock:
-            for handle in self._handles.values():
-                self._cancels.append(handle.request_id)
+            self._closed = True  # no submission gets in after this: the thread cancels a closed set
+            self._stop = True
+            self._stop_ack = ack
             self._lock.notify_all()
-        if self._thread is not None:
-            time.sleep(0)  # let the thread process the cancels
-            with self._lock:
-                self._stop = True
-                self._lock.notify_all()
-            self._thread.join(timeout=max(1.0, deadline - time.monotonic()))
-            self._thread = None
+        if thread is not None and thread.is_alive():
+            until = time.monotonic() + STOP_WAIT_S
+            while not ack.wait(0.05) and thread.is_alive() and time.monotonic() < until:
+                pass  # a step in progress ends first; the thread then runs the stop command and acknowledges
+            thread.join(max(0.0, until - time.monotonic()))
+            if thread.is_alive():
+                raise EngineStuck(
+                    f"the scheduler thread did not stop within {STOP_WAIT_S:.0f} s of the stop command "
+                    "(a runner step that never returns); the runner was left open"
+                )
+        else:  # never started, or died on an exception: nothing else touches the scheduler now
+            self._stop_in_caller()
+        self._thread = None
+        if not self._runner_closed:
+            self._runner_closed = True
+            self.runner.close()
+        if self.profiler is not None:
+            self.profiler.close()
+
+    def _stop_in_caller(self) -> None:
+        """The stop command's work (cancel everything left), done by the caller when there is no thread."""
         self._drain()
         for rid in list(self._handles):
             self._cancel_now(rid)
-        self._closed = True
-        self.runner.close()
-        if self.profiler is not None:
-            self.profiler.close()
+        # a request whose handle is known but which never reached the scheduler (cannot happen after _drain,
+        # kept as a guard): finish it too, so no caller waits forever
+        with self._lock:
+            left = list(self._handles)
+        for rid in left:
+            self._finish_handle(rid, TokenEvent(None, 0, True, FinishReason.CANCELLED.value))
 
     @property
     def healthy(self) -> bool:
@@ -278,6 +316,11 @@ class LLMEngine:
             self._run_loop()
         except Exception as exc:  # a bug in scheduling: fail everything now rather than leave callers hanging
             self._fail_all(f"{type(exc).__name__}: {exc}")
+        finally:
+            with self._lock:
+                ack = self._stop_ack
+            if ack is not None:  # the stop command is done (or the thread died: nothing is left to stop)
+                ack.set()
 
     def _fail_all(self, reason: str) -> None:
         """The scheduler thread is dying: mark the engine unhealthy and fail every unfinished request."""
@@ -295,11 +338,13 @@ class LLMEngine:
     def _run_loop(self) -> None:
         while True:
             with self._lock:
-                if self._stop:
-                    return
-                if not self._inbox and not self._cancels and not self.scheduler.has_work():
+                stopping = self._stop
+                if not stopping and not self._inbox and not self._cancels and not self.scheduler.has_work():
                     self._lock.wait()
                     continue
+            if stopping:
+                self._stop_in_caller()  # between steps, on this thread: cancel what is left
+                return  # _loop acknowledges
             if not self.step():
                 wake = self.scheduler.next_wakeup_ns()
                 with self._lock:

@@ -6,8 +6,8 @@ key of the block before it with its own token ids, so a key stands for the whole
 (nano-vllm / vLLM). Only full blocks are keyed; a hit is accepted only when the stored token ids and parent key
 match (collision guard).
 
-Life of a block: empty → `offer()` hands it out pinned and not ready (the runner writes it this step) →
-`commit()` makes it ready and unpins it → lookups pin it while a running sequence uses it → when no sequence
+Life of a block: empty → `offer()` hands it out pinned and not ready (the engine writes it once the step's
+tokens are out) → `commit()` makes it ready and unpins it → lookups pin it while a running sequence uses it → when no sequence
 pins it, it sits in the LRU and keeps its key until `offer()` needs the space (evicted).
 
 Listeners (`add_listener`) hear when blocks become visible (`commit`: each block's key, parent key and tokens, in
@@ -136,6 +136,29 @@ class BlockStore:
             self.record_lookup(len(token_ids), len(found) * bs)
         return found
 
+    def lookup_keys(self, keys: Sequence[int], token_ids: Sequence[int], max_tokens: int) -> list[int]:
+        """`lookup` with the chained keys computed already (a request keeps its block hashes): block ids of the
+        longest cached prefix covering at most max_tokens tokens; no statistics recorded, nothing pinned."""
+        bs = self.tokens_per_block
+        n_max = min(len(keys), max(0, min(len(token_ids), max_tokens)) // bs)
+        found: list[int] = []
+        parent: int | None = None
+        for i in range(n_max):
+            key = keys[i]
+            block_id = self._by_key.get(key)
+            if block_id is None:
+                break
+            block = self.blocks[block_id]
+            if (
+                not block.ready
+                or block.parent != parent
+                or block.token_ids != tuple(token_ids[i * bs : (i + 1) * bs])
+            ):
+                break
+            found.append(block_id)
+            parent = key
+        return found
+
     def record_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
         """Count one lookup of num_tokens prompt tokens of which num_hit_tokens were served from cache (whole
         blocks here; the scheduler also counts the prefix a slot still holds beyond them)."""
@@ -168,8 +191,11 @@ class BlockStore:
                     self._empty.append(block_id)
 
     # ------------------------------------------------------------------ saving
-    def offer(self, parent: int | None, token_ids: Sequence[int]) -> tuple[int, int | None]:
-        """A full block of a sequence is computed. Returns (its key, block id to write or None).
+    def offer(
+        self, parent: int | None, token_ids: Sequence[int], key: int | None = None
+    ) -> tuple[int, int | None]:
+        """A full block of a sequence is computed. Returns (its key, block id to write or None); `key`: the
+        block's chained key when the caller computed it already (it must equal hash_fn(parent, token_ids)).
 
         None when the prefix is stored already (or being written) or when every block is pinned. A returned block
         is pinned and not ready: the runner writes it, then `commit()` publishes it.
@@ -179,7 +205,8 @@ class BlockStore:
             raise ValueError(
                 f"offer() takes full blocks of {self.tokens_per_block} tokens, got {len(tokens)}"
             )
-        key = self.hash_fn(parent, tokens)
+        if key is None:
+            key = self.hash_fn(parent, tokens)
         existing = self._by_key.get(key)
         if existing is not None:
             if existing in self._lru:
@@ -234,8 +261,9 @@ class BlockStore:
         removed = []
         for block_id in list(self._lru):
             self._lru.pop(block_id)
-            if self.blocks[block_id].key is not None:
-                removed.append(self.blocks[block_id].key)
+            key = self.blocks[block_id].key
+            if key is not None:
+                removed.append(key)
             self._forget(self.blocks[block_id])
             self._empty.append(block_id)
         self._removed(removed)

@@ -35,6 +35,7 @@ def load_engine(engine: str | Path | EngineDir, overrides: dict[str, Any] | None
     tok_file = folder.tokenizer_file()
     tokenizer = Tokenizer.from_file(str(tok_file)) if tok_file is not None else None
     config = SchedulerConfig.from_recipe(recipe, info.eos_token_ids)
+    providers = folder.execution_providers()
     runner = OnnxRunner(
         folder.path,
         info,
@@ -45,5 +46,9 @@ def load_engine(engine: str | Path | EngineDir, overrides: dict[str, Any] | None
         kv_dtype=kv.dtype,
         kv_scales=scales,
         intra_op_threads=recipe.scheduler.intra_op_threads,
+        # onnx-gpu: the build's TensorRT EP / CUDA EP list; the built TensorRT engine is for the graph as exported,
+        # so the last-logits rewrite (a different graph, a rebuild at load) is skipped
+        last_logits_only=providers is None,
+        providers=providers,
     )
     return LLMEngine(config, runner, tokenizer, recipe, engine_dir=folder.path)

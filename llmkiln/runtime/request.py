@@ -145,7 +145,14 @@ class Request:
     pinned_block_ids: list[int] = field(default_factory=list)
     num_saved_blocks: int = 0  # leading full prompt blocks already offered to the block store
     parent_hash: int | None = None  # chained hash of the last saved/hit block
+    block_hashes: list[int] = field(default_factory=list)  # chained keys of the full prompt blocks, set once
     finish_reason: FinishReason | None = None
+
+    @property
+    def slot_id(self) -> int:
+        """The KV slot of a running request (a request without one here is a scheduler bug)."""
+        assert self.slot is not None, f"request {self.request_id} holds no slot"
+        return self.slot
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -1,4 +1,5 @@
-"""Executes a SchedulerOutput on the builder's ONNX graph. The only module that imports onnxruntime.
+"""Executes a SchedulerOutput on the builder's ONNX graph. The runtime's onnxruntime module (runtime.simple, the
+reference loop, is the other one: import-linter's `onnxruntime` contract lists them).
 
 One InferenceSession driven through IOBinding. The KV lives in a pool per layer shaped
 (slots, kv_heads, max_len, head_dim); past and present are bound to the same memory, so GroupQueryAttention
@@ -14,13 +15,15 @@ Copying cached blocks into a slot and prefilling the rest is bit-exact with a fu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
 from llmkiln.engine_dir import GenaiConfig
-from llmkiln.errors import BadInput
+from llmkiln.errors import BadInput, NeedsGpuHost
 from llmkiln.kv_scales import KvScales
 from llmkiln.runtime import last_logits
 from llmkiln.runtime.kv_quant import BlockData, bytes_per_block
@@ -32,6 +35,21 @@ _RAW_NAMES = {"float16": "fp16", "int8": "int8"}
 
 # Fresh prompts batched together may waste at most this share of their padded tokens on padding.
 _MAX_PADDING = 0.25
+
+
+def _providers(model: Path, wanted: Sequence[tuple[str, dict[str, Any]]] | None) -> list[Any]:
+    """The engine's execution providers (onnx-gpu: TensorRT EP on its built cache, CUDA EP), else the CPU EP.
+    NeedsGpuHost (exit 3) when this onnxruntime has none of them: an onnx-gpu engine never runs on the CPU."""
+    if not wanted:
+        return ["CPUExecutionProvider"]
+    available = ort.get_available_providers()
+    usable = [(name, opts) for name, opts in wanted if name in available]
+    if not usable:
+        raise NeedsGpuHost(
+            f"{model.parent}: built for {', '.join(n for n, _ in wanted)} (backend onnx-gpu), and this onnxruntime "
+            f"offers {', '.join(available)}: run it on a GPU host with onnxruntime-gpu (pip install -e '.[gpu]')"
+        )
+    return usable
 
 
 class OnnxRunner:
@@ -49,6 +67,7 @@ class OnnxRunner:
         kv_scales: KvScales | None = None,
         intra_op_threads: int = 0,
         last_logits_only: bool = True,
+        providers: Sequence[tuple[str, dict[str, Any]]] | None = None,
     ) -> None:
         self.info = info
         self.num_slots = num_slots
@@ -65,7 +84,7 @@ class OnnxRunner:
         if rewritten is not None:
             opts.add_session_config_entry(last_logits.EXTERNAL_DATA_FOLDER, str(path.parent))
         self.session = ort.InferenceSession(
-            rewritten if rewritten is not None else str(path), opts, providers=["CPUExecutionProvider"]
+            rewritten if rewritten is not None else str(path), opts, providers=_providers(path, providers)
         )
         self.last_only = rewritten is not None
         self.input_names = {i.name for i in self.session.get_inputs()}
@@ -116,7 +135,7 @@ class OnnxRunner:
         ]
 
     def close(self) -> None:
-        self.session = None  # type: ignore[assignment]
+        self.session = None
 
     # ------------------------------------------------------------------ plan execution
     def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]:

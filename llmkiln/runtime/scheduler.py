@@ -4,7 +4,9 @@ Each `schedule()` returns a `SchedulerOutput` plan for one runner step: prefix-c
 chunks, one decode token for every sequence whose prompt is done, and block saves into the prefix store. The
 engine runs the plan, samples one token for every prefill chunk that ends a prompt and every decode, and hands
 the token ids back through `update_from_output()`, which appends them, retires finished sequences at once and
-frees their slots and pins.
+frees their slots and pins. The plan's saves are written after that (off the TTFT path) and published with
+`release_saves()`, the one path from an offered block to a visible one. A request's block hashes are computed
+once, when it is added (`Request.block_hashes`).
 
 Budget of a step: `max_num_tokens` tokens; decodes (1 each) first, then the chunks of prompts already running,
 then admissions in policy order while slots and budget last. A chunk is at most `max_prefill_tokens` tokens when
@@ -26,7 +28,6 @@ chunk are batched into one run up to `max_prefill_tokens` tokens.
 from __future__ import annotations
 
 import bisect
-import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,7 +147,7 @@ class Scheduler:
         self.block_store = block_store if config.kv_cache.prefix_reuse else None
         self.waiting: list[Request] = []  # sorted by policy key
         self.slots: list[Request | None] = [None] * config.scheduler.max_batch_size
-        self._free_slots = list(range(config.scheduler.max_batch_size))
+        self._free_slots: set[int] = set(range(config.scheduler.max_batch_size))
         # Prompt tokens whose KV a free slot still holds from its last request (prefill-computed or loaded):
         # a new prompt sharing a prefix with it starts there, with no block copies at all.
         self._resident: list[list[int]] = [[] for _ in range(config.scheduler.max_batch_size)]
@@ -181,6 +182,10 @@ class Scheduler:
             raise ValueError(f"request id {request.request_id!r} is already in use")
         request.arrival_seq = self._arrivals
         self._arrivals += 1
+        if self.block_store is not None and not request.block_hashes:
+            # computed once per request (vLLM's Request.block_hashes): lookups and saves reuse them
+            n_full = request.num_prompt_tokens // self.config.kv_cache.tokens_per_block
+            request.block_hashes = self.block_store.block_keys(request.prompt_ids, n_full)
         request.status = RequestStatus.WAITING
         self.requests[request.request_id] = request
         policy = self.config.scheduler.policy
@@ -213,7 +218,9 @@ class Scheduler:
         running = sorted(self.running(), key=lambda r: r.arrival_seq)
         for r in running:
             if r.prefill_done:
-                out.decodes.append(DecodeItem(r.request_id, r.slot, r.last_token_id(), r.num_computed_tokens))
+                out.decodes.append(
+                    DecodeItem(r.request_id, r.slot_id, r.last_token_id(), r.num_computed_tokens)
+                )
                 budget -= 1
         for r in running:
             if not r.prefill_done and budget > 0:
@@ -253,7 +260,9 @@ class Scheduler:
         if not picked:
             self._forced_decode = bool(decoding) and self._has_prefill_work(running)
             for r in decoding:
-                out.decodes.append(DecodeItem(r.request_id, r.slot, r.last_token_id(), r.num_computed_tokens))
+                out.decodes.append(
+                    DecodeItem(r.request_id, r.slot_id, r.last_token_id(), r.num_computed_tokens)
+                )
             out.decodes.sort(key=lambda d: d.slot)
             return out
         self._forced_decode = False
@@ -313,7 +322,9 @@ class Scheduler:
     def _lookup(self, request: Request) -> list[int]:
         if self.block_store is None:
             return []
-        return self.block_store.lookup(request.prompt_ids, request.num_prompt_tokens - 1, record=False)
+        return self.block_store.lookup_keys(
+            request.block_hashes, request.prompt_ids, request.num_prompt_tokens - 1
+        )
 
     def _best_slot(self, request: Request) -> tuple[int, int]:
         """(free slot, prompt tokens it still holds for this request): the longest resident prefix wins, then the
@@ -334,8 +345,7 @@ class Scheduler:
 
     def _admit(self, request: Request, hits: list[int], now_ns: int, out: SchedulerOutput) -> None:
         slot, resident = self._best_slot(request)
-        self._free_slots.remove(slot)
-        heapq.heapify(self._free_slots)
+        self._free_slots.discard(slot)
         self._resident[slot] = []  # until this request's prompt is computed there
         bs = self.config.kv_cache.tokens_per_block
         request.slot = slot
@@ -376,7 +386,7 @@ class Scheduler:
         end = start + size
         chunk = PrefillChunk(
             request.request_id,
-            request.slot,
+            request.slot_id,
             start,
             tuple(request.prompt_ids[start:end]),
             end == request.num_prompt_tokens,
@@ -393,19 +403,22 @@ class Scheduler:
         bs = self.config.kv_cache.tokens_per_block
         while (request.num_saved_blocks + 1) * bs <= min(computed, request.num_prompt_tokens):
             i = request.num_saved_blocks
-            key, block_id = store.offer(request.parent_hash, request.prompt_ids[i * bs : (i + 1) * bs])
+            key, block_id = store.offer(
+                request.parent_hash, request.prompt_ids[i * bs : (i + 1) * bs], key=request.block_hashes[i]
+            )
             request.parent_hash = key
             request.num_saved_blocks += 1
             if block_id is not None:
-                out.saves.append(BlockCopy(block_id, request.slot, i * bs))
+                out.saves.append(BlockCopy(block_id, request.slot_id, i * bs))
 
     # ------------------------------------------------------------------ results
     def update_from_output(
         self, out: SchedulerOutput, sampled: dict[str, int], now_ns: int = 0
     ) -> list[tuple[Request, TokenEvent]]:
-        """Apply a step's sampled tokens; returns the token events (finished sequences are retired)."""
-        if self.block_store is not None and out.saves:
-            self.block_store.commit([s.block_id for s in out.saves])
+        """Apply a step's sampled tokens; returns the token events (finished sequences are retired).
+
+        The plan's block saves are not published here: the caller writes them (after this step's tokens are out)
+        and then calls `release_saves` — the one path from an offered block to a visible one."""
         events: list[tuple[Request, TokenEvent]] = []
         for chunk in out.prefills:
             request = self.requests[chunk.request_id]
@@ -419,7 +432,8 @@ class Scheduler:
         return events
 
     def release_saves(self, saves: list[BlockCopy], written: bool) -> None:
-        """The engine ran a step's saves after its update: publish the blocks, or free them when not written."""
+        """The caller wrote a plan's saves (after `update_from_output`): publish the blocks (`commit`), or free
+        them when the write failed. Every offered block ends here or in `abandon`."""
         if self.block_store is None or not saves:
             return
         ids = [s.block_id for s in saves]
@@ -459,7 +473,7 @@ class Scheduler:
             computed = min(request.num_computed_tokens, request.num_prompt_tokens)
             self._resident[request.slot] = request.prompt_ids[:computed]
             self.slots[request.slot] = None
-            heapq.heappush(self._free_slots, request.slot)
+            self._free_slots.add(request.slot)
             request.slot = None
         if request.pinned_block_ids and self.block_store is not None:
             self.block_store.unpin(request.pinned_block_ids)

@@ -51,8 +51,28 @@ def python_tag() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
+# The interpreter the Triton-on-CPU path is verified with: the python-backend stub of nvidia-pytriton 0.7.0 loads
+# libpython<ver> and, under numpy 2, crashes on BYTES inputs (../shared/reference/dependencies.md). The wheel also
+# ships 3.12/3.13 stubs, but nothing here has been run with them; llmkiln itself installs on 3.11-3.13.
+TRITON_PYTHON = (3, 11)
+
+
+def check_triton_python(version: tuple[int, int] | None = None) -> None:
+    """BadInput (exit 2) unless this is the Python the Triton-on-CPU path runs on."""
+    have = version or (sys.version_info.major, sys.version_info.minor)
+    if tuple(have) != TRITON_PYTHON:
+        need = ".".join(map(str, TRITON_PYTHON))
+        raise BadInput(
+            f"kiln serve (Triton on CPU) needs Python {need}: the python-backend stub of nvidia-pytriton 0.7.0 "
+            f"is verified only there, and this is Python {have[0]}.{have[1]}. Run it from a Python {need} "
+            f"environment (`make setup` makes one), or use `kiln serve ENGINE --dynamo` (no Triton python backend involved)"
+        )
+
+
 def find_triton() -> TritonInstall:
-    """The tritonserver bundled in nvidia-pytriton; BadInput if the wheel is not installed."""
+    """The tritonserver bundled in nvidia-pytriton; BadInput if the wheel is not installed or this Python is not
+    the one the Triton-on-CPU path runs on."""
+    check_triton_python()
     try:
         import pytriton  # optional dependency
     except ImportError as exc:

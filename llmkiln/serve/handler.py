@@ -1,28 +1,27 @@
-"""The serving core behind the Triton python-backend model: one CPU engine, many requests in flight.
+"""The Triton front door: a protocol adapter on the engine host (llmkiln.host), many requests in flight.
 
-model.py stays thin and delegates here. `ServeCore.handle` runs one request on the stub's asyncio loop:
-parse -> engine.submit -> stream TokenEvents -> incremental detokenization -> stop strings -> responses
-(one per non-empty text delta when streaming; one final response with the whole text otherwise). Every error
-reaches the client as a Triton error on a FINAL response, so no request ever hangs.
+model.py stays thin and delegates here. `ServeCore.from_args` opens the engine host (check the engine folder,
+load, start) and runs the recipe's warmup inside initialize(), so the model is READY only once it is warm.
+`ServeCore.handle` runs one request on the stub's asyncio loop: parse -> engine.submit -> stream TokenEvents ->
+incremental detokenization -> stop strings -> responses (one per non-empty text delta when streaming; one final
+response with the whole text otherwise). Every error reaches the client as a Triton error on a FINAL response,
+so no request ever hangs.
 
 Size limits (recipe `serve.max_prompt_bytes`, `max_stop_words`, `max_stop_word_bytes`) are checked on the raw
 tensors before any decoding, and the prompt is tokenized in a worker thread (tokenizers' encode_batch releases the
 GIL), so one huge request never stalls the event loop the other requests stream on.
 
 Draining (graceful shutdown): `kiln serve` writes the `drain_file` named in config.pbtxt before it stops
-tritonserver. From then on new requests get UNAVAILABLE at once; requests in flight finish, and those still running
-at the deadline written in the file end with a final error. `llmkiln_requests_active` reaches 0 and the launcher
-stops tritonserver with nothing in flight.
+tritonserver. From then on the host refuses new requests (UNAVAILABLE at once); requests in flight finish, and
+those still running at the deadline written in the file end with a final error. `llmkiln_requests_active`
+reaches 0 and the launcher stops tritonserver with nothing in flight.
 
-Warmup: Triton runs the config's model_warmup samples through execute() before the model is READY (user
-requests are refused until then), so the first `warmup_requests` requests are the warmup; the core logs how
-long they took and publishes it as a metric. A failed warmup request fails the model load.
+Metrics: the host's (llmkiln.host.metrics), published through pb_utils every second (llmkiln.serve.metrics).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import time
@@ -31,13 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmkiln.host.engine_host import SHUTTING_DOWN, EngineHost, HostOptions
+from llmkiln.recipe import Warmup
 from llmkiln.runtime.detokenizer import IncrementalDetokenizer
-from llmkiln.runtime.engine import LLMEngine
-from llmkiln.runtime.handle import RequestHandle
-from llmkiln.runtime.loader import load_engine
-from llmkiln.runtime.profile import PROFILE_ENV
+from llmkiln.runtime.protocol import ServingHandle
 from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, SamplingParams
-from llmkiln.serve.metrics import ServeMetrics
+from llmkiln.serve.metrics import TritonMetrics
 from llmkiln.serve.response_stream import CancelBook, InvalidCancel, ResponseStream, cancel_target
 from llmkiln.serve.triton_io import (
     InvalidRequest,
@@ -56,7 +54,6 @@ DRAIN_POLL_S = 0.05
 # max_input_len tokens (the factor leaves room for normalizers that drop characters): it is refused before it is
 # tokenized, so an oversized prompt costs no tokenizer time at all.
 PRESCREEN_FACTOR = 4
-SHUTTING_DOWN = "llmkiln: the server is shutting down; retry on another replica or after it restarts"
 
 
 @dataclass(frozen=True)
@@ -66,7 +63,7 @@ class ServeSettings:
     model_name: str
     engine_dir: Path
     engine_overrides: dict[str, Any] | None = None
-    warmup_requests: int = 0
+    warmup: Warmup | None = None  # None: the engine recipe's warmup section
     exclude_input_in_output: bool = False
     drain_file: Path | None = None
     limits: RequestLimits = RequestLimits()
@@ -78,63 +75,57 @@ class ServeSettings:
         params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
         overrides = params.get("engine_overrides")
         drain = params.get("drain_file")
+        warmup = params.get("warmup")
         return cls(
             model_name=cfg.get("name", "llmkiln"),
             engine_dir=Path(params["engine_dir"]),
             engine_overrides=json.loads(overrides) if overrides else None,
-            warmup_requests=int(params.get("warmup_requests", "0") or 0),
+            warmup=Warmup.model_validate_json(warmup) if warmup else None,
             exclude_input_in_output=params.get("exclude_input_in_output", "false").lower() == "true",
             drain_file=Path(drain) if drain else None,
         )
 
 
-def _clock() -> str:
-    """Local wall-clock time like Triton's log lines (HH:MM:SS.micro)."""
-    now = time.time()
-    return time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1e6):06d}"
+class StubLog:
+    """The host's log lines through the stub's logger (they appear in tritonserver's log)."""
 
+    def __init__(self, pb: Any) -> None:
+        self.logger = pb.Logger
 
-class _FinalHook:
-    """Wraps a response sender: runs `hook(error or None)` once, just before the FINAL response goes out."""
+    def info(self, msg: str) -> None:
+        self.logger.log_info(msg)
 
-    def __init__(self, inner: Any, final_flag: int, hook: Callable[[str | None], None]) -> None:
-        self.inner = inner
-        self.final_flag = final_flag
-        self.hook: Callable[[str | None], None] | None = hook
-        self.failure: str | None = None
+    def warning(self, msg: str) -> None:
+        self.logger.log_warn(msg)
 
-    def send(self, response: Any = None, flags: int = 0) -> None:
-        if flags & self.final_flag and self.hook is not None:
-            hook, self.hook = self.hook, None
-            hook(self.failure)
-        if response is None:
-            self.inner.send(flags=flags)
-        else:
-            self.inner.send(response, flags=flags)
+    def error(self, msg: str) -> None:
+        self.logger.log_error(msg)
 
 
 class ServeCore:
     """Hosts one started engine inside the python backend; `pb` is triton_python_backend_utils."""
 
-    def __init__(self, pb: Any, engine: LLMEngine, settings: ServeSettings) -> None:
+    def __init__(self, pb: Any, host: EngineHost, settings: ServeSettings) -> None:
         self.pb = pb
-        self.engine = engine
+        self.host = host
+        self.engine = host.engine
+        self.settings = settings
         self.model_name = settings.model_name
         self.exclude_input_default = settings.exclude_input_in_output
-        self.tokens_per_block = engine.config.kv_cache.tokens_per_block
-        self.metrics = ServeMetrics(pb, settings.model_name)
-        self.warmup_left = settings.warmup_requests
-        self.warmup_total = settings.warmup_requests
-        self.warmup_finished = 0
-        self.warmup_started: float | None = None
-        self.limits = settings.limits
+        self.tokens_per_block = self.engine.config.kv_cache.tokens_per_block
+        self.metrics = host.metrics
+        self.published = TritonMetrics(pb, settings.model_name)
+        recipe = self.engine.recipe
+        if recipe is not None and settings.limits == RequestLimits():
+            serve = recipe.serve
+            self.limits = RequestLimits(
+                serve.max_prompt_bytes, serve.max_stop_words, serve.max_stop_word_bytes
+            )
+        else:
+            self.limits = settings.limits
         self.drain_file = settings.drain_file
-        self.draining = False  # set once the drain file appears: new requests get UNAVAILABLE
-        self.ending = False  # set at the drain deadline: requests still running end with a final error
-        self.active: set[RequestHandle] = set()
-        self.by_id: dict[str, RequestHandle] = {}  # running requests by request id (in-band cancels)
+        self.by_id: dict[str, ServingHandle] = {}  # running requests by request id (in-band cancels)
         self.early_cancels = CancelBook()
-        self._n_active = 0
         self.max_prompt_bytes_for_tokens = self._prompt_byte_bound()
         self._refresher: asyncio.Task[None] | None = None
         self._drain_watch: asyncio.Task[None] | None = None
@@ -142,21 +133,24 @@ class ServeCore:
 
     @classmethod
     def from_args(cls, args: dict[str, Any], pb: Any) -> ServeCore:
-        """Load and start the model's engine (initialize() of the python-backend model)."""
+        """initialize() of the python-backend model: open the engine host, warm it; READY follows."""
         settings = ServeSettings.from_args(args)
-        t0 = time.perf_counter()
-        engine = load_engine(settings.engine_dir, settings.engine_overrides)
-        if os.environ.get(PROFILE_ENV):  # `kiln profile`, `kiln bench experiment`: a step profile
-            engine.enable_profile(os.environ[PROFILE_ENV])
-        engine.start()
-        if engine.recipe is not None:
-            serve = engine.recipe.serve
-            limits = RequestLimits(serve.max_prompt_bytes, serve.max_stop_words, serve.max_stop_word_bytes)
-            settings = dataclasses.replace(settings, limits=limits)
-        pb.Logger.log_info(
-            f"llmkiln: engine {settings.engine_dir} loaded in {time.perf_counter() - t0:.2f} s"
+        host = EngineHost.open(
+            settings.engine_dir, HostOptions(overrides=settings.engine_overrides), log=StubLog(pb)
         )
-        return cls(pb, engine, settings)
+        core = cls(pb, host, settings)
+        core.warm()
+        return core
+
+    def warm(self) -> None:
+        """The warmup (the repository's, else the recipe's), before initialize() returns; raises if it fails."""
+        try:
+            self.host.warmup(self.settings.warmup)
+        except Exception:
+            self.host.shutdown(0.0)
+            raise
+        finally:
+            self.published.publish(self.host.refresh_metrics())
 
     # -- execute -------------------------------------------------------------------------------------------
 
@@ -173,24 +167,19 @@ class ServeCore:
         deadline: float | None = None
         while True:
             if deadline is None and os.path.exists(drain_file):
-                self.draining = True
+                self.host.begin_drain()
                 try:
                     deadline = float(drain_file.read_text().strip() or "0")
                 except (OSError, ValueError):
                     deadline = 0.0
-                self.pb.Logger.log_info(
-                    f"llmkiln: draining: {self._n_active} request(s) in flight, new requests get UNAVAILABLE"
-                )
-            if deadline is not None and time.time() >= deadline and not self.ending:
-                self.ending = True
-                for handle in list(self.active):
-                    handle.cancel()  # its stream sees CANCELLED and sends the final error
+            if deadline is not None and time.time() >= deadline and not self.host.ending:
+                self.host.end_overdue()  # their streams see CANCELLED and send the final error
             await asyncio.sleep(DRAIN_POLL_S)
 
     async def _refresh_engine_metrics(self) -> None:
         while True:
             try:
-                self.metrics.observe_engine(self.engine.metrics())
+                self.published.publish(self.host.refresh_metrics())
             except Exception as exc:  # metrics must never break serving
                 self.pb.Logger.log_warn(f"llmkiln: engine metrics failed: {exc}")
                 return
@@ -203,10 +192,6 @@ class ServeCore:
             return None
         longest = max((len(t.encode("utf-8")) for t in tokenizer.get_vocab()), default=1)
         return self.engine.config.limits.max_input_len * max(longest, 1) * PRESCREEN_FACTOR
-
-    def _track(self, delta: int) -> None:
-        self._n_active += delta
-        self.metrics.active.set(self._n_active)
 
     async def _encode(self, prompt: str) -> list[int] | str:
         """Token ids of the prompt, computed in a worker thread (encode_batch releases the GIL; plain encode
@@ -221,8 +206,6 @@ class ServeCore:
         err_cls = self.pb.TritonError
         code = getattr(err_cls, "UNAVAILABLE" if unavailable else "INVALID_ARG", None)
         err = err_cls(message, code) if code is not None else err_cls(message)
-        if isinstance(sender, _FinalHook):
-            sender.failure = message
         sender.send(self.pb.InferenceResponse(error=err), flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _send(self, sender: Any, text: str, final: bool, perf: PerfFields | None = None) -> None:
@@ -234,45 +217,40 @@ class ServeCore:
         """Serve one request to completion; never raises."""
         received_ns = time.time_ns()
         final = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        stream = ResponseStream(request.get_response_sender(), final)  # one FINAL response, nothing after it
-        sender: Any = stream
+        sender = ResponseStream(request.get_response_sender(), final)  # one FINAL response, nothing after it
         try:
             target = cancel_target(request)
         except InvalidCancel as exc:
-            self.metrics.rejected.increment(1)
+            self.metrics.add("rejected")
             self._error(sender, str(exc))
             return
         if target is not None:  # the gRPC front's in-band cancel (llmkiln.serve.grpc_front)
             self._cancel(target)
-            stream.finish()
+            sender.finish()
             return
-        if self.warmup_left > 0:
-            self.warmup_left -= 1
-            if self.warmup_started is None:
-                self.warmup_started = time.perf_counter()
-            # Account for a warmup request before its FINAL response: Triton may report READY right after it.
-            sender = _FinalHook(stream, final, self._warmup_done_one)
-        if self.draining or (self.drain_file is not None and os.path.exists(self.drain_file)):
-            self.draining = True
-            self.metrics.rejected.increment(1)
-            self._error(sender, SHUTTING_DOWN, unavailable=True)
+        if self.drain_file is not None and not self.host.draining and os.path.exists(self.drain_file):
+            self.host.begin_drain()
+        refused = self.host.refusal()
+        if refused is not None:
+            self.metrics.add("rejected")
+            self._error(sender, refused, unavailable=True)
             return
-        self._track(+1)
+        self.host.request_started()
         try:
             await self._run(request, sender, received_ns)
         except Exception as exc:  # anything unexpected still ends the stream
-            self.metrics.failed.increment(1)
+            self.metrics.add("failed")
             self.pb.Logger.log_error(f"llmkiln: request failed: {type(exc).__name__}: {exc}")
             self._error(sender, f"llmkiln: internal error: {type(exc).__name__}")
         finally:
-            self._track(-1)
-            if not stream.finished:  # every exit path ends the request with exactly one final response
-                sender.send(flags=final)
-            if stream.dropped:
+            sender.finish()  # every exit path ends the request with exactly one final response
+            if sender.dropped:
                 self.pb.Logger.log_warn(
-                    f"llmkiln: {stream.dropped} response(s) after the final one dropped "
+                    f"llmkiln: {sender.dropped} response(s) after the final one dropped "
                     f"(request {request.request_id()!r})"
                 )
+            self.host.request_ended()
+            self.published.publish(self.metrics)  # counters and TTFT at once; engine gauges every second
 
     def _cancel(self, request_id: str) -> None:
         """An in-band cancel: cancel the running request, or remember it for when it is submitted."""
@@ -281,22 +259,7 @@ class ServeCore:
             self.early_cancels.add(request_id)
             return
         handle.cancel()
-        self.metrics.cancelled.increment(1)
-
-    def _warmup_done_one(self, failure: str | None) -> None:
-        self.warmup_finished += 1
-        self.metrics.warmup_requests.increment(1)
-        if failure is not None:
-            self.pb.Logger.log_error(
-                f"llmkiln: a warmup request failed, the model stays not ready: {failure}"
-            )
-        if self.warmup_finished == self.warmup_total and self.warmup_started is not None:
-            took = time.perf_counter() - self.warmup_started
-            self.metrics.warmup_seconds.set(took)
-            # Stamped here (before the last FINAL response) because the stub ships log lines asynchronously.
-            self.pb.Logger.log_info(
-                f"llmkiln: warmup done: {self.warmup_total} requests in {took:.3f} s (finished at {_clock()})"
-            )
+        self.metrics.add("cancelled")
 
     def _get_array(self, request: Any) -> Callable[[str], Any]:
         def get(name: str) -> Any:
@@ -310,14 +273,14 @@ class ServeCore:
             req = parse_request(self._get_array(request), self.exclude_input_default, self.limits)
             params = SamplingParams(**req.sampling_kwargs())
         except (InvalidRequest, RequestRejected) as exc:
-            self.metrics.rejected.increment(1)
+            self.metrics.add("rejected")
             self._error(sender, f"llmkiln: bad request: {exc}")
             return
         bound = self.max_prompt_bytes_for_tokens
         if bound is not None and len(req.prompt) > bound:  # characters <= bytes: a cheap first look
             n_bytes = len(req.prompt.encode("utf-8"))
             if n_bytes > bound:
-                self.metrics.rejected.increment(1)
+                self.metrics.add("rejected")
                 self._error(
                     sender,
                     f"llmkiln: request rejected: the prompt ({n_bytes} bytes) is far longer than "
@@ -331,20 +294,20 @@ class ServeCore:
                 prompt, params, priority=req.priority, request_id=request.request_id() or None
             )
         except RequestRejected as exc:
-            self.metrics.rejected.increment(1)
+            self.metrics.add("rejected")
             self._error(sender, f"llmkiln: request rejected: {exc}", unavailable=isinstance(exc, QueueFull))
             return
-        self.active.add(handle)
+        self.host.track(handle)
         request_id = request.request_id()
         if request_id:
             self.by_id[request_id] = handle
             if self.early_cancels.take(request_id):  # its cancel came while it was being tokenized
                 handle.cancel()
-                self.metrics.cancelled.increment(1)
+                self.metrics.add("cancelled")
         try:
             await self._stream(request, sender, req, handle, (received_ns, submit_ns))
         finally:
-            self.active.discard(handle)
+            self.host.untrack(handle)
             if request_id and self.by_id.get(request_id) is handle:
                 del self.by_id[request_id]
 
@@ -353,11 +316,11 @@ class ServeCore:
         request: Any,
         sender: Any,
         req: ParsedRequest,
-        handle: RequestHandle,
+        handle: ServingHandle,
         stamps: tuple[int, int] = (0, 0),
     ) -> None:
         # The prompt is context only: the first generated word keeps its leading space.
-        detok = IncrementalDetokenizer(self.engine.tokenizer, prompt_ids=handle.prompt_ids)
+        detok = IncrementalDetokenizer(self.engine, prompt_ids=handle.prompt_ids)
         stops = StopMatcher(req.stop_words)
         pieces: list[str] = []
         n_tokens = 0
@@ -367,11 +330,11 @@ class ServeCore:
             if not first_seen_ns:
                 first_seen_ns = time.time_ns()
             if ev.finish_reason == FinishReason.ERROR:
-                self.metrics.failed.increment(1)
+                self.metrics.add("failed")
                 self._error(sender, f"llmkiln: generation failed: {handle.error or 'runtime error'}")
                 return
-            if ev.finish_reason == FinishReason.CANCELLED and self.ending:
-                self.metrics.failed.increment(1)
+            if ev.finish_reason == FinishReason.CANCELLED and self.host.ending:
+                self.metrics.add("failed")
                 self._error(
                     sender, f"{SHUTTING_DOWN} (the request did not finish within the exit timeout)", True
                 )
@@ -404,7 +367,7 @@ class ServeCore:
                     f"llmkiln: request {request.request_id()!r} cancelled by the client"
                 )
                 handle.cancel()
-                self.metrics.cancelled.increment(1)
+                self.metrics.add("cancelled")
                 sender.send(flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 return
         if stopped:
@@ -434,7 +397,7 @@ class ServeCore:
             text = req.prompt + text
         self._send(sender, text, final=True, perf=perf if req.return_perf_metrics else None)
 
-    def _perf(self, handle: RequestHandle, n_tokens: int) -> PerfFields:
+    def _perf(self, handle: ServingHandle, n_tokens: int) -> PerfFields:
         t = handle.timings
         cached = handle.num_cached_tokens
         return PerfFields(
@@ -448,7 +411,7 @@ class ServeCore:
             num_output_tokens=n_tokens,
         )
 
-    def _observe(self, handle: RequestHandle) -> None:
+    def _observe(self, handle: ServingHandle) -> None:
         ttft_ns = handle.timings.ttft_ns
         ttft_ms = ttft_ns / 1e6 if ttft_ns is not None else None
         self.metrics.observe_request(handle.num_prompt_tokens, handle.num_cached_tokens, ttft_ms)
@@ -459,6 +422,6 @@ class ServeCore:
                 if task is not None:
                     self._loop.call_soon_threadsafe(task.cancel)
         try:
-            self.engine.shutdown(timeout_s)
+            self.host.shutdown(timeout_s)
         finally:
-            self.metrics.close()
+            self.published.close()

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from llmkiln.engine_dir import EngineDir, resolve_engine
+from llmkiln.engine_dir import EngineDir
+from llmkiln.host.check import check_engine
 from llmkiln.serve.processes import new_workdir, remove_dead_workdirs
 from llmkiln.serve.repository import spec_from_engine, write_repository
 from llmkiln.serve.server import ServerConfig, ServerFailed, TritonServer
@@ -33,7 +34,6 @@ class ServeOptions:
     engines_root: Path | None = (
         None  # where a recipe name is looked up (default: $LLMKILN_ENGINES or ./engines)
     )
-    verify_full: bool = False  # re-hash every engine file (default: files changed since their last check)
     admin_key: str | None = None  # the key admin API calls must send (None: admin APIs closed)
 
 
@@ -53,6 +53,7 @@ def server_config(engine: EngineDir, repo: Path, opts: ServeOptions) -> ServerCo
         http_front=True,
         grpc_front=True,
         max_request_bytes=serve.max_prompt_bytes,
+        reap_workdir=True,
     )
 
 
@@ -63,8 +64,8 @@ def serve_engine(
     on_ready: Callable[[TritonServer, str], None] | None = None,
 ) -> int:
     """Serve `engine` until SIGINT/SIGTERM; 0 after a clean stop, ServerFailed (exit 1) otherwise."""
-    folder = resolve_engine(engine, opts.engines_root).require()
-    folder.verify(full=opts.verify_full)  # a corrupted engine is never served (IntegrityError, exit 1)
+    # a corrupted engine is never served (IntegrityError, exit 1); the model's engine host checks it again
+    folder = check_engine(engine, opts.engines_root)
     spec = spec_from_engine(folder)
     remove_dead_workdirs()  # temp folders of killed `kiln serve` processes
     work = new_workdir()
@@ -110,7 +111,7 @@ def serve_forever(server: TritonServer, on_ready: Callable[[TritonServer], None]
             cause = server.crash or f"tritonserver exited unexpectedly with code {code}"
             raise ServerFailed(f"{cause}.\n{server.failure_report()}")
         code = server.stop()
-        if code == 0 or (server.forced_exit and server.drained):
+        if code == 0 or server.stopped_after_drain or (server.forced_exit and server.drained):
             return 0
         raise ServerFailed(
             f"tritonserver exited with code {code} while stopping"

@@ -2,6 +2,7 @@
 every llmkiln server gets (`--backend-config=python,shm-region-prefix-name=<prefix>`).
 
 - `processes_with(text)`: pids whose command line holds `text` (a server's prefix: tritonserver and its stubs).
+- `children(pids)`: the live children of `pids` (a stub's guard process).
 - `stale_servers(ports)`: llmkiln tritonservers listening on one of `ports` whose parent is gone (a `kiln serve`
   that was killed before tritonserver learned to die with its parent), or any llmkiln server on those ports.
 - `remove_orphan_shm()`: /dev/shm files of llmkiln servers no process carries any more (a killed server's).
@@ -49,6 +50,17 @@ def alive(pid: int) -> bool:
 
 def _pids() -> list[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def children(parents: list[int]) -> list[int]:
+    """Pids (not zombies) whose parent is one of `parents`."""
+    want = set(parents)
+    out = []
+    for pid in _pids():
+        info = _ppid_and_state(pid)
+        if info is not None and info[0] in want and info[1] not in ("Z", "X"):
+            out.append(pid)
+    return out
 
 
 def processes_with(text: str) -> list[int]:

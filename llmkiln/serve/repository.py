@@ -1,9 +1,11 @@
 """The Triton model repository for a CPU engine: config.pbtxt built as a protobuf message, never a template.
 
-Layout written by `write_repository`:
+Layout written by `write_repository` (the model folder is built in a hidden `.tmp-repo@<pid>-*` folder inside
+`<out>` and renamed into place: nothing is written outside `<out>`, and a failure leaves nothing behind):
   <out>/<model_name>/config.pbtxt        ModelConfig (tritonclient's model_config_pb2) via text_format
   <out>/<model_name>/1/model.py          copy of llmkiln/serve/model.py (thin; imports llmkiln from the venv)
-  <out>/<model_name>/warmup/*            raw warmup tensors (model_warmup input_data_file)
+The warmup section travels as the parameter `warmup` (JSON); the engine host runs it inside the model's
+initialize(), so the model is READY only once warm (no model_warmup samples: the host owns the warmup).
 
 The model I/O follows the tensorrtllm_backend ensemble (max_batch_size >= 1, dims [1]) so its clients and
 genai-perf (`--backend tensorrtllm`) work unchanged. `check_repository` parses and validates a repository.
@@ -12,8 +14,10 @@ genai-perf (`--backend tensorrtllm`) work unchanged. `check_repository` parses a
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
-import struct
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,14 +25,12 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from llmkiln.atomic import atomic_dir
 from llmkiln.engine_dir import RESOLVED_RECIPE, EngineDir
 from llmkiln.errors import BadInput
-from llmkiln.recipe import Warmup
+from llmkiln.recipe import MODEL_NAME_PATTERN, Warmup
 
 MODEL_FILE = Path(__file__).with_name("model.py")
 VERSION = "1"
-WARMUP_DIR = "warmup"
 
 T = mc.DataType
 # name -> (data type, dims, optional). Order = the order in config.pbtxt.
@@ -75,6 +77,21 @@ class RepoSpec:
     # the file the launcher writes to make the model drain (ServeCore; TritonServer.drain)
     drain_file: Path | None = None
 
+    def __post_init__(self) -> None:
+        check_model_name(self.model_name)
+
+
+def check_model_name(name: str) -> str:
+    """`name` when it is a safe Triton model name (MODEL_NAME_PATTERN), else BadInput: the name becomes a folder
+    of the repository, so '..' or 'a/b' would write outside it."""
+    if not isinstance(name, str) or re.fullmatch(MODEL_NAME_PATTERN, name) is None:
+        shown = repr(name)[:80]
+        raise BadInput(
+            f"model name {shown} (serve.model_name or --model-name): a Triton model name is 1-128 letters, digits, "
+            "'_', '.' or '-', not starting with '.' or '-' (no path parts such as '..' or '/')"
+        )
+    return name
+
 
 def spec_from_engine(engine: EngineDir | Path, model_name: str | None = None) -> RepoSpec:
     """The engine's resolved recipe turned into a RepoSpec (its warmup and serve sections)."""
@@ -87,13 +104,8 @@ def spec_from_engine(engine: EngineDir | Path, model_name: str | None = None) ->
     )
 
 
-def _string_file(text: str) -> bytes:
-    raw = text.encode("utf-8")
-    return struct.pack("<I", len(raw)) + raw
-
-
 def build_model_config(spec: RepoSpec) -> mc.ModelConfig:
-    """The ModelConfig message for the llmkiln python-backend model (decoupled, with model_warmup)."""
+    """The ModelConfig message for the llmkiln python-backend model (decoupled; the warmup as a parameter)."""
     cfg = mc.ModelConfig(name=spec.model_name, backend="python", max_batch_size=spec.max_batch_size)
     cfg.model_transaction_policy.decoupled = True
     for name, (dtype, dims, optional) in INPUTS.items():
@@ -104,7 +116,7 @@ def build_model_config(spec: RepoSpec) -> mc.ModelConfig:
     params = {
         "engine_dir": str(spec.engine_dir),
         "exclude_input_in_output": "true" if spec.exclude_input_in_output else "false",
-        "warmup_requests": str(warmup_request_count(spec.warmup)),
+        "warmup": spec.warmup.model_dump_json(),
     }
     if spec.engine_overrides:
         params["engine_overrides"] = json.dumps(spec.engine_overrides, sort_keys=True)
@@ -112,63 +124,79 @@ def build_model_config(spec: RepoSpec) -> mc.ModelConfig:
         params["drain_file"] = str(spec.drain_file)
     for key, value in params.items():
         cfg.parameters[key].string_value = value
-    for i, _text in enumerate(warmup_texts(spec.warmup)):
-        w = mc.ModelWarmup(name=f"warmup_{i}", batch_size=1, count=spec.warmup.count)
-        w.inputs["text_input"].data_type = T.TYPE_STRING
-        w.inputs["text_input"].dims.append(1)
-        w.inputs["text_input"].input_data_file = f"text_input_{i}"
-        w.inputs["max_tokens"].data_type = T.TYPE_INT32
-        w.inputs["max_tokens"].dims.append(1)
-        w.inputs["max_tokens"].input_data_file = "max_tokens"
-        cfg.model_warmup.append(w)
     return cfg
-
-
-def warmup_texts(warmup: Warmup) -> list[str]:
-    """What Triton sends before READY, in order: the shared prefixes (they prime the prefix cache so the first
-    real request reuses their blocks), then the engine warmup prompts; none when count is 0."""
-    return [*warmup.prefixes, *warmup.prompts] if warmup.count else []
-
-
-def warmup_request_count(warmup: Warmup) -> int:
-    """Requests Triton runs before READY: `count` per text (count 0 = no warmup)."""
-    return len(warmup_texts(warmup)) * warmup.count
-
-
-def warmup_files(spec: RepoSpec) -> dict[str, bytes]:
-    """Raw warmup tensors: TYPE_STRING = 4-byte little-endian length + bytes; INT32 little-endian."""
-    if not warmup_request_count(spec.warmup):
-        return {}
-    texts = warmup_texts(spec.warmup)
-    files = {f"text_input_{i}": _string_file(p) for i, p in enumerate(texts)}
-    if texts:
-        files["max_tokens"] = struct.pack("<i", spec.warmup.max_tokens)
-    return files
 
 
 def config_text(cfg: mc.ModelConfig) -> str:
     return text_format.MessageToString(cfg)
 
 
+TMP_PREFIX = ".tmp-repo@"
+_TMP_OWNER = re.compile(r"^\.tmp-repo@(\d+)-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def write_repository(spec: RepoSpec, out: Path, overwrite: bool = False) -> Path:
-    """Write the repository to `out` (built in a temp folder next to it, then renamed). Returns the model folder."""
+    """Write the repository to `out` and return the model folder. The model folder is built in a hidden temp
+    folder inside `out`, checked, and renamed into place; nothing is written outside `out`, and on any failure
+    nothing is left (folders this call created are removed again). `overwrite` replaces what `out` held."""
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise BadInput(f"{out}: exists and is not empty; choose another -o folder or remove it")
+    check_model_name(spec.model_name)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"{out}: exists and is not a folder; choose another -o folder")
+    for stale in out.glob(f"{TMP_PREFIX}*") if out.is_dir() else []:  # left by a killed writer
+        m = _TMP_OWNER.match(stale.name)
+        if m is not None and not _alive(int(m.group(1))):
+            shutil.rmtree(stale, ignore_errors=True)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise BadInput(f"{out}: exists and is not empty; choose another -o folder or remove it")
     EngineDir(spec.engine_dir).require()
-    with atomic_dir(out, prefix=f".{out.name}.tmp-") as tmp:
+    created: Path | None = None  # the topmost folder this call creates, removed again on failure
+    if not out.exists():
+        created = out
+        while not created.parent.exists():
+            created = created.parent
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out, prefix=f"{TMP_PREFIX}{os.getpid()}-"))
+    try:
         model_dir = tmp / spec.model_name
         (model_dir / VERSION).mkdir(parents=True)
         (model_dir / "config.pbtxt").write_text(config_text(build_model_config(spec)))
         shutil.copy2(MODEL_FILE, model_dir / VERSION / "model.py")
-        files = warmup_files(spec)
-        if files:
-            (model_dir / WARMUP_DIR).mkdir()
-            for name, data in files.items():
-                (model_dir / WARMUP_DIR / name).write_bytes(data)
         check_repository(tmp)
+        _publish(model_dir, out, tmp)
+    except BaseException:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out / spec.model_name
+
+
+def _publish(model_dir: Path, out: Path, tmp: Path) -> None:
+    """Rename `model_dir` to out/<name>; what `out` held before (overwrite) is moved into `tmp` first (and put
+    back if the rename fails), so `out` never shows a mix of old and new."""
+    aside = tmp / ".old"
+    aside.mkdir()
+    moved = [e for e in out.iterdir() if e != tmp]
+    for entry in moved:
+        entry.rename(aside / entry.name)
+    try:
+        model_dir.rename(out / model_dir.name)
+    except BaseException:
+        for entry in moved:
+            (aside / entry.name).rename(entry)
+        raise
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -236,16 +264,16 @@ def _problems(model_dir: Path, cfg: mc.ModelConfig) -> list[str]:
             out.append(f"{where}: parameter engine_overrides is not JSON: {exc}")
     if not (model_dir / VERSION / "model.py").is_file():
         out.append(f"{model_dir / VERSION / 'model.py'}: missing (the python-backend model)")
-    for w in cfg.model_warmup:
-        if w.batch_size != 1:
-            out.append(f"{where}: model_warmup {w.name!r}: batch_size must be 1")
-        for in_name, spec in w.inputs.items():
-            if in_name not in have_in:
-                out.append(f"{where}: model_warmup {w.name!r} feeds unknown input {in_name!r}")
-            if spec.WhichOneof("input_data_type") == "input_data_file":
-                f = model_dir / WARMUP_DIR / spec.input_data_file
-                if not f.is_file():
-                    out.append(f"{where}: model_warmup {w.name!r}: input file {f} is missing")
+    if cfg.model_warmup:
+        out.append(
+            f"{where}: model_warmup samples are not used by the llmkiln model (its engine host runs the warmup "
+            "in initialize()): remove them and give the warmup as parameter 'warmup' (JSON)"
+        )
+    if "warmup" in cfg.parameters:
+        try:
+            Warmup.model_validate_json(cfg.parameters["warmup"].string_value)
+        except ValueError as exc:
+            out.append(f"{where}: parameter warmup is not a valid warmup section: {exc}")
     return out
 
 

@@ -7,13 +7,19 @@ stops it gracefully:
   started it (`setpriv --pdeathsig KILL`): a SIGKILLed `kiln serve` leaves no server holding its ports. A stale
   server from an older, killed launcher is named (pid, how to stop it) when its port is wanted again, and the
   /dev/shm files of dead servers are removed at start.
+- If the launcher dies (SIGKILL included), its reaper (llmkiln.serve.reaper, a process in its own session) kills
+  the server's cgroup (or process group) — tritonserver, its stubs and their guards — and removes the server's
+  /dev/shm files and the temp folder; each stub also dies with tritonserver by itself (parent_watch's guard).
 - Triton 2.51 does not notice a dead python stub: health stays 200 and in-flight streams hang (measured: 70 s
   with no answer). A watchdog polls the stub pids every 0.25 s; when one dies, tritonserver is killed (it cannot
   recover), so readiness fails within a second, clients' streams end with an error, and the launcher reports
   the cause and the log tail (the log is kept in the user cache folder).
 - stop(): drain first (the model's drain file: new requests get UNAVAILABLE at once, requests in flight finish or
-  end with a final error at the deadline, `llmkiln_requests_active` reaches 0), then SIGTERM with nothing in
-  flight, then SIGKILL past the exit timeout.
+  end with a final error at the deadline, `llmkiln_requests_active` reaches 0; the HTTP front's readiness says
+  503), then — nothing in flight — tritonserver is killed, with the HTTP front answering 503 until it is gone
+  (Triton 2.51's own shutdown answers "unknown model" while it unloads and can hang until its exit timeout:
+  `_stop_after_drain`). Without a drain (no drain file, or requests still active): SIGTERM, then SIGKILL past the
+  exit timeout.
 - The admin APIs (shared memory, logging, trace, model repository, statistics) are restricted to clients that
   send the operator's key (`ServerConfig.admin_key`, header `llmkiln-admin-key`; gRPC:
   `triton-grpc-protocol-llmkiln-admin-key`); without a key a random one is used, so they are closed.
@@ -48,11 +54,13 @@ from llmkiln.serve.processes import (
     LLMKILN_SHM_PREFIX,
     SHM_DIR,
     alive,
+    children,
     new_workdir,
     processes_with,
     remove_orphan_shm,
     stale_servers,
 )
+from llmkiln.serve.reaper import Reaper, die_with_parent, start_time
 
 EXIT_MARGIN_S = 5.0
 DRAIN_MARGIN_S = 1.0  # requests still running this long before the exit timeout end with a final error
@@ -92,12 +100,7 @@ class ServerConfig:
     # Triton's gRPC on loopback
     grpc_front: bool = False
     env: dict[str, str] = field(default_factory=dict)  # added to the server's environment (and the backend's)
-
-
-def _die_with_parent(argv: list[str]) -> list[str]:
-    """argv run under `setpriv --pdeathsig KILL` (util-linux): the kernel kills it when our thread dies."""
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
+    reap_workdir: bool = False  # remove `workdir` too if the launcher dies (kiln serve's temp folder)
 
 
 class TritonServer:
@@ -117,11 +120,14 @@ class TritonServer:
         self.kept_log: Path | None = None
         self.forced_exit = False
         self.drained = False
+        self.stopped_after_drain = False  # killed on purpose once nothing was in flight: a clean stop
         self.crash: str | None = None  # why the watchdog killed the server
         self.stub_pids: list[int] = []
+        self._tree: list[tuple[int, int | None]] = []  # stubs and their guards, with their start times
         self.stop_requested = threading.Event()
         self._own_workdir: Path | None = None
         self.front: HttpFront | None = None
+        self.reaper: Reaper | None = None  # kills what we started and removes its files if we die
         # where tritonserver's own HTTP endpoint listens (behind the front: loopback, a free port)
         self.triton_http = (cfg.host, cfg.http_port)
         self.grpc_front: GrpcFront | None = None
@@ -214,14 +220,20 @@ class TritonServer:
                 ) from None
         self.log_path = workdir / "tritonserver.log"
         self._log = self.log_path.open("w", encoding="utf-8")
+        self.reaper = Reaper("serve")
+        self.reaper.start()
+        self.reaper.remove_shm(self.shm_prefix)
+        if self._own_workdir is not None or self.cfg.reap_workdir:
+            self.reaper.remove_tree(workdir)
         self.proc = subprocess.Popen(
-            _die_with_parent(self.command(backend_dir)),
+            self.reaper.wrap(die_with_parent(self.command(backend_dir))),
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        self.reaper.watch_group(self.proc.pid)  # tritonserver leads its group; the stubs are in it
         self._reader = threading.Thread(target=self._read, name="tritonserver-log", daemon=True)
         self._reader.start()
 
@@ -236,9 +248,6 @@ class TritonServer:
             if self.echo is not None:
                 self.echo.write(line)
                 self.echo.flush()
-
-    def log_text(self) -> str:
-        return "\n".join(self.lines)
 
     def last_lines(self, n: int = 30) -> str:
         return "\n".join(list(self.lines)[-n:])
@@ -295,6 +304,8 @@ class TritonServer:
             if code is not None:
                 self._join_reader()
                 self._clean_leftovers()  # a crashed server (Triton 2.51 can segfault on a failed warmup)
+                self.keep_log()  # before the reaper removes the folder it is in
+                self._close_reaper()
                 raise ServerFailed(
                     f"tritonserver exited with code {code} before it was ready.\n{self.failure_report()}"
                 )
@@ -309,6 +320,7 @@ class TritonServer:
                 )
             time.sleep(0.2)
         self.stub_pids = [p for p in processes_with(self.shm_prefix) if p != self.proc.pid]
+        self._tree = [(p, start_time(p)) for p in [*self.stub_pids, *children(self.stub_pids)]]  # + guards
         self._watchdog = threading.Thread(target=self._watch_stubs, name="stub-watchdog", daemon=True)
         self._watchdog.start()
         return time.monotonic() - t0
@@ -350,6 +362,8 @@ class TritonServer:
             return False
         deadline = time.time() + max(self.cfg.exit_timeout_s - DRAIN_MARGIN_S, 0.5)
         drain_file.write_text(f"{deadline:.3f}\n")
+        if self.front is not None:
+            self.front.draining()  # readiness 503 from now on
         while self.proc.poll() is None:
             if self.active_requests() == 0:
                 self.drained = True
@@ -362,8 +376,13 @@ class TritonServer:
     def terminate(self) -> None:
         """Ask for Triton's graceful shutdown (SIGTERM): it waits up to the exit timeout for in-flight requests."""
         self.stop_requested.set()  # stubs exit during a shutdown: the watchdog stands down
-        # first: the fronts' pooled connections would make Triton wait the whole exit timeout, then exit 1
-        self._stop_fronts()
+        if self.front is not None:
+            # first: its pooled keep-alive connections would make Triton wait the whole exit timeout, then exit 1;
+            # it keeps answering 503 until tritonserver is gone (wait_exit stops it)
+            self.front.refuse_all()
+        if self.grpc_front is not None:
+            # the same for its connection to Triton; responses still on their way reach their clients first
+            self.grpc_front.stop()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
 
@@ -393,19 +412,44 @@ class TritonServer:
         self._join_reader()
         self._clean_leftovers()
         self._stop_fronts()
-        if self.proc.returncode != 0 or self.crash is not None:
+        if (self.proc.returncode != 0 and not self.stopped_after_drain) or self.crash is not None:
             self.keep_log()
         if self._own_workdir is not None:
             shutil.rmtree(self._own_workdir, ignore_errors=True)
+        self._close_reaper()
         return self.proc.returncode
+
+    def _close_reaper(self) -> None:
+        if self.reaper is not None:
+            self.reaper.close()
+            self.reaper = None
 
     def stop(self, grace_s: float | None = None) -> int | None:
         """drain(), then terminate() and wait_exit(); returns tritonserver's exit code (-9 when killed)."""
         self.stop_requested.set()
-        if self.proc is not None and self.proc.poll() is None and self.stub_pids:
-            self.drain()
+        if self.proc is not None and self.proc.poll() is None and self.stub_pids and self.drain():
+            self._stop_after_drain()
         self.terminate()
         return self.wait_exit(grace_s)
+
+    def _stop_after_drain(self) -> None:
+        """Nothing is in flight (the model said so): end tritonserver at once rather than by SIGTERM.
+
+        Triton 2.51's own shutdown (measured, `python scripts/triton_probes.py closed-streams`) first unloads the
+        model while its gRPC endpoint still takes streams — they get "unknown model", not the drain's UNAVAILABLE
+        — and after client-cancelled gRPC streams (a channel closed without ending its stream, after every final
+        response) it keeps the model "live" with 0 inferences in flight until its exit timeout, then exits 1.
+        Killed, every port closes at once (gRPC clients: UNAVAILABLE), the HTTP front answers 503 until the
+        end, the stubs die with tritonserver (their guard) and their /dev/shm files are removed (wait_exit)."""
+        assert self.proc is not None
+        if self.front is not None:
+            self.front.refuse_all()
+        if self.grpc_front is not None:  # the drain's last final errors reach their clients first
+            self.grpc_front.stop()
+        self.stopped_after_drain = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.lines.append("llmkiln: drained (0 requests in flight): stopped tritonserver")
 
     def _clean_leftovers(self) -> None:
         deadline = time.monotonic() + 5
@@ -414,6 +458,10 @@ class TritonServer:
         for pid in self.leftover_processes():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+        # a stub killed with tritonserver is an orphan zombie until init reaps it: wait for that (briefly), so
+        # nothing of this server is in the process table when we return
+        while time.monotonic() < deadline and any(start_time(p) == t for p, t in self._tree if t is not None):
+            time.sleep(0.02)
         removed = 0
         for f in self.leftover_shm():
             with contextlib.suppress(FileNotFoundError):

@@ -53,7 +53,7 @@ def commands(recipe: Recipe, engine_dir: Path) -> dict[str, Any]:
         "take_model_files": take,
         "tritonserver": triton,
         "trtllm_serve": serve,
-        "warmup_texts": llmapi_repo.warmup_texts(recipe),
+        "warmup_texts": recipe.warmup.texts(),
     }
 
 
@@ -74,6 +74,16 @@ The first command takes the llmapi model code (model.py, helpers.py) from the co
 triton_repo/tensorrt_llm/1/. To compare the container's config.pbtxt with llmkiln's first (I/O names,
 parameters), use `kiln repo --check triton_repo --upstream-models {Path(pins.pin("llmapi_model_files")).parent}
 --take-model-files` instead (scripts/gpu_verify.sh does).
+
+Start tritonserver as above, not with upstream's `launch_triton_server.py`: that launcher always passes
+`--disable-auto-complete-config` (NVIDIA/TensorRT-LLM@0a2e2c1:triton_backend/scripts/launch_triton_server.py,
+`get_cmd`), and the llmapi model applies `triton_config` from 1/model.yaml (`max_batch_size: 0`, `decoupled:
+true`) only in its `auto_complete_config`, which that flag skips: the model would load non-decoupled and refuse
+streamed requests ("Streaming is only supported if model is deployed using decoupled mode"). What to do: use the
+tritonserver command above (auto-complete on; tensor parallelism comes from `tensor_parallel_size` in
+model.yaml, the LLM API starts its own workers). Where tooling insists on the launcher, take the command it
+builds and drop `--disable-auto-complete-config` from it; do not move `max_batch_size` / `decoupled` into
+config.pbtxt instead (`kiln repo --check` refuses that: model.py's auto_complete_config sets them).
 
 ## trtllm-serve (OpenAI-compatible endpoint)
 

@@ -5,9 +5,11 @@ the Triton `llmapi` model's model.yaml (whose keys go straight to LLM(**kwargs))
 `python -m dynamo.trtllm --extra-engine-args`. `model` and `backend` are not in it: each consumer names the
 checkpoint and the backend its own way (model.yaml keys, trtllm-serve's positional MODEL and --backend).
 
-Every key is checked against the pinned TensorRT-LLM's LlmArgs field list (llm_args_facts.json, read by
-llmkiln.trtllm.facts); recipe fields TensorRT-LLM would ignore are rejected before this runs
-(llmkiln.trtllm.rules).
+`target` picks the TensorRT-LLM the options are for (llmkiln.trtllm.facts): `triton` (1.2.1, the Triton
+container: llm_api_options.yaml, model.yaml, trtllm-serve) or `dynamo` (1.3.0rc29, Dynamo 1.6.1's dynamo.trtllm).
+The keys are the same for both except `speculative_config`, whose decoding_type and draft-model key differ by
+version (the facts' `speculative` table). Every key is checked against the target's LlmArgs field lists;
+recipe fields TensorRT-LLM would ignore are rejected before this runs (llmkiln.trtllm.rules).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmkiln.recipe import Recipe
+from llmkiln.trtllm.facts import Target, speculative_method
 
 CAPACITY_POLICIES = {"guaranteed_no_evict": "GUARANTEED_NO_EVICT", "max_utilization": "MAX_UTILIZATION"}
 CHUNKING_POLICIES = {"first_come_first_served": "FIRST_COME_FIRST_SERVED", "equal_progress": "EQUAL_PROGRESS"}
@@ -30,8 +33,27 @@ def cuda_graph_batch_sizes(recipe: Recipe) -> list[int]:
     return sorted({*sizes, top})
 
 
-def llm_api_options(recipe: Recipe) -> dict[str, Any]:
-    """LLM(**kwargs) for the recipe (without `model` and `backend`): JSON/YAML-ready values only."""
+def speculative_config(recipe: Recipe, target: Target = "triton") -> dict[str, Any] | None:
+    """The recipe's speculative section as the target TensorRT-LLM's YAML speculative_config (None: off)."""
+    spec = recipe.speculative
+    if spec is None:
+        return None
+    m = speculative_method(spec.method, target)
+    out: dict[str, Any] = {"decoding_type": m["decoding_type"], "max_draft_len": spec.max_draft_len}
+    if m["model_key"]:
+        out[m["model_key"]] = spec.draft_model
+    if spec.method == "ngram":
+        out["max_matching_ngram_size"] = spec.max_matching_ngram_size
+    if spec.method == "eagle3":
+        out["eagle3_one_model"] = True  # the one-model path (draft head inside the target), the default
+    if spec.max_concurrency is not None:
+        out["max_concurrency"] = spec.max_concurrency
+    return out
+
+
+def llm_api_options(recipe: Recipe, target: Target = "triton") -> dict[str, Any]:
+    """LLM(**kwargs) for the recipe (without `model` and `backend`) for the target's TensorRT-LLM: JSON/YAML-ready
+    values only."""
     s, kv, t, api = recipe.scheduler, recipe.kv_cache, recipe.trtllm, recipe.llmapi
     kv_cache: dict[str, Any] = {
         "enable_block_reuse": kv.prefix_reuse,
@@ -53,7 +75,7 @@ def llm_api_options(recipe: Recipe) -> dict[str, Any]:
             "enable_padding": api.cuda_graph_padding,
             "batch_sizes": cuda_graph_batch_sizes(recipe),
         }
-    return {
+    out = {
         "tensor_parallel_size": t.tp_size,
         "pipeline_parallel_size": t.pp_size,
         "dtype": t.dtype,
@@ -68,3 +90,7 @@ def llm_api_options(recipe: Recipe) -> dict[str, Any]:
         "cuda_graph_config": cuda_graphs,
         "disable_overlap_scheduler": api.disable_overlap_scheduler,
     }
+    spec = speculative_config(recipe, target)
+    if spec is not None:
+        out["speculative_config"] = spec
+    return out

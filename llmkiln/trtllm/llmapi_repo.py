@@ -92,13 +92,6 @@ class LlmapiRepoSpec:
     checkpoint_dir: Path
 
 
-def warmup_texts(recipe: Recipe) -> list[str]:
-    """Prefixes first (they prime the cache), then the engine warmup prompts."""
-    if not recipe.warmup.count:
-        return []
-    return [*recipe.warmup.prefixes, *recipe.warmup.prompts]
-
-
 def model_yaml(spec: LlmapiRepoSpec) -> dict[str, Any]:
     options = llm_api_options(spec.recipe)
     doc: dict[str, Any] = {"model": str(spec.checkpoint_dir), "backend": "pytorch", **options}
@@ -116,7 +109,7 @@ def llmapi_config(spec: LlmapiRepoSpec) -> mc.ModelConfig:
     for name, dtype, dims in LLMAPI_OUTPUTS:
         cfg.output.append(mc.ModelOutput(name=name, data_type=dtype, dims=list(dims)))
     cfg.instance_group.append(mc.ModelInstanceGroup(count=1, kind=mc.ModelInstanceGroup.KIND_CPU))
-    for i, _text in enumerate(warmup_texts(r)):
+    for i, _text in enumerate(r.warmup.texts()):
         w = cfg.model_warmup.add(name=f"warmup_{i}", batch_size=1, count=r.warmup.count)
         w.inputs["text_input"].data_type = T.TYPE_STRING
         w.inputs["text_input"].dims.append(1)
@@ -129,7 +122,7 @@ def llmapi_config(spec: LlmapiRepoSpec) -> mc.ModelConfig:
 
 def warmup_files(recipe: Recipe) -> dict[str, bytes]:
     """TYPE_STRING = 4-byte little-endian length + UTF-8 bytes; INT32 little-endian (Triton input_data_file)."""
-    texts = warmup_texts(recipe)
+    texts = recipe.warmup.texts()
     files = {f"text_input_{i}": struct.pack("<I", len(t.encode())) + t.encode() for i, t in enumerate(texts)}
     if texts:
         files["max_tokens"] = struct.pack("<i", recipe.warmup.max_tokens)

@@ -22,7 +22,7 @@ from llmkiln.recipe import Recipe
 from llmkiln.trtllm import pins
 from llmkiln.trtllm.calibrate import calibrate
 from llmkiln.trtllm.deploy import commands, deploy_markdown
-from llmkiln.trtllm.facts import check_options, facts
+from llmkiln.trtllm.facts import FACTS_FILES, check_options, facts
 from llmkiln.trtllm.hf_checkpoint import normalize_checkpoint, validate_hf_checkpoint
 from llmkiln.trtllm.llmapi import llm_api_options
 from llmkiln.trtllm.llmapi_repo import LlmapiRepoSpec, write_llmapi_repository
@@ -83,12 +83,14 @@ class LlmapiOptionsStage:
     def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:
         options = llm_api_options(ctx.recipe)
         check_options(options, "llm_api_options.yaml")
-        header = (f"# LLM(**kwargs) for TensorRT-LLM {pins.pin('tensorrt_llm')} (PyTorch backend), from recipe "
-                  f"{ctx.recipe.name}: trtllm-serve --extra_llm_api_options / dynamo.trtllm --extra-engine-args\n")  # fmt: skip
+        header = (f"# LLM(**kwargs) for TensorRT-LLM {pins.pin('tensorrt_llm')} (PyTorch backend) in "
+                  f"{pins.container()}, from recipe {ctx.recipe.name}\n"
+                  "# (trtllm-serve --extra_llm_api_options, the llmapi model.yaml; Dynamo's dynamo.trtllm runs another "
+                  "TensorRT-LLM: `kiln deploy dynamo` writes its own llm_api.yaml)\n")  # fmt: skip
         EngineDir(out_dir).write_llm_api_options(options, header)
         return {
             "options": options,
-            "checked_against": f"llm_args_facts.json (TensorRT-LLM {facts()['tensorrt_llm']})",
+            "checked_against": f"{FACTS_FILES['triton'].name} (TensorRT-LLM {facts()['tensorrt_llm']})",
         }
 
 

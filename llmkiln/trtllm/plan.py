@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from llmkiln.atomic import write_text_atomic
+from llmkiln.capabilities import Backend
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe
 from llmkiln.trtllm import pins
@@ -51,7 +52,7 @@ def check_recipe(recipe: Recipe, where: str) -> None:
     """trtllm-build / tensorrtllm-backend combinations TensorRT-LLM would reject or silently ignore (BadInput
     naming the fields); the recipe-wide rules are llmkiln.trtllm.rules."""
     t = recipe.trtllm
-    if recipe.backend != "trtllm":
+    if recipe.backend is not Backend.TRTLLM:
         raise BadInput(
             f"{where}: field 'backend' is {recipe.backend!r}; the TensorRT-LLM plan needs backend: trtllm"
         )
@@ -126,7 +127,7 @@ def make_plan(
     """The plan document. `done` maps finished step names to their results; the rest are pending."""
     argv = build_argv(recipe)
     gpus = recipe.trtllm.tp_size * recipe.trtllm.pp_size
-    specs = {
+    specs: dict[str, tuple[str, dict[str, Any]]] = {
         "hash-weights": ("cpu", {"what": "sha256 of every source weight file"}),
         "calibrate": ("cpu", {"what": "ModelOpt FP8 weights + FP8 KV calibration", "outputs": [CALIBRATION_DIR]}),
         "checkpoint": ("cpu", {"what": "TensorRT-LLM checkpoint, rotary_base restored, validated",
@@ -165,10 +166,6 @@ def make_plan(
         "steps": steps,
         "manifest_draft": manifest_draft or {},
     }
-
-
-def pending_steps(plan: dict[str, Any]) -> list[str]:
-    return [s["name"] for s in plan["steps"] if s["status"] != "done"]
 
 
 def get_step(plan: dict[str, Any], name: str) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from llmkiln.atomic import atomic_dir
 from llmkiln.build.warmup_check import check_warmup
+from llmkiln.capabilities import Backend
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe
 from llmkiln.trtllm import model_io as io
@@ -94,7 +95,7 @@ def _instances(cfg: mc.ModelConfig, count: int) -> None:
 
 
 def tensorrt_llm_parameters(spec: TrtllmRepoSpec) -> dict[str, str]:
-    """Every tensorrt_llm parameter this repository fills (the rest: OMITTED_PARAMETERS / omitted_parameters)."""
+    """Every tensorrt_llm parameter this repository fills (the rest: model_io.OMITTED_PARAMETERS)."""
     r, t = spec.recipe, spec.recipe.trtllm
     values = {
         "max_beam_width": str(t.max_beam_width),
@@ -136,15 +137,6 @@ def tensorrt_llm_parameters(spec: TrtllmRepoSpec) -> dict[str, str]:
     if t.max_tokens_in_paged_kv_cache is not None:
         values["max_tokens_in_paged_kv_cache"] = str(t.max_tokens_in_paged_kv_cache)
     return values
-
-
-def omitted_parameters(model: str, recipe: Recipe) -> dict[str, str]:
-    out = dict(io.OMITTED_PARAMETERS.get(model, {}))
-    if model == "tensorrt_llm" and recipe.trtllm.max_tokens_in_paged_kv_cache is None:
-        out["max_tokens_in_paged_kv_cache"] = (
-            "no cap: the KV cache size follows kv_cache_free_gpu_mem_fraction"
-        )
-    return out
 
 
 def tensorrt_llm_config(spec: TrtllmRepoSpec) -> mc.ModelConfig:
@@ -270,7 +262,7 @@ def build_configs(spec: TrtllmRepoSpec) -> dict[str, mc.ModelConfig]:
 def prompt_limit(recipe: Recipe) -> int:
     """The longest prompt the served model takes: the engine path is bounded by max_seq_len (trtllm-build
     ignores --max_input_len) minus the warmup's own output; the LLM API by limits.max_input_len."""
-    if recipe.backend == "trtllm":
+    if recipe.backend is Backend.TRTLLM:
         return recipe.limits.max_seq_len - recipe.warmup.max_tokens
     return recipe.limits.max_input_len
 
@@ -290,7 +282,7 @@ def tokenize_warmup(recipe: Recipe, tokenizer_dir: Path) -> tuple[list[list[int]
     end_id = tok.encode(tok.eos_token, add_special_tokens=False)[0]
     pad_token = tok.pad_token or tok.eos_token
     pad_id = tok.encode(pad_token, add_special_tokens=False)[0]
-    special = recipe.trtllm.add_special_tokens if recipe.backend == "trtllm" else True
+    special = recipe.trtllm.add_special_tokens if recipe.backend is Backend.TRTLLM else True
 
     def encode(texts: list[str]) -> list[list[int]]:
         return [tok.encode(t, add_special_tokens=special) for t in texts]
@@ -298,7 +290,7 @@ def tokenize_warmup(recipe: Recipe, tokenizer_dir: Path) -> tuple[list[list[int]
     prefixes, prompts = encode(recipe.warmup.prefixes), encode(recipe.warmup.prompts)
     check_warmup(recipe, [len(x) for x in prefixes], [len(x) for x in prompts], prompt_limit(recipe),
                  f"recipe {recipe.name}")  # fmt: skip
-    return ([*prefixes, *prompts] if recipe.warmup.count else []), end_id, pad_id
+    return encode(recipe.warmup.texts()), end_id, pad_id
 
 
 def config_text(cfg: mc.ModelConfig) -> str:

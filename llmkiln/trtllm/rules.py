@@ -1,9 +1,10 @@
-"""What a trtllm recipe may say: every field either reaches TensorRT-LLM or is rejected here, before a build
-writes anything (the trtllm stages call these from their `check`).
+"""What a trtllm recipe may say, beyond which fields each backend honours (declared on the fields themselves,
+llmkiln.capabilities, and checked by the recipe schema): the values TensorRT-LLM would override or that have no
+effect together, rejected before a build writes anything (the trtllm stages call these from their `check`).
 
-- `recipe_problems(recipe)`: fields a trtllm backend would ignore or TensorRT-LLM would override, each with the
-  reason and what to do (exit 2 through BadInput). A field counts as "set" when it differs from the schema
-  default, so a resolved recipe (every field written out) checks the same as the file it came from.
+- `recipe_problems(recipe)`: such values, each with the reason and what to do (exit 2 through BadInput). A field
+  counts as "set" when it differs from the schema default, so a resolved recipe (every field written out) checks
+  the same as the file it came from.
 - `model_problems(hf_config)`: the model's attention head size must be one the attention kernels have
   (pins.json attention_head_sizes) and every GEMM dimension a multiple of 16 (FP8 GEMMs). Generated models are
   checked from their spec before they are generated, local models from config.json.
@@ -16,26 +17,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from llmkiln.build.generate import get_spec
+from llmkiln.capabilities import Backend
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe
-from llmkiln.recipe_trtllm import ENGINE_ONLY_FIELDS, LlmApi
 from llmkiln.trtllm import pins
-
-# Fields of the CPU runtime that neither TensorRT-LLM backend has, with the reason shown to the user.
-CPU_ONLY: dict[tuple[str, str], str] = {
-    (
-        "scheduler",
-        "static_batch_timeout_ms",
-    ): "the CPU runtime's static-batch fill timeout; TensorRT-LLM has none",
-    ("scheduler", "intra_op_threads"): "onnxruntime's thread count",
-    (
-        "scheduler",
-        "max_prefill_tokens",
-    ): "TensorRT-LLM has no separate prefill chunk size: a context chunk is "
-    "bounded by scheduler.max_num_tokens (the per-iteration token budget)",
-    ("kv_cache", "max_bytes"): "the CPU prefix block store's budget; the GPU KV cache is sized by "
-    "kv_cache.free_gpu_memory_fraction (and trtllm.max_tokens_in_paged_kv_cache)",
-}
 
 
 def _changed(section: BaseModel, name: str) -> bool:
@@ -46,15 +31,9 @@ def _changed(section: BaseModel, name: str) -> bool:
 def recipe_problems(recipe: Recipe) -> list[str]:
     """Every field of a trtllm-backend recipe that TensorRT-LLM would not honour, as 'field: why; what to do'."""
     if not recipe.is_trtllm:
-        if any(_changed(recipe.llmapi, n) for n in LlmApi.model_fields):
-            return ["llmapi: this section is only for backend trtllm-llmapi; remove it"]
         return []
-    b = recipe.backend
+    b = recipe.backend.value
     out: list[str] = []
-    sections: dict[str, BaseModel] = {"scheduler": recipe.scheduler, "kv_cache": recipe.kv_cache}
-    for (sec, name), why in CPU_ONLY.items():
-        if _changed(sections[sec], name):
-            out.append(f"{sec}.{name}: not used by backend {b} ({why}); remove it")
     if recipe.kv_cache.dtype != "fp8":
         out.append(
             f"kv_cache.dtype: {recipe.kv_cache.dtype!r}; backend {b} runs an FP8 KV cache with the calibrated "
@@ -71,18 +50,12 @@ def recipe_problems(recipe: Recipe) -> list[str]:
             f"({recipe.limits.max_seq_len}) with scheduler.chunked_prefill false: TensorRT-LLM rejects a prompt "
             "longer than max_num_tokens. Raise max_num_tokens or enable chunked prefill"
         )
-    out += _engine_problems(recipe) if b == "trtllm" else _llmapi_problems(recipe)
+    out += _engine_problems(recipe) if recipe.backend is Backend.TRTLLM else _llmapi_problems(recipe)
     return out
 
 
 def _engine_problems(recipe: Recipe) -> list[str]:
     t, out = recipe.trtllm, []
-    if _changed(recipe.limits, "max_input_len"):
-        out.append(
-            f"limits.max_input_len: {recipe.limits.max_input_len} would be ignored: trtllm-build ignores "
-            "--max_input_len when remove_input_padding and context FMHA are on (in-flight batching needs both), "
-            "so prompts are bounded by limits.max_seq_len. Remove it"
-        )
     if t.use_paged_context_fmha and not t.use_fp8_context_fmha:
         out.append(
             "trtllm.use_fp8_context_fmha: false would be overridden: TensorRT-LLM forces FP8 context FMHA on with "
@@ -99,24 +72,13 @@ def _engine_problems(recipe: Recipe) -> list[str]:
             f"trtllm.cuda_graph_cache_size: {t.cuda_graph_cache_size} has no effect with cuda_graph_mode false "
             "(TensorRT-LLM's executor warns and ignores it); set it to 0 or enable cuda_graph_mode"
         )
-    if any(_changed(recipe.llmapi, n) for n in LlmApi.model_fields):
-        out.append("llmapi: this section is only for backend trtllm-llmapi; remove it")
     return out
 
 
 def _llmapi_problems(recipe: Recipe) -> list[str]:
-    out = [
-        f"trtllm.{name}: a TensorRT-engine setting (backend trtllm); the LLM API has no such option. Remove it"
-        for name in ENGINE_ONLY_FIELDS
-        if _changed(recipe.trtllm, name)
-    ]
+    out = []
     if recipe.scheduler.batching != "inflight":
         out.append("scheduler.batching: static; TensorRT-LLM's PyTorch backend batches in flight only")
-    if _changed(recipe.scheduler, "max_queue_size"):
-        out.append(
-            "scheduler.max_queue_size: the llmapi model (max_batch_size 0, no Triton queue policy) and "
-            "trtllm-serve have no bounded request queue; remove it"
-        )
     top = recipe.scheduler.max_batch_size
     over = [b for b in recipe.llmapi.cuda_graph_batch_sizes or [] if b > top]
     if over:

@@ -11,6 +11,14 @@
 
 `kind` picks the model's I/O: the tensorrtllm ensemble, the llmapi model, or llmkiln's CPU model (same names as
 the ensemble; used to test this module on a CPU host).
+
+- `options FILE --model DIR`: FILE (llm_api_options.yaml or Dynamo's llm_api.yaml) through the installed
+  TensorRT-LLM the way its consumers read it (`update_llm_args_with_extra_options`, then `TorchLlmArgs(**args)`):
+  nested keys, enums and the speculative_config union are validated by TensorRT-LLM itself; prints the pydantic
+  error and exits 1 if it rejects anything.
+- `speculative ENGINE --out DIR`: the LLM API on ENGINE's checkpoint twice, without and with the recipe's
+  speculative_config: output tokens/s, and the acceptance rate (accepted / drafted tokens, from the iteration
+  stats' specDecodingStats) of the speculative run. Writes DIR/<time>-<recipe>-speculative.json. GPU host only.
 """
 
 from __future__ import annotations
@@ -131,6 +139,88 @@ def probe(url: str, kind: str, prefix: str, rounds: int, max_tokens: int = 8) ->
     }
 
 
+def read_options(path: Path, model: Path) -> dict[str, Any]:
+    """LLM(**kwargs) as trtllm-serve --extra_llm_api_options and dynamo.trtllm --extra-engine-args build them."""
+    import yaml
+
+    try:
+        from tensorrt_llm.llmapi.llm_utils import update_llm_args_with_extra_options
+    except ImportError:  # a TensorRT-LLM without the helper: the file's keys as they are
+        return {"model": str(model)} | (yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+    return dict(update_llm_args_with_extra_options({"model": str(model)}, str(path)))
+
+
+def validate_options(path: Path, model: Path) -> str | None:
+    """None when the installed TorchLlmArgs accepts the file, else its error (pydantic's text)."""
+    from tensorrt_llm.llmapi import TorchLlmArgs
+
+    try:
+        TorchLlmArgs(**read_options(path, model))
+    except Exception as exc:  # pydantic.ValidationError, or a validator's ValueError/AssertionError
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+SPEC_PROMPTS = (
+    "Repeat the following list exactly, twice: red, orange, yellow, green, blue, indigo, violet.",
+    "Copy this sentence three times: the quick brown fox jumps over the lazy dog.",
+    "Count from one to thirty in words, separated by commas.",
+    "Write the alphabet in capital letters, each letter followed by a comma.",
+)
+
+
+def _spec_counts(stats: list[Any]) -> tuple[int, int]:
+    """(drafted, accepted) tokens summed over iteration stats (dicts or JSON strings, TensorRT-LLM's names)."""
+    drafted = accepted = 0
+    for item in stats:
+        it = json.loads(item) if isinstance(item, str) else item
+        spec = it.get("specDecodingStats") or {}
+        drafted += int(spec.get("numDraftTokens", 0))
+        accepted += int(spec.get("numAcceptedTokens", 0))
+    return drafted, accepted
+
+
+def measure_speculative(engine: Path, max_tokens: int = 128, repeats: int = 4) -> dict[str, Any]:
+    """Output tokens/s without and with speculative_config, and the acceptance rate with it (GPU host)."""
+    from tensorrt_llm import LLM, SamplingParams
+
+    opts = read_options(engine / "llm_api_options.yaml", engine / "hf_checkpoint")
+    if not opts.get("speculative_config"):
+        raise KilnError(
+            f"{engine}/llm_api_options.yaml has no speculative_config: the recipe needs a speculative: section"
+        )
+    prompts = list(SPEC_PROMPTS) * repeats
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    runs: dict[str, Any] = {}
+    for label in ("without", "with"):
+        kwargs = dict(opts) | {"enable_iter_perf_stats": True}
+        if label == "without":
+            kwargs.pop("speculative_config")
+        llm = LLM(**kwargs)
+        try:
+            llm.generate(prompts[:2], params)  # warm: CUDA graphs, autotuner
+            llm.get_stats(timeout=2)  # drop the warmup's iteration stats
+            t0 = time.perf_counter()
+            outs = llm.generate(prompts, params)
+            seconds = time.perf_counter() - t0
+            tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+            drafted, accepted = _spec_counts(llm.get_stats(timeout=2))
+        finally:
+            llm.shutdown()
+        runs[label] = {
+            "output_tokens": tokens,
+            "seconds": round(seconds, 4),
+            "output_tokens_per_s": round(tokens / seconds, 2),
+            "drafted_tokens": drafted,
+            "accepted_tokens": accepted,
+            "acceptance_rate": round(accepted / drafted, 4) if drafted else None,
+        }
+    runs["speedup"] = round(runs["with"]["output_tokens_per_s"] / runs["without"]["output_tokens_per_s"], 3)
+    spec = opts["speculative_config"]  # a dict (1.3: validated later) or already a config object (1.2.1)
+    runs["speculative_config"] = dict(spec) if isinstance(spec, dict) else repr(spec)
+    return runs
+
+
 def machine() -> dict[str, Any]:
     """What the results were measured on: nvidia-smi's view of the GPUs, the host, the installed versions."""
     out: dict[str, Any] = {
@@ -158,7 +248,26 @@ def _main(argv: list[str]) -> int:
     p.add_argument("--recipe", required=True)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--out", type=Path, required=True)
+    o = sub.add_parser("options")
+    o.add_argument("file", type=Path)
+    o.add_argument("--model", type=Path, required=True)
+    sp = sub.add_parser("speculative")
+    sp.add_argument("engine", type=Path)
+    sp.add_argument("--out", type=Path, required=True)
+    sp.add_argument("--max-tokens", type=int, default=128)
     args = ap.parse_args(argv)
+    if args.cmd == "options":
+        error = validate_options(args.file, args.model)
+        if error:
+            print(
+                f"FAILED: {args.file}: the installed TensorRT-LLM rejects these options:\n{error}",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"{args.file}: accepted by the installed TorchLlmArgs")
+        return 0
+    if args.cmd == "speculative":
+        return _speculative(args.engine, args.out, args.max_tokens)
     recipe, _ = load_recipe(args.recipe)
     if args.cmd == "versions":
         print(json.dumps(asdict(check_host(recipe))))
@@ -180,6 +289,21 @@ def _main(argv: list[str]) -> int:
     for problem in result["problems"]:
         print(f"FAILED: {problem}", file=sys.stderr)
     return 1 if result["problems"] else 0
+
+
+def _speculative(engine: Path, out: Path, max_tokens: int) -> int:
+    result = measure_speculative(engine, max_tokens) | {
+        "engine": str(engine),
+        "machine": machine(),
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{engine.name}-speculative.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    w, s = result["without"], result["with"]
+    print(f"{path}: {w['output_tokens_per_s']} -> {s['output_tokens_per_s']} output tok/s "
+          f"(x{result['speedup']}), acceptance rate {s['acceptance_rate']}")  # fmt: skip
+    return 0
 
 
 if __name__ == "__main__":

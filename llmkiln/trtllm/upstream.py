@@ -26,6 +26,7 @@ from llmkiln.trtllm.model_io import OMITTED_PARAMETERS
 from llmkiln.trtllm.repository import MODELS, PYTHON_MODELS
 
 MODELS_ENV = "LLMKILN_TRTLLM_MODELS"  # the container's inflight_batcher_llm folder, when not the pinned path
+LLMAPI_MODELS_ENV = "LLMKILN_TRTLLM_LLMAPI_MODELS"  # the container's all_models/llmapi folder, likewise
 
 _PLACEHOLDER = re.compile(r"(?P<key>\w+)\s*:\s*(?P<open>\[?\s*)\$\{(?P<name>\w+)\}")
 
@@ -41,10 +42,11 @@ def repo_kind(repo: Path) -> str:
 
 
 def default_upstream(kind: str) -> Path:
-    """Where the container keeps the model files of this repository kind ($LLMKILN_TRTLLM_MODELS first)."""
+    """Where the container keeps the model files of this repository kind ($LLMKILN_TRTLLM_MODELS, or
+    $LLMKILN_TRTLLM_LLMAPI_MODELS for the llmapi model, first)."""
     if kind == "engine":
         return Path(os.environ.get(MODELS_ENV) or pins.pin("engine_model_files"))
-    return Path(pins.pin("llmapi_model_files")).parent
+    return Path(os.environ.get(LLMAPI_MODELS_ENV) or Path(pins.pin("llmapi_model_files")).parent)
 
 
 def parse_template(path: Path) -> mc.ModelConfig:

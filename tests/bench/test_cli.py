@@ -67,17 +67,22 @@ def test_compare_cli(tmp_path, capsys, report_factory):
     assert run(["bench", "compare", str(tmp_path / "a.json"), str(tmp_path / "missing.json")]) == 2
 
 
-def test_resummarize_needs_a_finished_run(tmp_path, capsys):
-    assert run(["bench", "experiment", "--resummarize", "--out", str(tmp_path)]) == 2
-    assert "summary.json" in capsys.readouterr().err
+def test_workload_options_are_one_definition():
+    """`kiln bench`, `kiln bench run` and `kiln profile` take the same workload options with the same defaults
+    (llmkiln/cli/options.py); only the sweep's defaults (concurrency, requests, warmup) are the command's."""
+    from llmkiln.cli.bench_cmd import bench, run_cmd
+    from llmkiln.cli.profile_cmd import profile
 
+    def opts(cmd):
+        return {p.name: (p.opts, p.default, p.help, repr(p.type)) for p in cmd.params}
 
-def test_the_committed_summary_is_what_its_saved_reports_give(tmp_path):
-    """`--resummarize` on a copy of bench/results rewrites SUMMARY.md exactly as committed (nothing measured)."""
-    import shutil
-    from pathlib import Path
-
-    src = Path(__file__).resolve().parents[2] / "bench" / "results"
-    shutil.copytree(src, tmp_path / "r", ignore=shutil.ignore_patterns("raw", "scaleout", "gpu", "*.png"))
-    assert run(["bench", "experiment", "--resummarize", "--out", str(tmp_path / "r")]) == 0
-    assert (tmp_path / "r" / "SUMMARY.md").read_text() == (src / "SUMMARY.md").read_text()
+    workload = {
+        "workload", "jsonl", "seed", "output_tokens", "system_tokens", "system_prompts", "user_tokens",
+        "prompt_tokens", "long_tokens", "short_tokens", "long_every",
+    }  # fmt: skip
+    a, b, c = opts(bench), opts(run_cmd), opts(profile)
+    assert workload <= set(a) and workload <= set(c)
+    for name in workload:
+        assert a[name] == b[name] == c[name], name
+    for name in ("concurrency", "requests_", "warmup_requests"):
+        assert a[name][0] == c[name][0] and a[name][2] == c[name][2], name  # same option, own default

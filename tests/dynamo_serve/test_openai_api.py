@@ -91,3 +91,17 @@ def test_workers_are_warm_before_they_serve(cluster):
         m = cluster.worker_metrics(i)
         assert m["warmup_seconds"] > 0 and m["engine_healthy"] == 1.0
         assert m["requests_finished"] >= 1
+        # the recipe's warmup as on every front door: its texts, count times each (not a stand-in prompt)
+        recipe = EngineDir(cluster.spec.engine).recipe()
+        assert m["warmup_requests_total"] == recipe.warmup.num_requests()
+
+
+def test_kiln_diagnose_reads_a_worker_like_a_triton_server(cluster):
+    """One metric naming for both front doors: the worker's /metrics has llmkiln_engine{metric=...} and the
+    llmkiln_* families that `kiln diagnose` reads."""
+    from llmkiln.diagnose.diagnosis import collect_signals
+
+    client(cluster).completions.create(model=MODEL, prompt="Once upon a time", max_tokens=4)
+    url = f"{cluster.spec.status_url(0)}/metrics"
+    sig, _ = collect_signals([url], [], None)
+    assert sig.prefill_step_ms is not None and sig.max_batch_size is not None

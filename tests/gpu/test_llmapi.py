@@ -134,7 +134,18 @@ def test_deploy_commands_are_written_beside_the_artifacts(built: Path) -> None:
         cmds["take_model_files"][0] == "cp"
         and "/app/all_models/llmapi/tensorrt_llm/1/model.py" in cmds["take_model_files"]
     )
-    assert "trtllm-serve" in (built / "DEPLOY.md").read_text()
+    deploy_md = (built / "DEPLOY.md").read_text()
+    assert "trtllm-serve" in deploy_md
+    # the launcher caveat: upstream's launch_triton_server.py skips the auto_complete_config that applies decoupled
+    assert "launch_triton_server.py" in deploy_md and "--disable-auto-complete-config" in deploy_md
+    assert "decoupled" in deploy_md
+
+
+def test_the_options_file_header_names_the_tensorrt_llm_it_targets(built: Path) -> None:
+    header = (built / "llm_api_options.yaml").read_text().splitlines()[0]
+    assert header.startswith(
+        "# LLM(**kwargs) for TensorRT-LLM 1.2.1 (PyTorch backend) in nvcr.io/nvidia/tritonserver:26.05"
+    )
 
 
 def _stand_in_llmapi(built: Path, out: Path) -> Path:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import onnx
@@ -78,6 +80,7 @@ def test_tensorrt_provider_options(engine_dir: Path, recipe) -> None:
     assert provider_options(recipe, engine_dir, "cuda") == [("CUDAExecutionProvider", {"device_id": 0})]
 
 
+@pytest.mark.torch
 def test_gating_never_reads_onnxruntimes_provider_list(monkeypatch: pytest.MonkeyPatch) -> None:
     import onnxruntime
 
@@ -114,3 +117,51 @@ def test_tensorrt_ep_builds_the_engine_ahead_of_time(engine_factory) -> None:
     assert info["providers"][0] == "TensorrtExecutionProvider"
     assert any(f.endswith(".engine") for f in info["cache_files"])
     assert (engine / EP_CONTEXT_MODEL).is_file()
+
+
+@pytest.mark.slow
+def test_an_onnx_gpu_engine_records_its_providers_and_never_runs_on_the_cpu(engine_factory) -> None:
+    """The build writes the providers= list the runner uses (TensorRT EP on the built cache, CUDA EP); where this
+    onnxruntime has neither, loading the engine is exit 3 (NeedsGpuHost), not a silent run on the CPU EP."""
+    from llmkiln.engine_dir import EXECUTION_PROVIDERS, EngineDir
+    from llmkiln.errors import NeedsGpuHost
+    from llmkiln.runtime.loader import load_engine
+
+    engine = engine_factory("tiny-onnx-gpu")
+    stored = json.loads((engine / EXECUTION_PROVIDERS).read_text())
+    assert [name for name, _ in stored] == ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
+    assert (
+        stored[0][1]["trt_engine_cache_path"] == TRT_CACHE_DIR
+    )  # relative: the folder is renamed into place
+    providers = EngineDir(engine).execution_providers()
+    assert providers is not None
+    trt = providers[0][1]
+    assert (
+        trt["trt_engine_cache_path"] == str(engine / TRT_CACHE_DIR) and not trt["trt_dump_ep_context_model"]
+    )
+    assert EngineDir(engine_factory("tiny-fp32")).execution_providers() is None  # CPU engines: the CPU EP
+    if onnx_gpu_status().ok("cuda"):
+        eng = load_engine(engine)  # a GPU host: the engine's providers, first one in use
+        try:
+            assert eng.runner.session.get_providers()[0] in (
+                "TensorrtExecutionProvider",
+                "CUDAExecutionProvider",
+            )
+        finally:
+            eng.shutdown(5)
+        return
+    with pytest.raises(NeedsGpuHost, match="backend onnx-gpu"):
+        load_engine(engine)
+
+
+@pytest.mark.slow
+def test_an_onnx_gpu_engine_generates_on_a_gpu_host(engine_factory) -> None:
+    status = onnx_gpu_status()
+    if not status.ok("tensorrt"):
+        pytest.skip("needs a GPU host with onnxruntime-gpu and TensorRT: " + "; ".join(status.missing))
+    r = subprocess.run(
+        [sys.executable, "-m", "llmkiln.cli.main", "generate", str(engine_factory("tiny-onnx-gpu")), "Hello",
+         "--max-tokens", "8"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr

@@ -205,7 +205,10 @@ def test_resume_with_stand_in_trtllm_packages_names_versions_and_gpu(cpu_build, 
     for name, version in (("tensorrt_llm", "1.1.0"), ("tensorrt", "10.13.3.9")):
         (stand_ins / name).mkdir(parents=True)
         (stand_ins / name / "__init__.py").write_text(f'__version__ = "{version}"  # stand-in (tests only)\n')
-    env = dict(os.environ, PYTHONPATH=str(stand_ins))
+    # stand-ins first, then whatever the caller put on the path (a worktree's checkout)
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(stand_ins), os.environ.get("PYTHONPATH")) if p)
+    )
     r = subprocess.run([str(KILN), "build", "--resume", str(cpu_build.plan_path)], capture_output=True, text=True,
                        timeout=300, env=env)  # fmt: skip
     assert r.returncode == 3, r.stderr

@@ -3,6 +3,7 @@ at once (exit 2, before anything is written), naming the value and the supported
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmkiln.build.generate import get_spec
+from llmkiln.errors import RecipeError
 from llmkiln.recipe import load_recipe
 from llmkiln.trtllm.rules import model_problems, recipe_problems
 
@@ -25,12 +27,8 @@ def test_bundled_trtllm_recipes_are_clean(name: str) -> None:
 @pytest.mark.parametrize(
     ("recipe", "overrides", "expected"),
     [
-        ("tiny-trtllm-fp8", {"scheduler": {"max_prefill_tokens": 256}}, "scheduler.max_prefill_tokens"),
-        ("tiny-trtllm-fp8", {"scheduler": {"intra_op_threads": 2}}, "scheduler.intra_op_threads: not used"),
-        ("tiny-trtllm-fp8", {"kv_cache": {"max_bytes": 1024}}, "kv_cache.max_bytes: not used"),
         ("tiny-trtllm-fp8", {"kv_cache": {"dtype": "fp16"}}, "kv_cache.dtype: 'fp16'"),
         ("tiny-trtllm-fp8", {"scheduler": {"policy": "priority"}}, "scheduler.policy: 'priority'"),
-        ("tiny-trtllm-fp8", {"limits": {"max_input_len": 300}}, "limits.max_input_len: 300 would be ignored"),
         ("tiny-trtllm-fp8", {"trtllm": {"use_fp8_context_fmha": False}}, "forces FP8 context FMHA on"),
         (
             "tiny-trtllm-fp8",
@@ -42,19 +40,12 @@ def test_bundled_trtllm_recipes_are_clean(name: str) -> None:
             {"trtllm": {"cuda_graph_cache_size": 8}},
             "has no effect with cuda_graph_mode false",
         ),
-        ("tiny-trtllm-fp8", {"llmapi": {"cuda_graphs": False}}, "llmapi: this section is only for backend"),
         (
             "tiny-trtllm-fp8",
             {"scheduler": {"chunked_prefill": False, "max_num_tokens": 512}, "limits": {"max_seq_len": 1024}},
             "scheduler.max_num_tokens: 512 is below limits.max_seq_len",
         ),
-        (
-            "tiny-trtllm-llmapi",
-            {"trtllm": {"gemm_plugin": "auto"}},
-            "trtllm.gemm_plugin: a TensorRT-engine setting",
-        ),
         ("tiny-trtllm-llmapi", {"scheduler": {"batching": "static"}}, "batches in flight only"),
-        ("tiny-trtllm-llmapi", {"scheduler": {"max_queue_size": 9}}, "scheduler.max_queue_size"),
         (
             "tiny-trtllm-llmapi",
             {"llmapi": {"cuda_graph_batch_sizes": [1, 64]}},
@@ -65,17 +56,40 @@ def test_bundled_trtllm_recipes_are_clean(name: str) -> None:
             {"llmapi": {"cuda_graphs": False, "cuda_graph_batch_sizes": [1, 2]}},
             "no effect with llmapi.cuda_graphs false",
         ),
-        (
-            "tiny-fp32",
-            {"llmapi": {"disable_overlap_scheduler": True}},
-            "llmapi: this section is only for backend",
-        ),
     ],
 )
 def test_fields_trtllm_would_ignore_are_rejected(recipe: str, overrides: dict, expected: str) -> None:
     r, _ = load_recipe(recipe, overrides=overrides)
     problems = recipe_problems(r)
     assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("recipe", "overrides", "expected"),
+    [
+        (
+            "tiny-trtllm-fp8",
+            {"scheduler": {"max_prefill_tokens": 256}},
+            "scheduler.max_prefill_tokens: not used",
+        ),
+        ("tiny-trtllm-fp8", {"scheduler": {"intra_op_threads": 2}}, "scheduler.intra_op_threads: not used"),
+        ("tiny-trtllm-fp8", {"kv_cache": {"max_bytes": 1024}}, "kv_cache.max_bytes: not used"),
+        ("tiny-trtllm-fp8", {"limits": {"max_input_len": 300}}, "trtllm-build ignores --max_input_len"),
+        ("tiny-trtllm-fp8", {"llmapi": {"cuda_graphs": False}}, "llmapi: this section is only for backend"),
+        (
+            "tiny-trtllm-llmapi",
+            {"trtllm": {"gemm_plugin": "auto"}},
+            "trtllm.gemm_plugin: not used by backend",
+        ),
+        ("tiny-trtllm-llmapi", {"scheduler": {"max_queue_size": 9}}, "scheduler.max_queue_size: not used"),
+        ("tiny-fp32", {"llmapi": {"disable_overlap_scheduler": True}}, "llmapi: this section is only for"),
+    ],
+)
+def test_fields_a_backend_does_not_honour_are_refused_by_the_schema(
+    recipe: str, overrides: dict, expected: str
+) -> None:
+    with pytest.raises(RecipeError, match=re.escape(expected)):
+        load_recipe(recipe, overrides=overrides)
 
 
 def test_resolved_recipe_checks_the_same_as_its_file() -> None:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from llmkiln.runtime.request import FinishReason, RequestStatus
 
-from .conftest import FakeRunner, greedy, make_requests, make_scheduler, reference_generate, run_to_completion
+from .conftest import (
+    FakeRunner,
+    apply_plan,
+    make_requests,
+    make_scheduler,
+    reference_generate,
+    run_to_completion,
+)
 
 
 def _runner(sched) -> FakeRunner:
@@ -73,7 +80,7 @@ def test_decode_interleaves_with_prefill_chunks():
     sched.add_request(a)
     runner = _runner(sched)
     plan = sched.schedule()
-    sched.update_from_output(plan, greedy(runner.execute(plan)))
+    apply_plan(sched, runner, plan)
     b.prompt_ids = b.prompt_ids + list(range(3, 40))  # a long prompt arrives while a decodes
     sched.add_request(b)
     plan = sched.schedule()
@@ -97,7 +104,7 @@ def test_prefix_hit_loads_blocks_and_prefills_rest():
     assert [ld.start for ld in plan.loads] == [0, 4, 8]
     assert b.num_cached_tokens == 12
     assert plan.prefills[0].start == 12 and len(plan.prefills[0].token_ids) == 7
-    sched.update_from_output(plan, greedy(runner.execute(plan)))
+    apply_plan(sched, runner, plan)
     assert sched.block_store.num_pinned == 3
     outputs = run_to_completion(sched, runner)
     assert b.output_ids == reference_generate(b.prompt_ids, 2)
@@ -123,11 +130,11 @@ def test_next_prompt_starts_on_the_prefix_its_slot_still_holds():
     # under it, and refreshed in the LRU afterwards, so the KV router keeps seeing them on this worker)
     prefix_blocks = sched.block_store.lookup(prefix, 12, record=False)
     assert len(prefix_blocks) == 3 and all(sched.block_store.blocks[i].ref_count > 0 for i in prefix_blocks)
-    sched.update_from_output(plan, greedy(runner.execute(plan)))
+    apply_plan(sched, runner, plan)
     sched.add_request(c)  # slot 0 is busy with b: c loads the cached blocks into slot 1
     plan = sched.schedule()
     assert c.slot == 1 and [ld.start for ld in plan.loads] == [0, 4, 8] and c.num_cached_tokens == 12
-    sched.update_from_output(plan, greedy(runner.execute(plan)))
+    apply_plan(sched, runner, plan)
     run_to_completion(sched, runner)
     for r in (b, c):
         assert r.output_ids == reference_generate(r.prompt_ids, 3)
@@ -191,7 +198,7 @@ def test_cancel_frees_slot_and_blocks():
 def run_to_completion_steps(sched, runner, n):
     for _ in range(n):
         plan = sched.schedule()
-        sched.update_from_output(plan, greedy(runner.execute(plan)))
+        apply_plan(sched, runner, plan)
 
 
 def test_eos_and_stop_tokens_finish():
@@ -215,10 +222,10 @@ def test_static_batching_waits_for_batch_or_timeout():
     runner = _runner(sched2)
     plan = sched2.schedule(now_ns=0)
     assert plan.admitted == [b.request_id, c.request_id]
-    sched2.update_from_output(plan, greedy(runner.execute(plan)))
+    apply_plan(sched2, runner, plan)
     plan = sched2.schedule(now_ns=0)
     assert not plan.admitted  # batch runs to completion first
-    sched2.update_from_output(plan, greedy(runner.execute(plan)))
+    apply_plan(sched2, runner, plan)
     plan = sched2.schedule(now_ns=0)
     assert not plan.admitted and plan.is_empty  # d alone, waits for timeout
     assert sched2.next_wakeup_ns() is not None

@@ -11,7 +11,7 @@ from llmkiln.errors import RecipeError
 from llmkiln.recipe import load_recipe
 from llmkiln.runtime.scheduler import StepCosts
 
-from .conftest import FakeRunner, greedy, make_requests, make_scheduler, reference_generate
+from .conftest import FakeRunner, apply_plan, make_requests, make_scheduler, reference_generate
 
 MS = 1_000_000
 
@@ -31,7 +31,7 @@ def _runner(sched) -> FakeRunner:
 
 def _step(sched, runner, now_ns, costs=None):
     plan = sched.schedule(now_ns, costs or StepCosts())
-    events = sched.update_from_output(plan, greedy(runner.execute(plan)), now_ns)
+    events = apply_plan(sched, runner, plan, now_ns)
     return plan, events
 
 

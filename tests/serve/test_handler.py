@@ -9,15 +9,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmkiln.serve.handler import ServeCore, ServeSettings
+from llmkiln.host.engine_host import EngineHost
+from llmkiln.recipe import Warmup
+from llmkiln.serve.handler import ServeCore, ServeSettings, StubLog
 
 from . import pb_stub as pb
 from .fake_engine import ByteTokenizer, FakeEngine
 
 
-def core(warmup: int = 0, exclude_input_default: bool = False) -> ServeCore:
+def core(warmup: Warmup | None = None, exclude_input_default: bool = False) -> ServeCore:
     settings = ServeSettings("fake", Path("/nonexistent"), None, warmup, exclude_input_default)
-    return ServeCore(pb, FakeEngine().start(), settings)
+    c = ServeCore(pb, EngineHost(FakeEngine().start(), log=StubLog(pb)), settings)
+    c.warm()
+    return c
+
+
+def published(c: ServeCore, attr: str) -> float:
+    """The value Triton's metrics endpoint shows for a host metric."""
+    c.published.publish(c.host.refresh_metrics())
+    return c.published.metrics[attr].value
 
 
 def req(prompt: str = "héllo", max_tokens: int = 5, **extra) -> pb.Request:
@@ -82,7 +92,7 @@ def test_errors_are_final_triton_errors(request_, message):
     c = core()
     run(c, request_)
     assert request_.sender.final and message in request_.sender.errors()[0]
-    assert c.metrics.rejected.value == 1
+    assert published(c, "rejected") == 1
 
 
 def test_many_requests_in_flight():
@@ -99,37 +109,41 @@ def test_cancelled_request_ends_with_a_final_flag():
     r.cancel_after = 1
     run(c, r)
     assert r.sender.final and len(r.sender.texts()) < 100
+    assert not r.sender.errors() and published(c, "cancelled") == 1  # the cancel path, not an internal error
 
 
-def test_warmup_is_accounted_before_the_final_response():
+def test_warmup_runs_in_the_host_before_the_model_takes_requests():
     pb.Logger.lines.clear()
-    c = core(warmup=2)
-    rs = [req("warm", 2), req("warm", 2)]
-    for r in rs:
-        run(c, r)
-    assert c.metrics.warmup_requests.value == 2 and c.metrics.warmup_seconds.value > 0
+    c = core(warmup=Warmup(prompts=["warm"], count=2, max_tokens=2))
+    assert c.host.health().ready
+    assert published(c, "warmup_requests") == 2 and published(c, "warmup_seconds") > 0
     assert any("warmup done: 2 requests" in ln for ln in pb.Logger.lines)
     run(c, req("user", 2))
-    assert c.metrics.warmup_requests.value == 2
-    assert c.metrics.prompt_tokens.value == 4 + 4 + 4 and len(c.metrics.ttft_ms.observed) == 3
+    assert published(c, "warmup_requests") == 2
+    assert published(c, "prompt_tokens") == 4 and len(c.published.metrics["ttft_ms"].observed) == 1
+
+
+def test_a_failed_warmup_fails_initialize():
+    with pytest.raises(Exception, match="warmup text 0"):
+        core(warmup=Warmup(prompts=["x" * 300], count=1))
 
 
 def test_draining_answers_new_requests_unavailable_at_once(tmp_path: Path):
     drain = tmp_path / "drain"
     settings = ServeSettings("fake", Path("/nonexistent"), drain_file=drain)
-    c = ServeCore(pb, FakeEngine().start(), settings)
+    c = ServeCore(pb, EngineHost(FakeEngine().start(), log=StubLog(pb)), settings)
     run(c, r := req("before", 3))
     assert r.sender.texts() == ["beforebef"]
     drain.write_text(str(time.time() + 60))
     run(c, late := req("after", 3))
     assert late.sender.final and "shutting down" in late.sender.errors()[0]
     assert late.sender.sent[0][0].error.code == pb.TritonError.UNAVAILABLE
-    assert c.metrics.rejected.value == 1 and c.metrics.succeeded.value == 1
+    assert published(c, "rejected") == 1 and published(c, "succeeded") == 1
 
 
 def test_requests_running_at_the_drain_deadline_end_with_a_final_error(tmp_path: Path):
     drain = tmp_path / "drain"
-    c = ServeCore(pb, FakeEngine().start(), ServeSettings("fake", Path("/x"), drain_file=drain))
+    c = ServeCore(pb, EngineHost(FakeEngine().start()), ServeSettings("fake", Path("/x"), drain_file=drain))
 
     async def scenario() -> list[pb.Request]:
         long = [req(f"long {i}", 100_000, stream=True) for i in range(3)]
@@ -143,7 +157,7 @@ def test_requests_running_at_the_drain_deadline_end_with_a_final_error(tmp_path:
     long = asyncio.run(scenario())
     for r in long:
         assert r.sender.final and "did not finish within the exit timeout" in r.sender.errors()[-1]
-    assert c.metrics.failed.value == 3 and c.metrics.succeeded.value == 0 and c.metrics.active.value == 0
+    assert published(c, "failed") == 3 and published(c, "succeeded") == 0 and published(c, "active") == 0
 
 
 class SlowTokenizer(ByteTokenizer):
@@ -158,7 +172,7 @@ class SlowTokenizer(ByteTokenizer):
 def test_tokenization_runs_off_the_event_loop():
     engine = FakeEngine().start()
     engine.tokenizer = SlowTokenizer()
-    c = ServeCore(pb, engine, ServeSettings("fake", Path("/x")))
+    c = ServeCore(pb, EngineHost(engine), ServeSettings("fake", Path("/x")))
     order: list[str] = []
 
     async def scenario() -> None:
@@ -194,7 +208,7 @@ def test_in_band_cancel_stops_the_named_request(monkeypatch: pytest.MonkeyPatch)
     assert long.sender.final and len(long.sender.texts()) < 100
     assert sum(1 for _, f in long.sender.sent if f & pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL) == 1
     assert cancel.sender.sent == [(None, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)]
-    assert c.metrics.cancelled.value == 1 and not c.by_id
+    assert c.metrics.values["cancelled"] == 1 and not c.by_id
 
 
 def test_in_band_cancel_before_submit_is_remembered(monkeypatch: pytest.MonkeyPatch):
@@ -204,7 +218,7 @@ def test_in_band_cancel_before_submit_is_remembered(monkeypatch: pytest.MonkeyPa
     late = req("abc", 5000, stream=True)
     late.rid = "g1-0"
     run(c, late)
-    assert late.sender.final and len(late.sender.texts()) < 5 and c.metrics.cancelled.value == 1
+    assert late.sender.final and len(late.sender.texts()) < 5 and c.metrics.values["cancelled"] == 1
 
 
 def test_cancel_parameter_without_the_key_is_refused(monkeypatch: pytest.MonkeyPatch):
@@ -222,13 +236,14 @@ def test_cancel_parameter_without_the_key_is_refused(monkeypatch: pytest.MonkeyP
 def test_response_stream_sends_exactly_one_final():
     from llmkiln.serve.response_stream import ResponseStream
 
+    a, b, c = pb.InferenceResponse(), pb.InferenceResponse(), pb.InferenceResponse()
     sender = pb.Sender()
     s = ResponseStream(sender, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-    s.send("a")
-    s.send("b", flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-    s.send("c")
+    s.send(a)
+    s.send(b, flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    s.send(c)
     s.finish()
-    assert [r for r, _ in sender.sent] == ["a", "b"] and s.dropped == 1
+    assert [r for r, _ in sender.sent] == [a, b] and s.dropped == 1
     t = ResponseStream(pb.Sender(), pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
     t.finish()
     t.finish()

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from llmkiln.errors import BadInput
-from llmkiln.recipe import Warmup
+from llmkiln.errors import BadInput, RecipeError
+from llmkiln.recipe import Warmup, load_recipe
 from llmkiln.serve.repository import (
     INPUTS,
     RepoSpec,
@@ -35,9 +35,9 @@ def test_config_matches_the_tensorrtllm_ensemble_io(recipe_engine_dir: Path):
     assert outs["text_output"].data_type == mc.TYPE_STRING
     assert outs["first_token_time_ns"].data_type == mc.TYPE_INT64
     assert cfg.model_transaction_policy.decoupled and cfg.backend == "python" and cfg.max_batch_size == 1
-    # the recipe's warmup section becomes model_warmup samples
-    assert [w.name for w in cfg.model_warmup] == ["warmup_0"]
-    assert cfg.parameters["warmup_requests"].string_value == "1"
+    # the recipe's warmup section travels as a parameter: the engine host runs it in initialize()
+    assert not cfg.model_warmup
+    assert Warmup.model_validate_json(cfg.parameters["warmup"].string_value).num_requests() == 1
     # round trip through text_format
     again = text_format.Parse(text_format.MessageToString(cfg), mc.ModelConfig())
     assert again == cfg
@@ -48,12 +48,9 @@ def test_write_then_check(recipe_engine_dir: Path, tmp_path: Path):
     spec.warmup = Warmup(prompts=["You are helpful.\n", "Once upon"], count=3, max_tokens=2)
     model_dir = write_repository(spec, tmp_path / "repo")
     assert (model_dir / "1" / "model.py").is_file()
-    raw = (model_dir / "warmup" / "text_input_0").read_bytes()
-    assert raw == struct.pack("<I", len(b"You are helpful.\n")) + b"You are helpful.\n"
-    assert (model_dir / "warmup" / "max_tokens").read_bytes() == struct.pack("<i", 2)
     [m] = check_repository(tmp_path / "repo")
     assert m.name == "stories-fp32" or m.name == spec.model_name
-    assert m.config.parameters["warmup_requests"].string_value == "6"
+    assert Warmup.model_validate_json(m.config.parameters["warmup"].string_value) == spec.warmup
     assert m.engine_dir == recipe_engine_dir.resolve()
     with pytest.raises(BadInput, match="not empty"):
         write_repository(spec, tmp_path / "repo")
@@ -90,19 +87,17 @@ def test_check_rejects_a_broken_repository(recipe_engine_dir: Path, tmp_path: Pa
 def test_check_rejects_missing_files(recipe_engine_dir: Path, tmp_path: Path):
     model_dir = write_repository(spec_from_engine(recipe_engine_dir), tmp_path / "repo")
     (model_dir / "1" / "model.py").unlink()
-    (model_dir / "warmup" / "text_input_0").unlink()
     with pytest.raises(BadInput) as exc:
         check_repository(tmp_path / "repo")
-    assert "model.py" in str(exc.value) and "text_input_0" in str(exc.value)
+    assert "model.py" in str(exc.value)
 
 
 def test_warmup_count_zero_means_no_warmup(recipe_engine_dir: Path, tmp_path: Path):
     spec = spec_from_engine(recipe_engine_dir)
     spec.warmup = Warmup(prompts=["a", "b"], count=0)
     cfg = build_model_config(spec)
-    assert not cfg.model_warmup and cfg.parameters["warmup_requests"].string_value == "0"
-    model_dir = write_repository(spec, tmp_path / "repo")
-    assert not (model_dir / "warmup").exists()
+    assert not cfg.model_warmup
+    assert Warmup.model_validate_json(cfg.parameters["warmup"].string_value).num_requests() == 0
 
 
 def test_every_input_is_optional_except_prompt_and_max_tokens():
@@ -128,3 +123,83 @@ def test_kiln_repo_cli_writes_checks_and_rejects(recipe_engine_dir: Path, tmp_pa
     _break(next(out.glob("*/config.pbtxt")), "decoupled: true", "decoupled: false")
     r = subprocess.run([*kiln, "repo", "--check", str(out)], capture_output=True, text=True)
     assert r.returncode == 2 and "decoupled must be true" in r.stderr
+
+
+BAD_NAMES = ["..", ".", ".hidden", "-x", "a/b", "../escape", "a\\b", "x" * 129, "", "na me"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_unsafe_model_names_are_refused_in_the_recipe_and_the_repository(name: str, tmp_path: Path):
+    """Issue 21, finding 11: serve.model_name '..' was accepted (and wrote outside the -o folder)."""
+    recipe = tmp_path / "named.yaml"
+    recipe.write_text(
+        yaml.safe_dump({"name": "named", "model": {"generated": "tiny-llama"}, "serve": {"model_name": name}})
+    )
+    with pytest.raises(RecipeError, match="serve.model_name"):
+        load_recipe(recipe)
+    with pytest.raises(BadInput, match="a Triton model name is"):
+        RepoSpec(name, tmp_path)
+
+
+def test_safe_model_names_pass(tmp_path: Path):
+    for name in ("llmkiln", "my.model-1", "_x", "A" * 128):
+        assert RepoSpec(name, tmp_path).model_name == name
+
+
+def _tree(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+def _kiln(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "llmkiln.cli.main", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_kiln_repo_writes_nothing_outside_its_folder(recipe_engine_dir: Path, tmp_path: Path):
+    work = tmp_path / "work"
+    work.mkdir()
+    before = _tree(tmp_path)
+    for name in ("..", "../../x", "a/../.."):
+        r = _kiln("repo", str(recipe_engine_dir), "-o", str(work / "repo"), "--model-name", name)
+        assert r.returncode == 2 and "a Triton model name is" in r.stderr and "Traceback" not in r.stderr, (
+            r.stderr
+        )
+        assert _tree(tmp_path) == before  # nothing outside, and no -o folder either
+    # an engine whose resolved recipe names '..' (edited after the build): refused when it is read
+    resolved = recipe_engine_dir / "recipe.resolved.yaml"
+    data = yaml.safe_load(resolved.read_text())
+    data["serve"]["model_name"] = ".."
+    resolved.write_text(yaml.safe_dump(data))
+    before = _tree(tmp_path)
+    r = _kiln("repo", str(recipe_engine_dir), "-o", str(work / "repo"))
+    assert r.returncode == 2 and "serve.model_name" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert _tree(tmp_path) == before
+
+
+def test_a_failed_write_leaves_nothing(recipe_engine_dir: Path, tmp_path: Path, monkeypatch):
+    from llmkiln.serve import repository
+
+    spec = spec_from_engine(recipe_engine_dir)
+    old = write_repository(spec, tmp_path / "kept")
+    (tmp_path / "empty").mkdir()
+
+    def fail(repo: Path):
+        raise BadInput("broken on purpose")
+
+    monkeypatch.setattr(repository, "check_repository", fail)
+    before = _tree(tmp_path)
+    for out, overwrite in (
+        (tmp_path / "new" / "repo", False),
+        (tmp_path / "empty", False),
+        (tmp_path / "kept", True),
+    ):
+        with pytest.raises(BadInput, match="broken on purpose"):
+            write_repository(spec, out, overwrite=overwrite)
+        assert _tree(tmp_path) == before, out  # no temp folder, no half-written model, the old one intact
+    assert (old / "config.pbtxt").is_file()
+    monkeypatch.undo()
+    (old / "stale-file").write_text("x")
+    again = write_repository(spec, tmp_path / "kept", overwrite=True)
+    assert again == old and sorted(p.name for p in (tmp_path / "kept").iterdir()) == [spec.model_name]
+    assert not (old / "stale-file").exists()

@@ -1,8 +1,8 @@
-"""The experiment's two recipes: same engine, different runtime settings only."""
+"""The TTFT experiment's two recipes: same engine, different runtime settings only; its sizes."""
 
 from __future__ import annotations
 
-from llmkiln.bench.experiment import ExperimentConfig
+from experiments.ttft import ExperimentConfig
 from llmkiln.recipe import load_recipe
 
 RUNTIME_FIELDS = {

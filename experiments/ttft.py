@@ -1,4 +1,5 @@
-"""`kiln bench experiment` (`make bench-ttft`): same weights, lower TTFT.
+"""The TTFT experiment (`make bench-ttft` = `python -m experiments.ttft --out bench/results`): same weights,
+lower TTFT.
 
 One engine (bench-llama-125m, fp32, 4096 context) and two recipes that differ only in runtime settings:
 bench-baseline (no prefix reuse, no chunked prefill, static batching) and bench-optimized (prefix reuse, chunked
@@ -7,10 +8,11 @@ measured with the same seeded workloads: shared-prefix over the concurrency swee
 prompt repeats an earlier one), unique and mixed-long-short at one level; the optimized server runs with the
 runtime's step profile on (its reports carry per-level profiles). Then, in the same run: the suffix-only
 prefill floor of the shared-prefix c=1 requests (llmkiln.bench.floor), the TTFT vs TPOT trade-off of the
-TTFT-first scheduler over `tpot_slo_ms` settings (llmkiln.bench.tradeoff), and the peers (onnxruntime-genai
+TTFT-first scheduler over `tpot_slo_ms` settings (experiments.tradeoff), and the peers (onnxruntime-genai
 og.Engine and og.Generator, transformers) on the shared-prefix requests of the side level, in-process on the
 same ONNX file / source weights. Results go to OUT_DIR: one JSON report per (system, workload), raw per-request
-JSONL under OUT_DIR/raw/ (git-ignored), PNG plots, summary.json and SUMMARY.md.
+JSONL under OUT_DIR/raw/ (git-ignored), PNG plots, summary.json and SUMMARY.md (experiments.ttft_summary: the
+targets). `--resummarize` measures nothing and rewrites the summary from the saved reports.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import click
 from rich.console import Console
 from tokenizers import Tokenizer
 
+from experiments.tradeoff import TradeoffPoint, run_tradeoff
+from experiments.ttft_summary import Extras, summarize_experiment
 from llmkiln.backends import build
 from llmkiln.bench.floor import FloorMeter, FloorResult
 from llmkiln.bench.peers import PEERS, run_peer
@@ -39,9 +44,9 @@ from llmkiln.bench.report import (
 from llmkiln.bench.runner import BenchConfig, level_slices, requests_needed, run_bench
 from llmkiln.bench.serving import serve_engine
 from llmkiln.bench.stats import RequestRecord
-from llmkiln.bench.summary import Extras, summarize_experiment
-from llmkiln.bench.tradeoff import TradeoffPoint, run_tradeoff
 from llmkiln.bench.workloads import Workload, WorkloadSpec, build_workload, load_tokenizer
+from llmkiln.cli.main import run_command
+from llmkiln.cli.options import engines_dir_option
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.runtime.profile import PROFILE_ENV
@@ -54,7 +59,7 @@ class ExperimentConfig:
     """Sizes of the experiment. The defaults take ≈ 30 minutes on 2 idle cores."""
 
     out_dir: Path = Path("bench/results")
-    engines_root: Path = Path("engines")
+    engines_root: Path | None = None  # None: $LLMKILN_ENGINES or ./engines
     baseline: str = "bench-baseline"
     optimized: str = "bench-optimized"
     seed: int = 0
@@ -156,7 +161,7 @@ class ExperimentConfig:
         return spec, levels, per
 
 
-def _build(recipe: str, engines_root: Path) -> Path:
+def _build(recipe: str, engines_root: Path | None) -> Path:
     return build(recipe, engines_root).engine_dir
 
 
@@ -228,7 +233,7 @@ def resummarize(out: Path) -> tuple[Path, dict]:
     saved = out / "summary.json"
     if not saved.is_file():
         raise BadInput(
-            f"{saved}: no finished run there to summarize; run `kiln bench experiment --out {out}`"
+            f"{saved}: no finished run there to summarize; run `python -m experiments.ttft --out {out}`"
         )
     old = json.loads(saved.read_text(encoding="utf-8"))
     cfg, machine = old["config"], old["machine"]
@@ -352,3 +357,92 @@ def _source_dir(engine_dir: Path) -> Path | None:
         return None
     p = Path(manifest.source.path)
     return p if p.is_dir() else None
+
+
+@click.command("ttft", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--quick", is_flag=True, help="A few requests per level (minutes, for checking the setup).")
+@click.option(
+    "--requests", "requests_", type=int, default=None, help="Requests per level (overrides the default)."
+)
+@click.option(
+    "--out-dir",
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default="bench/results",
+    show_default=True,
+)
+@engines_dir_option
+@click.option("--no-peers", is_flag=True, help="Skip onnxruntime-genai and transformers.")
+@click.option("--no-tradeoff", is_flag=True, help="Skip the TTFT vs TPOT sweep over scheduler.tpot_slo_ms.")
+@click.option(
+    "--only",
+    type=click.Choice(WORKLOAD_NAMES),
+    multiple=True,
+    help="Run only these workloads (repeatable).",
+)
+@click.option(
+    "--resummarize",
+    "resummarize_only",
+    is_flag=True,
+    help="Measure nothing: rewrite SUMMARY.md, summary.json and the plots from the saved reports in --out.",
+)
+def cli(
+    quick: bool,
+    requests_: int | None,
+    out_dir: str,
+    engines_dir: Path,
+    no_peers: bool,
+    no_tradeoff: bool,
+    only: tuple[str, ...],
+    resummarize_only: bool,
+) -> None:
+    """`make bench-ttft`: baseline vs optimized recipe on one engine, each served by tritonserver.
+
+    \b
+    python -m experiments.ttft --out bench/results            (the committed run, ≈ 30 minutes)
+    python -m experiments.ttft --quick                        (results under bench/results/raw/quick)
+    python -m experiments.ttft --resummarize --out bench/results
+    """
+    if resummarize_only:
+        path, summary = resummarize(Path(out_dir))
+        click.echo(f"rewrote {path} from the saved reports")
+        print_targets(summary)
+        return
+    cfg = ExperimentConfig.make(
+        quick=quick,
+        requests=requests_,
+        out_dir=Path(out_dir),
+        peers=not no_peers,
+        only=only,
+        tradeoff=not no_tradeoff,
+    )
+    path, summary = run_experiment(replace(cfg, engines_root=engines_dir))
+    click.echo(f"\nwrote {path} (and the reports and plots next to it)")
+    print_targets(summary)
+
+
+def print_targets(summary: dict) -> None:
+    for t in summary["targets"]:
+        what = f"{t['workload']} c={t['concurrency']} {t.get('peer', '')} {t['metric']} {t.get('stat', '')}".replace(
+            "  ", " "
+        )
+        value = t.get("change", t.get("ratio", t.get("value")))
+        if value is None:
+            shown = "n/a"
+        elif "change" in t:
+            shown = f"{value * 100:+.1f}%"
+        elif "ratio" in t or t["metric"] == "ttft_over_floor":
+            shown = f"{value:.2f}x"
+        else:
+            shown = f"{value:.1f}"
+        click.echo(f"  {'met    ' if t['met'] else 'NOT met'}  {what}: {shown} (limit {t['limit']})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Exit codes as kiln's: 0 ok, 1 failure, 2 bad input."""
+    run_command(cli, argv, prog_name="python -m experiments.ttft")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,5 +1,6 @@
-"""`kiln bench scaleout` (`make bench-scaleout`): Dynamo scale-out, KV-aware routing vs round-robin, one worker vs
-two, on one engine (bench-llama-125m, recipe bench-optimized).
+"""The scale-out experiment (`make bench-scaleout` = `python -m experiments.scaleout --out bench/results/scaleout`):
+Dynamo scale-out, KV-aware routing vs round-robin, one worker vs two, on one engine (bench-llama-125m, recipe
+bench-optimized).
 
 Workload: K = 4 system prompts of ~1500 tokens, each request draws one (seeded) and adds its own user turn,
 through the OpenAI chat endpoint. Configurations, each a fresh launch (`kiln serve --dynamo`) measured with the
@@ -13,6 +14,7 @@ arrives). Closed loop at concurrency 8, then an open loop (Poisson arrivals) wit
 goodput under an SLO for the two-worker configurations. The prefix hit rate is cached / prompt tokens from the
 responses' usage; per-worker counters come from each worker's /metrics. Results: OUT_DIR/<config>.json (+
 <config>-open.json), summary.json and SUMMARY.md; raw per-request JSONL under bench/results/raw/scaleout/.
+`--resummarize` measures nothing and rewrites SUMMARY.md from summary.json.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import click
 from rich.console import Console
 
 from llmkiln.backends import build
@@ -33,12 +36,14 @@ from llmkiln.bench.report import BenchReport, print_report, save_records, save_r
 from llmkiln.bench.runner import BenchConfig, requests_needed, run_bench
 from llmkiln.bench.stats import Slo
 from llmkiln.bench.workloads import Workload, WorkloadSpec, build_workload, load_tokenizer
-from llmkiln.dynamo.cluster import available_cores
+from llmkiln.cli.main import run_command
+from llmkiln.cli.options import engines_dir_option
+from llmkiln.dynamo.cluster import RouterMode, available_cores
 from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, make_spec
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.runtime.kv_quant import bytes_per_block
-from llmkiln.serve.server import free_ports
+from llmkiln.serve.ports import free_ports
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ class Setup:
 
     name: str
     workers: int
-    router_mode: str
+    router_mode: RouterMode
     prompts_per_store: int  # system prompts a worker's prefix store has room for (plus the user-turn slack)
     open_loop: bool = True
 
@@ -65,7 +70,7 @@ class ScaleoutConfig:
 
     out_dir: Path = Path("bench/results/scaleout")
     raw_dir: Path = Path("bench/results/raw/scaleout")
-    engines_root: Path = Path("engines")
+    engines_root: Path | None = None  # None: $LLMKILN_ENGINES or ./engines
     recipe: str = "bench-optimized"
     seed: int = 0
     system_prompts: int = 4
@@ -355,8 +360,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         lines.append(f"- {'met' if t['met'] else 'NOT met'}: {t['target']} (measured {t['value']:.2f})")
     lines += [
         "",
-        "Reproduce: `make bench-scaleout` (= `kiln bench scaleout --out bench/results/scaleout`); "
-        "`kiln bench scaleout --quick` checks the harness in minutes.",
+        "Reproduce: `make bench-scaleout` (= `python -m experiments.scaleout --out bench/results/scaleout`); "
+        "`python -m experiments.scaleout --quick` checks the harness in minutes.",
         "",
     ]
     return "\n".join(lines)
@@ -367,3 +372,56 @@ def _config_dump(cfg: ScaleoutConfig) -> dict[str, Any]:
     d["slo"] = cfg.slo.model_dump()
     d["setups"] = [asdict(s) for s in cfg.setups]
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in d.items()}
+
+
+def resummarize(out: Path) -> Path:
+    """Rewrite SUMMARY.md from a finished run's summary.json in `out` (after a change to the summary code)."""
+    saved = out / "summary.json"
+    if not saved.is_file():
+        raise BadInput(
+            f"{saved}: no finished run there to summarize; run `python -m experiments.scaleout --out {out}`"
+        )
+    summary = json.loads(saved.read_text(encoding="utf-8"))
+    write_atomic(out / "SUMMARY.md", summary_markdown(summary))
+    return out / "SUMMARY.md"
+
+
+@click.command("scaleout", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--quick", is_flag=True, help="Short prompts, few requests (minutes, for checking the setup).")
+@click.option("--requests", "requests_", type=int, default=None, help="Requests per setup (default 32).")
+@click.option(
+    "--out-dir",
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Default bench/results/scaleout (--quick: bench/results/raw/scaleout-quick).",
+)
+@engines_dir_option
+@click.option(
+    "--resummarize",
+    "resummarize_only",
+    is_flag=True,
+    help="Measure nothing: rewrite SUMMARY.md from summary.json.",
+)
+def cli(
+    quick: bool, requests_: int | None, out_dir: str | None, engines_dir: Path, resummarize_only: bool
+) -> None:
+    """`make bench-scaleout`: Dynamo, KV routing vs round-robin (two workers), one worker vs two."""
+    cfg = ScaleoutConfig.make(quick=quick, requests=requests_, out_dir=Path(out_dir) if out_dir else None)
+    if resummarize_only:
+        click.echo(f"rewrote {resummarize(cfg.out_dir)} from summary.json")
+        return
+    path, summary = run_scaleout(replace(cfg, engines_root=engines_dir))
+    click.echo(f"\nwrote {path} (and the reports next to it)")
+    for t in summary["targets"]:
+        click.echo(f"  {'met    ' if t['met'] else 'NOT met'}  {t['target']}: {t['value']:.2f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Exit codes as kiln's: 0 ok, 1 failure, 2 bad input."""
+    run_command(cli, argv, prog_name="python -m experiments.scaleout")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,4 +1,5 @@
-"""TTFT vs TPOT: the TTFT-first scheduler's trade-off, measured over `scheduler.tpot_slo_ms` settings.
+"""TTFT vs TPOT: the TTFT-first scheduler's trade-off, measured over `scheduler.tpot_slo_ms` settings (a part of
+the TTFT experiment, experiments.ttft).
 
 The same engine is served once per setting (decode-first, i.e. `ttft_first: false`, and TTFT-first with each
 bound) and driven with fresh shared-prefix requests at a few concurrency levels: a looser bound lets prompts go

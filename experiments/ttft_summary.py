@@ -1,4 +1,5 @@
-"""The experiment's summary: TTFT changes baseline → optimized, the issue's targets, peer ratios, plots, Markdown."""
+"""The TTFT experiment's summary (experiments.ttft): TTFT changes baseline → optimized, its targets, peer ratios,
+plots, Markdown."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from experiments.tradeoff import TradeoffPoint, tradeoff_markdown
 from llmkiln.bench.compare import compare, find, fmt_change
 from llmkiln.bench.floor import FloorResult
 from llmkiln.bench.peers import ratios
 from llmkiln.bench.plots import bars, ttft_cdf
 from llmkiln.bench.profile import markdown_profile
 from llmkiln.bench.report import BenchReport, machine_info, markdown_table
-from llmkiln.bench.tradeoff import TradeoffPoint, tradeoff_markdown
 
 # (workload, concurrency or None = the side level, metric, stat, limit, sense): change must be <= limit ("le").
 TARGETS = (
@@ -187,10 +188,10 @@ def summarize_experiment(
     md += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     md += ["## Full tables", ""]
     for recipe, reps in reports.items():
-        for name, rep in reps.items():
-            md += [f"### {recipe}: {name}", "", markdown_table(rep), ""]
-    for name, rep in peers.items():
-        md += [f"### peer {name}", "", markdown_table(rep), ""]
+        for wl_name, rep in reps.items():
+            md += [f"### {recipe}: {wl_name}", "", markdown_table(rep), ""]
+    for peer, rep in peers.items():
+        md += [f"### peer {peer}", "", markdown_table(rep), ""]
     summary["plots"] = plots
     return summary, "\n".join(md) + "\n"
 

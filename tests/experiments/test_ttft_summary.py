@@ -1,15 +1,16 @@
-"""The experiment summary on synthetic reports: changes, targets, peer ratios, plots."""
+"""The TTFT experiment's summary (experiments.ttft_summary) on synthetic reports: changes, targets, peer ratios,
+plots."""
 
 from __future__ import annotations
 
 import pytest
 
+from experiments.tradeoff import TradeoffPoint
+from experiments.ttft_summary import Extras, summarize_experiment
 from llmkiln.bench.floor import FloorResult
 from llmkiln.bench.peers import ratios
 from llmkiln.bench.profile import LevelProfile
 from llmkiln.bench.stats import summarize
-from llmkiln.bench.summary import Extras, summarize_experiment
-from llmkiln.bench.tradeoff import TradeoffPoint
 
 
 def test_summary_targets_and_ratios(tmp_path, report_factory):

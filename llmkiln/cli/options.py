@@ -1,0 +1,165 @@
+"""Options that more than one command takes, each declared once: `--engines-dir` and the workload options.
+
+- `engines_dir_option`: every command that finds or writes engine folders (build, generate, verify, lint-prompts,
+  diagnose, deploy, calibrate, bench soak, profile, and the experiments' entry points). Its default is None, turned
+  into `llmkiln.engine_dir.default_engines_root()` ($LLMKILN_ENGINES, else ./engines) when the command line is
+  parsed, so a command always receives a folder and never hard-codes one.
+- `workload_options` + `workload_spec(kw, num_requests)`: the synthetic workload's shape (`kiln bench`, `kiln
+  profile`): one default each, the TTFT experiment's shared-prefix turn (1500-token system prompt, 80-120-token
+  user turns, 32 output tokens).
+- `sweep_options(concurrency, requests, warmup)` + `sweep_levels(kw)`: the load levels. Declared once; the
+  defaults are the command's (`kiln bench` sweeps 1,4,8,16 cold, `kiln profile` looks at one warm level).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from llmkiln.bench.runner import parse_concurrency
+from llmkiln.bench.workloads import WorkloadSpec, parse_range
+from llmkiln.engine_dir import DEFAULT_ENGINES_ROOT, ENGINES_ENV, default_engines_root
+from llmkiln.errors import BadInput
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+WORKLOADS = ("shared-prefix", "unique", "mixed-long-short", "jsonl")
+
+
+def _engines_root(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path:
+    return value if value is not None else default_engines_root()
+
+
+engines_dir_option = click.option(
+    "--engines-dir",
+    "engines_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    callback=_engines_root,
+    help="Where engine folders live: recipe-name ENGINEs are looked up there, builds write there "
+    f"(and keep their caches under it) [default: ${ENGINES_ENV} or ./{DEFAULT_ENGINES_ROOT}].",
+)
+
+
+def _apply(f: F, opts: list[Callable[[F], F]]) -> F:
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def workload_options(f: F) -> F:
+    """--workload, --from-jsonl, --seed, --output-tokens and the per-workload lengths (see workload_spec)."""
+    return _apply(
+        f,
+        [
+            click.option(
+                "--workload", type=click.Choice(WORKLOADS), default="shared-prefix", show_default=True
+            ),
+            click.option(
+                "--from-jsonl",
+                "jsonl",
+                type=str,
+                default=None,
+                help="Recorded requests (implies --workload jsonl).",
+            ),
+            click.option("--seed", type=int, default=0, show_default=True, help="Workload seed."),
+            click.option(
+                "--output-tokens", type=int, default=32, show_default=True, help="max_tokens per request."
+            ),
+            click.option(
+                "--system-tokens", type=int, default=1500, show_default=True, help="shared-prefix: S."
+            ),
+            click.option(
+                "--system-prompts",
+                type=int,
+                default=1,
+                show_default=True,
+                help="shared-prefix: K distinct system prompts (each request draws one).",
+            ),
+            click.option(
+                "--user-tokens", default="80-120", show_default=True, help="shared-prefix: U (N or MIN-MAX)."
+            ),
+            click.option(
+                "--prompt-tokens", default="1550-1700", show_default=True, help="unique: prompt length."
+            ),
+            click.option(
+                "--long-tokens",
+                type=int,
+                default=2048,
+                show_default=True,
+                help="mixed-long-short: long length.",
+            ),
+            click.option(
+                "--short-tokens", default="32-128", show_default=True, help="mixed-long-short: short length."
+            ),
+            click.option(
+                "--long-every",
+                type=int,
+                default=8,
+                show_default=True,
+                help="mixed-long-short: one long in N.",
+            ),
+        ],
+    )
+
+
+def workload_spec(kw: dict[str, Any], num_requests: int) -> WorkloadSpec:
+    """The WorkloadSpec of the values workload_options parsed (`kw`: the command's keyword arguments)."""
+    return WorkloadSpec(
+        name="jsonl" if kw["jsonl"] else kw["workload"],
+        num_requests=num_requests,
+        seed=kw["seed"],
+        output_tokens=kw["output_tokens"],
+        system_tokens=kw["system_tokens"],
+        num_system_prompts=kw["system_prompts"],
+        user_tokens=parse_range(kw["user_tokens"], "--user-tokens"),
+        prompt_tokens=parse_range(kw["prompt_tokens"], "--prompt-tokens"),
+        long_tokens=kw["long_tokens"],
+        short_tokens=parse_range(kw["short_tokens"], "--short-tokens"),
+        long_every=kw["long_every"],
+        jsonl_path=kw["jsonl"],
+    )
+
+
+def sweep_options(concurrency: str, requests: int, warmup: int) -> Callable[[F], F]:
+    """--concurrency, --requests (as `requests_`), --warmup-requests with the command's defaults."""
+
+    def deco(f: F) -> F:
+        return _apply(
+            f,
+            [
+                click.option(
+                    "--concurrency", default=concurrency, show_default=True, help="Comma-separated levels."
+                ),
+                click.option(
+                    "--requests",
+                    "requests_",
+                    type=int,
+                    default=requests,
+                    show_default=True,
+                    help="Requests per level (at least the level's concurrency).",
+                ),
+                click.option(
+                    "--warmup-requests",
+                    type=int,
+                    default=warmup,
+                    show_default=True,
+                    help="Requests sent first and not measured; 0 = cold mode.",
+                ),
+            ],
+        )
+
+    return deco
+
+
+def sweep_levels(kw: dict[str, Any]) -> list[int]:
+    """The concurrency levels of the values sweep_options parsed; bad input (exit 2) names the option."""
+    levels = parse_concurrency(kw["concurrency"])
+    if kw["requests_"] <= 0:
+        raise BadInput(f"--requests must be positive, got {kw['requests_']}")
+    if kw["warmup_requests"] < 0:
+        raise BadInput(f"--warmup-requests must be zero or more, got {kw['warmup_requests']}")
+    return levels

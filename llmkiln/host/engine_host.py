@@ -1,0 +1,243 @@
+"""EngineHost: one engine folder hosted for one front door.
+
+    host = EngineHost.open("engines/stories-fp32", HostOptions())   # check, load, start
+    host.warmup()                       # the recipe's warmup (prefixes, then prompts) before ready
+    host.health()                       # ready / healthy / draining, and why not
+    host.refresh_metrics(); host.metrics # one naming for every front door (llmkiln.host.metrics)
+    host.refusal()                      # why a new request is refused now (draining, failed engine) or None
+    host.begin_drain(deadline); host.end_overdue(); host.is_quiescent
+    host.shutdown(timeout_s)
+
+`check_engine` (llmkiln.host.check) is the one way from what a user typed to an engine that may be served; the
+launchers call it before they start anything, the host again right before it loads the files.
+
+The front doors are protocol adapters on the host: llmkiln.serve.handler (Triton python backend) and
+llmkiln.dynamo.worker (Dynamo's Python engine contract). Roles (llmkiln.host.roles) say what part of a request's
+life a host serves; only the aggregated role runs today.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from llmkiln.engine_dir import EngineDir
+from llmkiln.errors import BadInput
+from llmkiln.host.check import check_engine
+from llmkiln.host.metrics import HostMetrics, exposition
+from llmkiln.host.roles import WorkerRole
+from llmkiln.host.warmup import WarmupResult, run_warmup
+from llmkiln.recipe import Warmup
+from llmkiln.runtime.loader import load_engine
+from llmkiln.runtime.profile import PROFILE_ENV
+from llmkiln.runtime.protocol import ServingEngine, ServingHandle
+
+SHUTTING_DOWN = "llmkiln: the server is shutting down; retry on another replica or after it restarts"
+
+
+class HostLog(Protocol):
+    """Where the host's lines go (logging.Logger, or the Triton stub's logger through an adapter)."""
+
+    def info(self, msg: str) -> None: ...
+
+    def warning(self, msg: str) -> None: ...
+
+    def error(self, msg: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    """How to open an engine: recipe overrides (nested fields, validated like the recipe), `--verify`, the role,
+    a step-profile file (default: $LLMKILN_PROFILE, set by `kiln profile`)."""
+
+    overrides: Mapping[str, Any] | None = None
+    role: WorkerRole = WorkerRole.AGGREGATED
+    profile: str | None = None
+    engines_root: Path | None = None
+
+
+@dataclass(frozen=True)
+class Health:
+    """ready: warmed, healthy and not draining (take traffic); healthy: the engine's thread runs."""
+
+    ready: bool
+    healthy: bool
+    draining: bool
+    reason: str | None = None
+
+
+class EngineHost:
+    """A started engine and what every front door does around it (see the module docstring)."""
+
+    def __init__(
+        self,
+        engine: ServingEngine,
+        folder: EngineDir | None = None,
+        role: WorkerRole = WorkerRole.AGGREGATED,
+        log: HostLog | None = None,
+    ) -> None:
+        if not role.available:
+            self._refuse_role(role)
+        self.engine = engine
+        self.folder = folder
+        self.role = role
+        self.log: HostLog = log if log is not None else logging.getLogger("llmkiln.host")
+        self.metrics = HostMetrics()
+        self.load_seconds = 0.0
+        self.warmup_result: WarmupResult | None = None
+        self._lock = threading.Lock()
+        self._handles: set[ServingHandle] = set()
+        self._active = 0
+        self._draining = False
+        self._ending = False
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        engine: str | os.PathLike[str] | EngineDir,
+        options: HostOptions | None = None,
+        log: HostLog | None = None,
+    ) -> EngineHost:
+        """Check (check_engine), load and start the engine; not warmed yet (call warmup())."""
+        opts = options or HostOptions()
+        if not opts.role.available:
+            cls._refuse_role(opts.role)
+        t0 = time.perf_counter()
+        folder = check_engine(engine, opts.engines_root)
+        overrides = {k: dict(v) if isinstance(v, Mapping) else v for k, v in (opts.overrides or {}).items()}
+        eng = load_engine(folder, overrides or None)
+        profile = opts.profile or os.environ.get(PROFILE_ENV)
+        if profile:
+            eng.enable_profile(profile)
+        eng.start()
+        host = cls(eng, folder, opts.role, log)
+        host.load_seconds = time.perf_counter() - t0
+        host.log.info(f"llmkiln: engine {folder.path} loaded in {host.load_seconds:.2f} s")
+        return host
+
+    @staticmethod
+    def _refuse_role(role: WorkerRole) -> None:
+        raise BadInput(
+            f"worker role {role.value!r} is not available yet: only {WorkerRole.AGGREGATED.value!r} hosts run"
+        )
+
+    # ------------------------------------------------------------------ warmup and health
+    @property
+    def warmup_section(self) -> Warmup:
+        recipe = self.engine.recipe
+        return recipe.warmup if recipe is not None else Warmup(count=0)
+
+    def warmup(self, warmup: Warmup | None = None) -> WarmupResult:
+        """Run the warmup (default: the engine's recipe's) before ready; WarmupFailed if a request fails."""
+        section = warmup if warmup is not None else self.warmup_section
+        try:
+            result = run_warmup(self.engine, section)
+        except Exception as exc:
+            self.log.error(f"llmkiln: a warmup request failed, the model stays not ready: {exc}")
+            raise
+        self.warmup_result = result
+        self.metrics.add("warmup_requests", result.requests)
+        self.metrics.set("warmup_seconds", result.seconds)
+        self.log.info(f"llmkiln: warmup done: {result.requests} requests in {result.seconds:.3f} s")
+        return result
+
+    def health(self) -> Health:
+        eng = self.engine
+        if not eng.healthy:
+            return Health(False, False, self._draining, f"engine failed: {eng.failure}")
+        if self._closed:
+            return Health(False, False, True, "shut down")
+        if self._draining:
+            return Health(False, True, True, "draining")
+        if self.warmup_result is None:
+            return Health(False, True, False, "warming up")
+        return Health(True, True, False)
+
+    def refresh_metrics(self) -> HostMetrics:
+        """Take the engine's counters into the host's metrics (front doors call it before they publish)."""
+        self.metrics.observe_engine(self.engine.metrics(), self.engine.healthy)
+        return self.metrics
+
+    def exposition(self, labels: Mapping[str, str] | None = None) -> str:
+        """Prometheus text of the host's metrics (the Dynamo worker's /metrics)."""
+        self.refresh_metrics()
+        return exposition(self.metrics, labels)
+
+    # ------------------------------------------------------------------ requests
+    def refusal(self) -> str | None:
+        """Why a new request must be refused now (draining or shut down), None when it may be submitted."""
+        if self._draining or self._closed:
+            return SHUTTING_DOWN
+        return None
+
+    def request_started(self) -> None:
+        with self._lock:
+            self._active += 1
+            n = self._active
+        self.metrics.set("active", n)
+
+    def request_ended(self) -> None:
+        with self._lock:
+            self._active -= 1
+            n = self._active
+        self.metrics.set("active", n)
+
+    @property
+    def num_active(self) -> int:
+        """Requests the front door is serving (parsed, queued, running or streaming)."""
+        return self._active
+
+    def track(self, handle: ServingHandle) -> None:
+        """A submitted request, cancelled at the drain deadline if still running (end_overdue)."""
+        with self._lock:
+            self._handles.add(handle)
+
+    def untrack(self, handle: ServingHandle) -> None:
+        with self._lock:
+            self._handles.discard(handle)
+
+    # ------------------------------------------------------------------ drain and shutdown
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    @property
+    def ending(self) -> bool:
+        """True once the drain deadline passed: requests still running were cancelled by the host."""
+        return self._ending
+
+    def begin_drain(self) -> None:
+        """Refuse new requests from now on (refusal()); those in flight go on."""
+        if not self._draining:
+            self._draining = True
+            self.log.info(
+                f"llmkiln: draining: {self._active} request(s) in flight, new requests get UNAVAILABLE"
+            )
+
+    def end_overdue(self) -> int:
+        """The drain deadline passed: cancel every request still running; returns how many."""
+        self._ending = True
+        with self._lock:
+            handles = list(self._handles)
+        for handle in handles:
+            handle.cancel()
+        return len(handles)
+
+    @property
+    def is_quiescent(self) -> bool:
+        """Nothing queued or running in the engine."""
+        return self.engine.num_in_flight == 0
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Stop the engine: requests in flight get timeout_s, then what is left is cancelled. Safe twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self.engine.shutdown(timeout_s)
