@@ -89,7 +89,7 @@ def test_sigterm_after_200_client_closed_streams_is_a_clean_fast_stop(tmp_path: 
 
     assert serve_forever(server, on_ready=scenario) == 0, server.last_lines()
     stopped_s = time.monotonic() - seen["sigterm"]
-    log = server.log_text()
+    log = "\n".join(server.lines)
     assert "Exit timeout expired" not in log
     assert stopped_s < server.cfg.exit_timeout_s / 2, (
         stopped_s
@@ -160,7 +160,10 @@ def test_clients_see_unavailable_and_503_through_the_stop_never_unknown_model_or
     print(
         "gRPC after the signal:", sorted({o[:80] for o in after}), "HTTP:", sorted({o for t, o in http_out})
     )
-    bad = [o for o in after if o != "ok" and "shutting down" not in o and "StatusCode.UNAVAILABLE" not in o]
+    # transport-level ends once tritonserver is gone: gRPC UNAVAILABLE, or tritonclient's own word for a stream
+    # whose connection closed under it
+    transport = ("StatusCode.UNAVAILABLE", "The stream is no longer in valid state")
+    bad = [o for o in after if o != "ok" and "shutting down" not in o and not any(t in o for t in transport)]
     assert not bad, bad[:5]
     assert not [o for o in after if "unknown model" in o or "not found" in o.lower()]
     while_alive = [o for t, o in http_out if sig < t < gone]
