@@ -223,7 +223,7 @@ def cancel_storm(server: TritonServer, pattern: str, mode: str, streams: int, cl
         f"{pattern}/{mode}: {done[0]} of {streams} streams in {time.monotonic() - t0:.1f} s; tritonserver {alive}"
     )
     if code is not None:
-        print("\n".join(server.log_text().splitlines()[-12:]))
+        print(server.last_lines(12))
 
 
 def tokenizer_gil() -> None:
