@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import threading
@@ -35,7 +36,8 @@ from tritonclient.grpc import service_pb2
 
 from llmkiln.serve.response_stream import CANCEL_KEY_ENV, CANCEL_KEY_PARAM, CANCEL_PARAM
 
-SERVICE = "/inference.GRPCInferenceService/"
+SERVICE_NAME = "inference.GRPCInferenceService"
+SERVICE = f"/{SERVICE_NAME}/"
 STREAM_METHOD = SERVICE + "ModelStreamInfer"
 __all__ = ["CANCEL_KEY_ENV", "GrpcFront", "cancel_message"]
 CANCEL_SUFFIX = "-cancel"
@@ -224,7 +226,7 @@ class GrpcFront:
         options = _channel_options(self.max_message_bytes)
         self._channel = grpc.aio.insecure_channel(self.upstream, options=options)
         self._server = grpc.aio.server(options=[*options, ("grpc.so_reuseport", 0)])
-        self._server.add_generic_rpc_handlers([_Routes(self)])
+        self._server.add_generic_rpc_handlers([_routes(self)])
         if self._server.add_insecure_port(f"{self.host}:{self.port}") == 0:
             raise OSError(f"cannot listen on {self.host}:{self.port}")
         await self._server.start()
@@ -324,19 +326,15 @@ class GrpcFront:
                 _log.debug("gRPC front: reading a client stream failed: %s", tasks[0].exception())
 
 
-class _Routes(grpc.GenericRpcHandler):
-    def __init__(self, front: GrpcFront) -> None:
-        self.front = front
-
-    def service(self, details: Any) -> Any:
-        method = details.method
-        if method == STREAM_METHOD:
-            return grpc.stream_stream_rpc_method_handler(self.front.stream)
-        if method.startswith(SERVICE):
-            front = self.front
-
-            async def unary(request: bytes, context: Any) -> bytes:
-                return await front.unary(method, request, context)
-
-            return grpc.unary_unary_rpc_method_handler(unary)
-        return None
+def _routes(front: GrpcFront) -> Any:
+    """Every method of GRPCInferenceService (from tritonclient's descriptor): the stream relayed, the rest as bytes."""
+    methods = service_pb2.DESCRIPTOR.services_by_name[SERVICE_NAME.rpartition(".")[2]].methods
+    handlers: dict[str, Any] = {}
+    for m in methods:
+        if SERVICE + m.name == STREAM_METHOD:
+            handlers[m.name] = grpc.stream_stream_rpc_method_handler(front.stream)
+        else:
+            handlers[m.name] = grpc.unary_unary_rpc_method_handler(
+                functools.partial(front.unary, SERVICE + m.name)
+            )
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
