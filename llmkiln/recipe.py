@@ -289,6 +289,14 @@ class Serve(Strict):
     exit_timeout_s: Annotated[int, Field(gt=0, le=3600)] = Field(
         30, description="Seconds in-flight requests get at shutdown."
     )
+    stall_timeout_s: Annotated[float, Field(gt=0, le=3600)] = Field(
+        30.0,
+        description="Liveness bound: with requests in flight and no engine step finished (or no heartbeat from the "
+        "serving process) for this long, the server is stuck: it reports not ready and the stuck process is "
+        "killed, so its requests fail with an error instead of hanging. Keep it well above the longest step "
+        "(a whole cold prefill with chunked prefill off).",
+        json_schema_extra=RUNTIME_ONLY,
+    )
     # Request size limits, checked on the raw request before any decoding or tokenization (no head-of-line
     # stalls: one huge request must not hold up the others).
     max_prompt_bytes: Annotated[int, Field(gt=0, le=2**30)] = Field(

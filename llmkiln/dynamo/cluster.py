@@ -59,6 +59,9 @@ class ClusterSpec:
     kv_events: bool = True  # workers publish their block stores' events (needed by router_mode kv)
     grace_period_s: float = 5.0  # a stopping worker keeps serving this long after it unregistered
     drain_timeout_s: float = 30.0  # then waits at most this long for its requests in flight
+    stall_timeout_s: float = (
+        30.0  # the recipe's serve.stall_timeout_s: a worker silent or stalled this long is killed
+    )
     status_ports: tuple[int, ...] = ()  # one per worker: /health and /metrics (llmkiln_* and dynamo_*)
     worker_command: tuple[str, ...] = (sys.executable, "-m", WORKER_MODULE)
     python: str = sys.executable

@@ -43,6 +43,8 @@ from llmkiln.serve.ports import free_ports, port_free
 from llmkiln.serve.reaper import Reaper, die_with_parent
 
 STOP_MARGIN_S = 10.0
+LIVENESS_PROBE_S = 1.0  # how often supervise_once asks each worker's status port
+LIVENESS_PROBE_TIMEOUT_S = 2.0
 
 
 class LaunchFailed(KilnError):
@@ -140,6 +142,8 @@ class DynamoLauncher:
         ]
         self.stopping = threading.Event()
         self.front: OpenAIFront | None = None
+        self._last_live: dict[int, float] = {}  # worker index -> when its status port last answered healthily
+        self._next_probe = 0.0
         self.reaper: Reaper | None = None  # kills the launch's processes if the launcher dies
 
     @property
@@ -183,7 +187,11 @@ class DynamoLauncher:
                 if not proc.alive():
                     raise LaunchFailed(self._failure(proc, "exited before the launch was ready"))
             if self.ready_instances() >= self.spec.workers:
-                return time.monotonic() - t0
+                now = time.monotonic()
+                self._last_live = {
+                    i: now for i in range(len(self.workers))
+                }  # registered: up, judged from now
+                return now - t0
             if time.monotonic() - t0 > timeout_s:
                 raise LaunchFailed(
                     f"not ready after {timeout_s:.0f} s ({self.ready_instances()} of {self.spec.workers} workers "
@@ -204,9 +212,9 @@ class DynamoLauncher:
         return sum(1 for i in health.get("instances", []) if i.get("endpoint") == "generate")
 
     # -- observe ---------------------------------------------------------------------------------------------
-    def worker_metrics(self, index: int) -> dict[str, float]:
+    def worker_metrics(self, index: int, timeout_s: float = 5.0) -> dict[str, float]:
         """llmkiln_* metrics of one worker (its status port /metrics), names without the prefix."""
-        with urllib.request.urlopen(f"{self.spec.status_url(index)}/metrics", timeout=5) as r:
+        with urllib.request.urlopen(f"{self.spec.status_url(index)}/metrics", timeout=timeout_s) as r:
             return parse_exposition(r.read().decode("utf-8"))
 
     def worker_health(self, index: int) -> dict[str, Any]:
@@ -273,6 +281,7 @@ class DynamoLauncher:
             return
         if not self.frontend.alive():
             raise LaunchFailed(self._failure(self.frontend, "exited"))
+        self._kill_stuck_workers()
         for proc in self.workers:
             if proc.alive() or self.stopping.is_set():
                 continue
@@ -283,6 +292,39 @@ class DynamoLauncher:
             if self.echo is not None:
                 self.echo.write(f"llmkiln: {proc.name} exited with code {proc.returncode()}: restarting it\n")
             proc.start(self.echo, self.reaper)
+
+    def _kill_stuck_workers(self) -> None:
+        """Liveness: a worker whose status port does not answer (a stopped or stuck process), or whose engine made
+        no step with requests in flight, for longer than the stall bound is SIGKILLed; supervise_once restarts it
+        and the frontend moves its streams to a live worker (--migration-limit)."""
+        now = time.monotonic()
+        if now < self._next_probe:
+            return
+        self._next_probe = now + LIVENESS_PROBE_S
+        bound = self.spec.stall_timeout_s
+        for i, proc in enumerate(self.workers):
+            if not proc.alive():
+                self._last_live.pop(i, None)
+                continue
+            try:
+                stalled = self.worker_metrics(i, timeout_s=LIVENESS_PROBE_TIMEOUT_S).get(
+                    "engine_stalled_seconds", 0.0
+                )
+                why = None if stalled <= bound else f"its engine made no step for {stalled:.0f} s"
+            except (urllib.error.URLError, OSError, ValueError):
+                stalled, why = 0.0, "its status port does not answer"
+            if why is None:
+                self._last_live[i] = now
+                continue
+            if i not in self._last_live:
+                continue  # not up yet since it (re)started: a start is bounded by wait_ready, not judged here
+            if stalled > bound or now - self._last_live[i] > bound:
+                msg = f"llmkiln: {proc.name} is stuck ({why}; serve.stall_timeout_s = {bound:g}): killed"
+                proc.lines.append(msg)
+                if self.echo is not None:
+                    self.echo.write(msg + "\n")
+                proc.signal(signal.SIGKILL)
+                self._last_live.pop(i, None)
 
     def _failure(self, proc: Proc, what: str) -> str:
         return (
@@ -365,6 +407,7 @@ def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> Clust
         overrides=dict(opts.overrides),
         grace_period_s=opts.grace_period_s,
         drain_timeout_s=float(serve.exit_timeout_s if opts.drain_timeout_s is None else opts.drain_timeout_s),
+        stall_timeout_s=serve.stall_timeout_s,
         status_ports=tuple(status_ports(opts.workers, opts.host)),
         frontend_port=free_ports(1, opts.host)[0],
         frontend_args=tuple(opts.frontend_args),

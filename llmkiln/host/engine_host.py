@@ -62,14 +62,19 @@ class HostOptions:
     engines_root: Path | None = None
 
 
+DEFAULT_STALL_TIMEOUT_S = 30.0  # the recipe's serve.stall_timeout_s default, for engines without a recipe
+
+
 @dataclass(frozen=True)
 class Health:
-    """ready: warmed, healthy and not draining (take traffic); healthy: the engine's thread runs."""
+    """ready: warmed, healthy, live and not draining (take traffic); healthy: the engine's thread runs; live: it
+    made progress within the stall bound while requests were in flight."""
 
     ready: bool
     healthy: bool
     draining: bool
     reason: str | None = None
+    live: bool = True
 
 
 class EngineHost:
@@ -81,10 +86,12 @@ class EngineHost:
         folder: EngineDir | None = None,
         role: WorkerRole = WorkerRole.AGGREGATED,
         log: HostLog | None = None,
+        stall_timeout_s: float | None = None,
     ) -> None:
         if not role.available:
             self._refuse_role(role)
         self.engine = engine
+        self._stall_timeout_s = stall_timeout_s
         self.folder = folder
         self.role = role
         self.log: HostLog = log if log is not None else logging.getLogger("llmkiln.host")
@@ -148,10 +155,28 @@ class EngineHost:
         self.log.info(f"llmkiln: warmup done: {result.requests} requests in {result.seconds:.3f} s")
         return result
 
+    @property
+    def stall_timeout_s(self) -> float:
+        """The liveness bound: the recipe's serve.stall_timeout_s unless given."""
+        if self._stall_timeout_s is not None:
+            return self._stall_timeout_s
+        recipe = self.engine.recipe
+        return recipe.serve.stall_timeout_s if recipe is not None else DEFAULT_STALL_TIMEOUT_S
+
     def health(self) -> Health:
         eng = self.engine
         if not eng.healthy:
             return Health(False, False, self._draining, f"engine failed: {eng.failure}")
+        stalled = eng.stalled_for_s
+        if stalled > self.stall_timeout_s:
+            return Health(
+                False,
+                True,
+                self._draining,
+                f"stalled: no engine step for {stalled:.0f} s with {eng.num_in_flight} request(s) in flight "
+                f"(serve.stall_timeout_s = {self.stall_timeout_s:g})",
+                live=False,
+            )
         if self._closed:
             return Health(False, False, True, "shut down")
         if self._draining:
@@ -162,7 +187,7 @@ class EngineHost:
 
     def refresh_metrics(self) -> HostMetrics:
         """Take the engine's counters into the host's metrics (front doors call it before they publish)."""
-        self.metrics.observe_engine(self.engine.metrics(), self.engine.healthy)
+        self.metrics.observe_engine(self.engine.metrics(), self.engine.healthy, self.engine.stalled_for_s)
         return self.metrics
 
     def exposition(self, labels: Mapping[str, str] | None = None) -> str:

@@ -20,6 +20,7 @@ Prometheus text on its status port (`exposition`); `kiln diagnose` reads either 
   llmkiln_warmup_requests_total           counter    warmup requests run before the host reported ready
   llmkiln_warmup_seconds                  gauge      wall time of the warmup
   llmkiln_engine_healthy                  gauge      1 while the engine's scheduler thread runs, 0 once it failed
+  llmkiln_engine_stalled_seconds          gauge      seconds without an engine step while requests are in flight
   llmkiln_engine{metric="<name>"}         gauge      every LLMEngine.metrics() value (names: runtime.metrics.
                                                      EngineMetric), e.g. mean_queue_time_ms, num_running
 
@@ -92,6 +93,11 @@ FAMILIES: dict[str, Family] = {
     "engine_healthy": Family(
         "llmkiln_engine_healthy", "1 while the engine's scheduler thread runs, 0 once it failed", Kind.GAUGE
     ),
+    "engine_stalled_seconds": Family(
+        "llmkiln_engine_stalled_seconds",
+        "Seconds without an engine step while requests are in flight (0 when idle)",
+        Kind.GAUGE,
+    ),
 }
 ENGINE_DESCRIPTION = "Runtime engine metrics (LLMEngine.metrics()), by name"
 
@@ -157,7 +163,7 @@ class HostMetrics:
                 self.ttft.observe(ttft_ms)
                 self._pending_ttft.append(ttft_ms)
 
-    def observe_engine(self, values: Mapping[str, float], healthy: bool) -> None:
+    def observe_engine(self, values: Mapping[str, float], healthy: bool, stalled_s: float = 0.0) -> None:
         """Refresh the engine gauges from LLMEngine.metrics() (keys: EngineMetric)."""
         with self._lock:
             for attr, key in ENGINE_GAUGES.items():
@@ -165,6 +171,7 @@ class HostMetrics:
                     self.values[attr] = float(values[key])
             self.engine = {m: float(values[m]) for m in EngineMetric if m in values}
             self.values["engine_healthy"] = 1.0 if healthy else 0.0
+            self.values["engine_stalled_seconds"] = float(stalled_s)
 
     def take_ttft(self) -> list[float]:
         """TTFT observations since the last call (a publisher that can only observe one value at a time)."""

@@ -110,6 +110,7 @@ class LLMEngine:
         self._closed = False
         self._runner_closed = False
         self._failure: str | None = None  # why the scheduler thread died (None: healthy)
+        self._progress_ns = time.monotonic_ns()  # the last step's end, or when work arrived at an idle engine
         self.profiler: Profiler | None = None
         self.costs = StepCosts()  # running estimates for the TTFT-first scheduler
 
@@ -205,6 +206,16 @@ class LLMEngine:
         return self._failure
 
     @property
+    def stalled_for_s(self) -> float:
+        """Seconds without progress while requests are in flight: since the last step ended, or since work
+        arrived at an idle engine (0 when nothing is in flight). A liveness signal: a step that never returns,
+        or a scheduler thread that cannot run, makes it grow."""
+        with self._lock:
+            if not self._handles:
+                return 0.0
+            return max(0.0, (time.monotonic_ns() - self._progress_ns) / 1e9)
+
+    @property
     def num_in_flight(self) -> int:
         """Requests submitted and not finished yet (queued or running)."""
         with self._lock:
@@ -254,6 +265,8 @@ class LLMEngine:
                 )
             request = Request(rid, prompt_ids, params, priority, timings=RequestTimings(arrival_ns=arrival))
             handle = RequestHandle(request, self.cancel)
+            if not self._handles:
+                self._progress_ns = time.monotonic_ns()  # idle until now: the stall clock starts here
             self._handles[rid] = handle
             self._rngs[rid] = make_rng(params.seed)
             self._inbox.append((request, handle))
@@ -386,6 +399,7 @@ class LLMEngine:
                 self._finish_handle(
                     request.request_id, TokenEvent(None, len(request.output_ids), True, "error"), repr(exc)
                 )
+            self._progress_ns = time.monotonic_ns()
             return True
         t_update = now_ns()
         elapsed = t_update - t0
@@ -415,6 +429,7 @@ class LLMEngine:
             trace.waiting = self.scheduler.num_waiting
             trace.running = self.scheduler.num_running
             prof.step(trace)
+        self._progress_ns = time.monotonic_ns()
         return True
 
     def _save(self, saves: list[BlockCopy], trace: StepTrace | None) -> None:

@@ -106,6 +106,11 @@ class ServingEngine(Protocol):
     def failure(self) -> str | None: ...
 
     @property
+    def stalled_for_s(self) -> float:
+        """Seconds without an engine step while requests are in flight (0 when idle): the liveness signal."""
+        ...
+
+    @property
     def num_in_flight(self) -> int:
         """Requests submitted and not finished yet (queued or running)."""
         ...

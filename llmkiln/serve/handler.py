@@ -35,6 +35,7 @@ from llmkiln.recipe import Warmup
 from llmkiln.runtime.detokenizer import IncrementalDetokenizer
 from llmkiln.runtime.protocol import ServingHandle
 from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, SamplingParams
+from llmkiln.serve.heartbeat import Heartbeat
 from llmkiln.serve.metrics import TritonMetrics
 from llmkiln.serve.response_stream import CancelBook, InvalidCancel, ResponseStream, cancel_target
 from llmkiln.serve.triton_io import (
@@ -66,6 +67,7 @@ class ServeSettings:
     warmup: Warmup | None = None  # None: the engine recipe's warmup section
     exclude_input_in_output: bool = False
     drain_file: Path | None = None
+    heartbeat_file: Path | None = None  # written every second for the launcher's liveness check
     limits: RequestLimits = RequestLimits()
 
     @classmethod
@@ -75,6 +77,7 @@ class ServeSettings:
         params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
         overrides = params.get("engine_overrides")
         drain = params.get("drain_file")
+        beat = params.get("heartbeat_file")
         warmup = params.get("warmup")
         return cls(
             model_name=cfg.get("name", "llmkiln"),
@@ -83,6 +86,7 @@ class ServeSettings:
             warmup=Warmup.model_validate_json(warmup) if warmup else None,
             exclude_input_in_output=params.get("exclude_input_in_output", "false").lower() == "true",
             drain_file=Path(drain) if drain else None,
+            heartbeat_file=Path(beat) if beat else None,
         )
 
 
@@ -130,6 +134,7 @@ class ServeCore:
         self._refresher: asyncio.Task[None] | None = None
         self._drain_watch: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.heartbeat: Heartbeat | None = None
 
     @classmethod
     def from_args(cls, args: dict[str, Any], pb: Any) -> ServeCore:
@@ -151,6 +156,14 @@ class ServeCore:
             raise
         finally:
             self.published.publish(self.host.refresh_metrics())
+        if self.settings.heartbeat_file is not None:
+            engine = self.engine
+            self.heartbeat = Heartbeat(
+                self.settings.heartbeat_file,
+                lambda: self._loop,
+                lambda: self.host.num_active,
+                lambda: engine.stalled_for_s,
+            ).start()
 
     # -- execute -------------------------------------------------------------------------------------------
 
@@ -417,6 +430,8 @@ class ServeCore:
         self.metrics.observe_request(handle.num_prompt_tokens, handle.num_cached_tokens, ttft_ms)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
         if self._loop is not None and not self._loop.is_closed():
             for task in (self._refresher, self._drain_watch):
                 if task is not None:

@@ -19,6 +19,7 @@ from llmkiln.serve.repository import spec_from_engine, write_repository
 from llmkiln.serve.server import ServerConfig, ServerFailed, TritonServer
 
 DRAIN_FILE = "drain"
+HEARTBEAT_FILE = "heartbeat"
 
 
 @dataclass
@@ -50,6 +51,8 @@ def server_config(engine: EngineDir, repo: Path, opts: ServeOptions) -> ServerCo
         workdir=repo.parent,
         admin_key=opts.admin_key,
         drain_file=repo.parent / DRAIN_FILE,
+        heartbeat_file=repo.parent / HEARTBEAT_FILE,
+        stall_timeout_s=serve.stall_timeout_s,
         http_front=True,
         grpc_front=True,
         max_request_bytes=serve.max_prompt_bytes,
@@ -71,6 +74,7 @@ def serve_engine(
     work = new_workdir()
     try:
         spec.drain_file = work / DRAIN_FILE
+        spec.heartbeat_file = work / HEARTBEAT_FILE
         write_repository(spec, work / "repository")
         server = TritonServer(server_config(folder, work / "repository", opts), echo=echo or sys.stderr)
 

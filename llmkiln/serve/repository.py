@@ -76,6 +76,9 @@ class RepoSpec:
     engine_overrides: dict[str, Any] | None = None
     # the file the launcher writes to make the model drain (ServeCore; TritonServer.drain)
     drain_file: Path | None = None
+    heartbeat_file: Path | None = (
+        None  # the stub's heartbeat (llmkiln.serve.heartbeat); None: no liveness check
+    )
 
     def __post_init__(self) -> None:
         check_model_name(self.model_name)
@@ -122,6 +125,8 @@ def build_model_config(spec: RepoSpec) -> mc.ModelConfig:
         params["engine_overrides"] = json.dumps(spec.engine_overrides, sort_keys=True)
     if spec.drain_file is not None:
         params["drain_file"] = str(spec.drain_file)
+    if spec.heartbeat_file is not None:
+        params["heartbeat_file"] = str(spec.heartbeat_file)
     for key, value in params.items():
         cfg.parameters[key].string_value = value
     return cfg

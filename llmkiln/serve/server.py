@@ -48,6 +48,7 @@ from llmkiln.engine_dir import user_cache_dir
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.serve.backend_env import assemble_backend_dir, find_triton, server_env
 from llmkiln.serve.grpc_front import CANCEL_KEY_ENV, GrpcFront
+from llmkiln.serve.heartbeat import read_beat
 from llmkiln.serve.http_front import HttpFront
 from llmkiln.serve.ports import free_ports, port_free
 from llmkiln.serve.processes import (
@@ -65,6 +66,7 @@ from llmkiln.serve.reaper import Reaper, die_with_parent, start_time
 EXIT_MARGIN_S = 5.0
 DRAIN_MARGIN_S = 1.0  # requests still running this long before the exit timeout end with a final error
 STUB_POLL_S = 0.25
+STUCK_GRACE_S = 2.0  # a stuck model: time Triton gets to fail the requests of its killed stub
 ERROR_LINE = re.compile(r"^E\d{4} ")
 ADMIN_APIS = "shared-memory,logging,trace,model-repository,statistics"
 ADMIN_HEADER = "llmkiln-admin-key"
@@ -93,6 +95,10 @@ class ServerConfig:
     extra_args: list[str] = field(default_factory=list)
     admin_key: str | None = None  # the key admin API calls must send; None: a random one (APIs closed)
     drain_file: Path | None = None  # the model's drain file (RepoSpec.drain_file); None: no drain phase
+    heartbeat_file: Path | None = (
+        None  # the stub's heartbeat (RepoSpec.heartbeat_file); None: no liveness check
+    )
+    stall_timeout_s: float = 30.0  # the recipe's serve.stall_timeout_s: the liveness bound
     # llmkiln's HTTP front on host:http_port (generate bodies checked, Retry-After), Triton's HTTP on loopback
     http_front: bool = False
     max_request_bytes: int = 256 * 1024  # the front's body limit (the recipe's serve.max_prompt_bytes)
@@ -326,11 +332,13 @@ class TritonServer:
         return time.monotonic() - t0
 
     def _watch_stubs(self) -> None:
-        """Kill tritonserver when a python stub dies while serving (Triton would keep reporting healthy)."""
+        """Kill tritonserver when a python stub dies while serving (Triton would keep reporting healthy), or when
+        the model is stuck: no heartbeat, a stopped event loop or an engine without a step for longer than the
+        stall bound with requests in flight (llmkiln.serve.heartbeat)."""
         while self.proc is not None and self.proc.poll() is None and not self.stop_requested.is_set():
             dead = [p for p in self.stub_pids if not alive(p)]
             if dead and not self.stop_requested.is_set():
-                self.crash = (
+                self.crash = self.crash or (
                     f"the python backend stub (pid {dead[0]}) of the model died while serving; Triton cannot "
                     "recover from that, so tritonserver was stopped (requests in flight ended with an error)"
                 )
@@ -338,7 +346,43 @@ class TritonServer:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 return
+            stuck = self._stuck()
+            if stuck is not None and not self.stop_requested.is_set():
+                self._end_stuck(stuck)
+                return
             time.sleep(STUB_POLL_S)
+
+    def _stuck(self) -> str | None:
+        """Why the model is stuck (from its heartbeat), or None. No heartbeat file yet: not judged."""
+        path = self.cfg.heartbeat_file
+        if path is None:
+            return None
+        beat = read_beat(path)
+        if beat is None:
+            return None
+        return beat.problem(time.time(), self.cfg.stall_timeout_s)
+
+    def _end_stuck(self, why: str) -> None:
+        """A stuck model: readiness and requests 503 at the front, the stubs killed first (Triton then fails the
+        requests in flight with an error instead of leaving them hanging), then tritonserver."""
+        assert self.proc is not None
+        self.crash = (
+            f"{why} (serve.stall_timeout_s = {self.cfg.stall_timeout_s:g}): the model is stuck, so its stub and "
+            "tritonserver were killed (requests in flight ended with an error)"
+        )
+        self.lines.append(f"llmkiln: {self.crash}")
+        if self.front is not None:
+            self.front.refuse_all()
+        for pid in self.stub_pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = (
+            time.monotonic() + STUCK_GRACE_S
+        )  # Triton answers the requests of a dead stub with an error
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
 
     def active_requests(self) -> float | None:
         """`llmkiln_requests_active` summed over the metrics endpoint (None when it cannot be read)."""

@@ -118,6 +118,8 @@ class FakeEngine:
     def num_in_flight(self) -> int:
         return self.active
 
+    stalled_for_s = 0.0  # the stand-in never stalls (tests of the liveness check use the real engine)
+
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
 
