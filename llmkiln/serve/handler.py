@@ -249,6 +249,8 @@ class ServeCore:
             self._error(sender, refused, unavailable=True)
             return
         self.host.request_started()
+        # at once, not at the next refresh: the drain stops tritonserver when this gauge reads 0
+        self.published.publish(self.metrics)
         try:
             await self._run(request, sender, received_ns)
         except Exception as exc:  # anything unexpected still ends the stream
