@@ -1,0 +1,319 @@
+"""CPU kernel study (issue 20): per execution path, the time of the shared-prefix workload's engine calls.
+
+    PYTHONPATH=. .venv/bin/python -m experiments.cpu_kernel_study --paths ort,torch --out bench/results/cpu-kernels
+
+Shapes (bench-llama-125m): (a) one decode step at batch 1/4/8, 1600 tokens of context per row of which 1500 are
+a shared prefix; (b) eight 100-token suffix prefills on a 1500-token cached past, one at a time and batched;
+(c) one 2048-token cold prefill. Every number is the median of `--repeats` timed calls after one warm-up call,
+with min/max. Paths:
+
+- `ort`: llmkiln's OnnxRunner (IOBinding, in-place KV pools, last-position logits) on the builder's fp32 engine
+  and, with `--int8-engine`, on an int8 MatMulNBits export (accuracy_level 4 = int8 compute).
+- `torch`: llmkiln.runtime.torch_runner.TorchLlama on the HF checkpoint, fp32 and bf16, eager, with the
+  attention formulations (segment loop = varlen, block-diagonal mask, cascade / shared prefix). `--compile` adds
+  torch.compile (inductor) of the decode step and the cold prefill.
+- `hf`: transformers' own LlamaForCausalLM (SDPA) cold prefill, fp32 and bf16 (the uncompiled reference).
+- OpenVINO runs in its own venv: experiments/cpu_study_openvino.py (results merged by --merge).
+
+`--quality` scores the lower precisions on stories260K with the quality diff's metric code
+(llmkiln.calibration.quality_diff: KL(fp32 || candidate), top-1 agreement, greedy exact match).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PREFIX, SUFFIX, ROWS, COLD = 1500, 100, 8, 2048
+BATCHES = (1, 4, 8)
+
+
+def timed(fn: Callable[[], object], repeats: int) -> dict[str, float]:
+    fn()  # warm-up
+    ts = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t) * 1e3)
+    return {"ms": round(statistics.median(ts), 2), "min": round(min(ts), 2), "max": round(max(ts), 2), "n": repeats}
+
+
+def load_info() -> dict[str, Any]:
+    load = os.getloadavg()
+    return {"utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "loadavg_1m": round(load[0], 2)}
+
+
+# ---------------------------------------------------------------------------------------------- onnxruntime
+def study_ort(engine: Path, repeats: int, label: str) -> dict[str, Any]:
+    from llmkiln.engine_dir import EngineDir
+    from llmkiln.runtime.runner import OnnxRunner
+    from llmkiln.runtime.scheduler import DecodeItem, PrefillChunk, SchedulerOutput
+
+    info = EngineDir(engine).genai_config()
+    runner = OnnxRunner(engine, info, ROWS, 4096, 16, 16 * 2**20, intra_op_threads=2)
+    rng = np.random.default_rng(0)
+    prefix = rng.integers(10, 30000, PREFIX).tolist()
+    sufs = [tuple(rng.integers(10, 30000, SUFFIX).tolist()) for _ in range(ROWS)]
+    for start in range(0, PREFIX, 512):
+        part = tuple(prefix[start : start + 512])
+        runner.execute(SchedulerOutput(prefills=[PrefillChunk("p", 0, start, part, False)]))
+    for layer in range(info.num_layers):
+        runner.k[layer][1:] = runner.k[layer][0]
+        runner.v[layer][1:] = runner.v[layer][0]
+    res: dict[str, Any] = {"path": label, "start": load_info()}
+
+    def one_at_a_time() -> None:
+        for s in range(ROWS):
+            runner.execute(SchedulerOutput(prefills=[PrefillChunk(f"r{s}", s, PREFIX, sufs[s], True)]))
+
+    res["suffix_prefill_8_one_at_a_time"] = timed(one_at_a_time, max(2, repeats // 3))
+    res["suffix_prefill_8_batched"] = {"ms": None, "note": "GroupQueryAttention rejects B>1 with S>1 and a past"}
+    ctx = PREFIX + SUFFIX
+    for b in BATCHES:
+        plan = SchedulerOutput(decodes=[DecodeItem(f"r{s}", s, 100, ctx) for s in range(b)])
+        res[f"decode_b{b}"] = timed(lambda plan=plan: runner.execute(plan), repeats)
+    cold = tuple(rng.integers(10, 30000, COLD).tolist())
+    plan = SchedulerOutput(prefills=[PrefillChunk("c", 0, 0, cold, True)])
+    res["cold_prefill_2048"] = timed(lambda: runner.execute(plan), max(2, repeats // 4))
+    res["end"] = load_info()
+    runner.close()
+    return res
+
+
+# ---------------------------------------------------------------------------------------------- torch
+def study_torch(model_dir: Path, dtype: str, repeats: int, compile_: bool) -> dict[str, Any]:
+    import torch
+
+    from llmkiln.runtime import torch_runner as tr
+
+    torch.set_num_threads(2)
+    m = tr.TorchLlama(model_dir, dtype, num_slots=ROWS, max_len=COLD + 64)
+    g = torch.Generator().manual_seed(0)
+    prefix = torch.randint(10, 30000, (PREFIX,), generator=g)
+    sufs = [torch.randint(10, 30000, (SUFFIX,), generator=g) for _ in range(ROWS)]
+    m.forward(prefix, torch.arange(PREFIX), tr.SegmentAttention([tr.Segment(0, 0, PREFIX, 0)]), torch.tensor([0]))
+    for layer in range(m.num_layers):
+        m.k[layer][1:] = m.k[layer][0]
+        m.v[layer][1:] = m.v[layer][0]
+    res: dict[str, Any] = {"path": f"torch eager {dtype}", "start": load_info()}
+    spos = torch.arange(PREFIX, PREFIX + SUFFIX)
+
+    def one_at_a_time() -> None:
+        for s in range(ROWS):
+            m.forward(sufs[s], spos, tr.SegmentAttention([tr.Segment(s, PREFIX, SUFFIX, 0)]), torch.tensor([SUFFIX - 1]))
+
+    res["suffix_prefill_8_one_at_a_time"] = timed(one_at_a_time, max(2, repeats // 3))
+    flat, pos = torch.cat(sufs), spos.repeat(ROWS)
+    segs = [tr.Segment(s, PREFIX, SUFFIX, s * SUFFIX) for s in range(ROWS)]
+    last = torch.tensor([s.t0 + s.n - 1 for s in segs])
+    variants = {
+        "segments": tr.SegmentAttention(segs),
+        "block_diagonal": tr.BlockDiagonalAttention(segs, m.group, m.dtype),
+        "cascade": tr.CascadeAttention(segs, 0, PREFIX),
+    }
+    for name, att in variants.items():
+        res[f"suffix_prefill_8_batched_{name}"] = timed(
+            lambda att=att: m.forward(flat, pos, att, last), max(2, repeats // 3)
+        )
+    ctx = PREFIX + SUFFIX
+    for b in BATCHES:
+        dsegs = [tr.Segment(s, ctx, 1, s) for s in range(b)]
+        ids, dpos, rows = torch.full((b,), 100), torch.full((b,), ctx), torch.arange(b)
+        for name, att in {
+            "dense": tr.DenseDecodeAttention(dsegs, m.dtype),
+            "cascade": tr.BatchedCascadeDecode(dsegs, 0, PREFIX, m.dtype),
+        }.items():
+            res[f"decode_b{b}_{name}"] = timed(lambda att=att: m.forward(ids, dpos, att, rows), repeats)
+    cold = torch.randint(10, 30000, (COLD,), generator=g)
+    catt = tr.SegmentAttention([tr.Segment(0, 0, COLD, 0)])
+    cpos, clast = torch.arange(COLD), torch.tensor([COLD - 1])
+    res["cold_prefill_2048"] = timed(lambda: m.forward(cold, cpos, catt, clast), max(2, repeats // 4))
+    if compile_:
+        fwd = torch.compile(m.forward, dynamic=False)
+        for b in (1, 8):
+            dsegs = [tr.Segment(s, ctx, 1, s) for s in range(b)]
+            ids, dpos, rows = torch.full((b,), 100), torch.full((b,), ctx), torch.arange(b)
+            for name, att in {
+                "dense": tr.DenseDecodeAttention(dsegs, m.dtype),
+                "cascade": tr.BatchedCascadeDecode(dsegs, 0, PREFIX, m.dtype),
+            }.items():
+                t = time.perf_counter()
+                fwd(ids, dpos, att, rows)
+                compile_s = time.perf_counter() - t
+                r = timed(lambda att=att, ids=ids, dpos=dpos, rows=rows: fwd(ids, dpos, att, rows), repeats)
+                res[f"compiled_decode_b{b}_{name}"] = {**r, "compile_s": round(compile_s, 1)}
+        att = variants["cascade"]
+        t = time.perf_counter()
+        fwd(flat, pos, att, last)
+        compile_s = time.perf_counter() - t
+        r = timed(lambda: fwd(flat, pos, att, last), max(2, repeats // 3))
+        res["compiled_suffix_prefill_8_batched_cascade"] = {**r, "compile_s": round(compile_s, 1)}
+    res["end"] = load_info()
+    return res
+
+
+def study_hf(model_dir: Path, dtype: str, repeats: int) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(2)
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dt, attn_implementation="sdpa").eval()
+    ids = torch.randint(10, 30000, (1, COLD), generator=torch.Generator().manual_seed(0))
+    res: dict[str, Any] = {"path": f"transformers eager {dtype} (SDPA)", "start": load_info()}
+    with torch.inference_mode():
+        res["cold_prefill_2048"] = timed(lambda: model(ids, logits_to_keep=1), max(2, repeats // 4))
+    res["end"] = load_info()
+    return res
+
+
+# ---------------------------------------------------------------------------------------------- quality
+class TorchScorer:
+    """A Scorer (llmkiln.calibration.candidates) over TorchLlama: one forward for all logits, greedy by decode."""
+
+    def __init__(self, model_dir: Path, dtype: str) -> None:
+        from transformers import AutoTokenizer
+
+        from llmkiln.runtime import torch_runner as tr
+
+        self.tr = tr
+        self.kind, self.path = f"torch-{dtype}", Path(model_dir)
+        self.model = tr.TorchLlama(model_dir, dtype, num_slots=1, max_len=512)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text).input_ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def logits(self, ids: list[int]) -> np.ndarray:
+        import torch
+
+        n = len(ids)
+        att = self.tr.SegmentAttention([self.tr.Segment(0, 0, n, 0)])
+        return self.model.forward(torch.tensor(ids), torch.arange(n), att, torch.arange(n)).numpy()
+
+    def greedy(self, ids: list[int], n: int) -> list[int]:
+        import torch
+
+        tr, m = self.tr, self.model
+        L = len(ids)
+        row = m.forward(torch.tensor(ids), torch.arange(L), tr.SegmentAttention([tr.Segment(0, 0, L, 0)]),
+                        torch.tensor([L - 1]))
+        out: list[int] = []
+        for _ in range(n):
+            tok = int(row[0].argmax())
+            out.append(tok)
+            row = m.forward(torch.tensor([tok]), torch.tensor([L]), tr.SegmentAttention([tr.Segment(0, L, 1, 0)]),
+                            torch.tensor([0]))
+            L += 1
+        return out
+
+
+def quality(stories: Path, int8_stories: Path | None, ov_logits: Path | None) -> dict[str, Any]:
+    from llmkiln.calibration.candidates import HfScorer, OnnxScorer
+    from llmkiln.calibration.datasets import load_jsonl, resolve_dataset
+    from llmkiln.calibration.quality_diff import quality_diff, token_kl
+
+    records = load_jsonl(resolve_dataset("calibration/stories-eval.jsonl"))
+    ref = HfScorer(stories)
+    out: dict[str, Any] = {}
+    cands: dict[str, Any] = {"torch fp32": TorchScorer(stories, "fp32"), "torch bf16": TorchScorer(stories, "bf16")}
+    if int8_stories is not None:
+        cands["ort int8 accuracy_level 4"] = OnnxScorer(int8_stories)
+    for name, cand in cands.items():
+        r = quality_diff(cand, ref, records, dataset="calibration/stories-eval.jsonl")
+        s = r.summary
+        out[name] = {k: s[k] for k in ("mean_kl", "max_kl", "top1_agreement", "ppl_delta_pct", "greedy_exact_rate")
+                     if k in s}
+    if ov_logits is not None and ov_logits.is_file():
+        data = np.load(ov_logits)
+        for key in sorted({k.rsplit("/", 1)[0] for k in data.files if k.endswith("/ids")}):
+            ids = data[f"{key}/ids"].tolist()
+            rl = ref.logits(ids)
+            for prec in ("f32", "bf16"):
+                name = f"{key}/{prec}"
+                if name not in data.files:
+                    continue
+                cl = data[name]
+                kl = token_kl(rl, cl)
+                out.setdefault(f"openvino {prec}", {"kl": [], "top1": []})
+                out[f"openvino {prec}"]["kl"].append(float(kl.mean()))
+                out[f"openvino {prec}"]["top1"].append(float((rl.argmax(-1) == cl.argmax(-1)).mean()))
+        for name in [n for n in out if n.startswith("openvino")]:
+            d = out[name]
+            out[name] = {"mean_kl": float(np.mean(d.pop("kl"))), "top1_agreement": float(np.mean(d.pop("top1")))}
+    return out
+
+
+def eval_ids(stories: Path, out: Path, max_len: int = 256) -> None:
+    """Tokenized eval texts for the OpenVINO script (its venv has no tokenizer)."""
+    from transformers import AutoTokenizer
+
+    from llmkiln.calibration.datasets import load_jsonl, resolve_dataset
+
+    tok = AutoTokenizer.from_pretrained(str(stories))
+    recs = load_jsonl(resolve_dataset("calibration/stories-eval.jsonl"))
+    out.write_text(json.dumps({r.id: list(tok(r.text).input_ids)[:max_len] for r in recs}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--paths", default="ort,torch,hf", help="comma-separated: ort, ort-int8, torch, hf, quality")
+    ap.add_argument("--model", type=Path, default=Path("/tmp/wt20/bench-llama-125m"))
+    ap.add_argument("--engine", type=Path, default=Path("/tmp/wt20/engines/bench-optimized"))
+    ap.add_argument("--int8-engine", type=Path, default=Path("/tmp/wt20/exports/bench-int8-acc4"))
+    ap.add_argument("--stories", type=Path, default=Path("../shared/models/stories260K"))
+    ap.add_argument("--stories-int8", type=Path, default=Path("/tmp/wt20/exports/stories-int8-acc4"))
+    ap.add_argument("--ov-logits", type=Path, default=None)
+    ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--out", type=Path, required=True, help="a folder; one JSON file per path")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    paths = args.paths.split(",")
+    dtypes = args.dtypes.split(",")
+    jobs: list[tuple[str, Callable[[], dict[str, Any]]]] = []
+    if "ort" in paths:
+        jobs.append(("ort-fp32", lambda: study_ort(args.engine, args.repeats, "onnxruntime runner fp32")))
+    if "ort-int8" in paths:
+        jobs.append(("ort-int8-acc4", lambda: study_ort(args.int8_engine, args.repeats,
+                                                         "onnxruntime runner int8 (MatMulNBits accuracy_level 4)")))
+    for dt in dtypes:
+        if "torch" in paths:
+            jobs.append((f"torch-{dt}", lambda dt=dt: study_torch(args.model, dt, args.repeats, args.compile)))
+        if "hf" in paths:
+            jobs.append((f"hf-{dt}", lambda dt=dt: study_hf(args.model, dt, args.repeats)))
+    if "eval-ids" in paths:
+        eval_ids(args.stories, args.out / "stories-eval-ids.json")
+    if "quality" in paths:
+        jobs.append(("quality", lambda: quality(args.stories, args.stories_int8, args.ov_logits)))
+    for name, job in jobs:
+        # each path in its own process: one path's allocations and thread pools do not disturb the next
+        if os.environ.get("KILN_STUDY_CHILD") == name:
+            (args.out / f"{name}.json").write_text(json.dumps(job(), indent=1) + "\n")
+            return
+    if os.environ.get("KILN_STUDY_CHILD"):
+        return
+    for name, _ in jobs:
+        print(f"== {name} ({load_info()})", flush=True)
+        env = {**os.environ, "KILN_STUDY_CHILD": name, "OMP_NUM_THREADS": "2"}
+        subprocess.run([sys.executable, "-m", "experiments.cpu_kernel_study", *sys.argv[1:]], env=env,
+                       check=True)
+        print((args.out / f"{name}.json").read_text(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
