@@ -45,7 +45,12 @@ def timed(fn: Callable[[], object], repeats: int) -> dict[str, float]:
         t = time.perf_counter()
         fn()
         ts.append((time.perf_counter() - t) * 1e3)
-    return {"ms": round(statistics.median(ts), 2), "min": round(min(ts), 2), "max": round(max(ts), 2), "n": repeats}
+    return {
+        "ms": round(statistics.median(ts), 2),
+        "min": round(min(ts), 2),
+        "max": round(max(ts), 2),
+        "n": repeats,
+    }
 
 
 def load_info() -> dict[str, Any]:
@@ -77,7 +82,10 @@ def study_ort(engine: Path, repeats: int, label: str) -> dict[str, Any]:
             runner.execute(SchedulerOutput(prefills=[PrefillChunk(f"r{s}", s, PREFIX, sufs[s], True)]))
 
     res["suffix_prefill_8_one_at_a_time"] = timed(one_at_a_time, max(2, repeats // 3))
-    res["suffix_prefill_8_batched"] = {"ms": None, "note": "GroupQueryAttention rejects B>1 with S>1 and a past"}
+    res["suffix_prefill_8_batched"] = {
+        "ms": None,
+        "note": "GroupQueryAttention rejects B>1 with S>1 and a past",
+    }
     ctx = PREFIX + SUFFIX
     for b in BATCHES:
         plan = SchedulerOutput(decodes=[DecodeItem(f"r{s}", s, 100, ctx) for s in range(b)])
@@ -101,7 +109,9 @@ def study_torch(model_dir: Path, dtype: str, repeats: int, compile_: bool) -> di
     g = torch.Generator().manual_seed(0)
     prefix = torch.randint(10, 30000, (PREFIX,), generator=g)
     sufs = [torch.randint(10, 30000, (SUFFIX,), generator=g) for _ in range(ROWS)]
-    m.forward(prefix, torch.arange(PREFIX), tr.SegmentAttention([tr.Segment(0, 0, PREFIX, 0)]), torch.tensor([0]))
+    m.forward(
+        prefix, torch.arange(PREFIX), tr.SegmentAttention([tr.Segment(0, 0, PREFIX, 0)]), torch.tensor([0])
+    )
     for layer in range(m.num_layers):
         m.k[layer][1:] = m.k[layer][0]
         m.v[layer][1:] = m.v[layer][0]
@@ -110,7 +120,12 @@ def study_torch(model_dir: Path, dtype: str, repeats: int, compile_: bool) -> di
 
     def one_at_a_time() -> None:
         for s in range(ROWS):
-            m.forward(sufs[s], spos, tr.SegmentAttention([tr.Segment(s, PREFIX, SUFFIX, 0)]), torch.tensor([SUFFIX - 1]))
+            m.forward(
+                sufs[s],
+                spos,
+                tr.SegmentAttention([tr.Segment(s, PREFIX, SUFFIX, 0)]),
+                torch.tensor([SUFFIX - 1]),
+            )
 
     res["suffix_prefill_8_one_at_a_time"] = timed(one_at_a_time, max(2, repeats // 3))
     flat, pos = torch.cat(sufs), spos.repeat(ROWS)
@@ -133,7 +148,9 @@ def study_torch(model_dir: Path, dtype: str, repeats: int, compile_: bool) -> di
             "dense": tr.DenseDecodeAttention(dsegs, m.dtype),
             "cascade": tr.BatchedCascadeDecode(dsegs, 0, PREFIX, m.dtype),
         }.items():
-            res[f"decode_b{b}_{name}"] = timed(lambda att=att: m.forward(ids, dpos, att, rows), repeats)
+            res[f"decode_b{b}_{name}"] = timed(
+                lambda att=att, ids=ids, dpos=dpos, rows=rows: m.forward(ids, dpos, att, rows), repeats
+            )
     cold = torch.randint(10, 30000, (COLD,), generator=g)
     catt = tr.SegmentAttention([tr.Segment(0, 0, COLD, 0)])
     cpos, clast = torch.arange(COLD), torch.tensor([COLD - 1])
@@ -158,6 +175,34 @@ def study_torch(model_dir: Path, dtype: str, repeats: int, compile_: bool) -> di
         compile_s = time.perf_counter() - t
         r = timed(lambda: fwd(flat, pos, att, last), max(2, repeats // 3))
         res["compiled_suffix_prefill_8_batched_cascade"] = {**r, "compile_s": round(compile_s, 1)}
+    res["end"] = load_info()
+    return res
+
+
+def study_gemm(repeats: int) -> dict[str, Any]:
+    """GFLOP/s of one linear layer's product (800 tokens x 768 -> 2304, the batched suffixes' QKV) per library."""
+    import torch
+    import torch.nn.functional as F
+
+    res: dict[str, Any] = {"path": "linear layer 800x768x2304", "start": load_info()}
+    flops = 2 * 800 * 768 * 2304
+    w, x = torch.randn(2304, 768), torch.randn(800, 768)
+    packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+    wb, xb = w.bfloat16(), x.bfloat16()
+    packed_b = torch.ops.mkldnn._reorder_linear_weight(wb, None)
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        for name, fn in {
+            "torch F.linear fp32 (MKL sgemm)": lambda: F.linear(x, w),
+            "oneDNN fp32 (packed weight)": lambda: torch.ops.mkldnn._linear_pointwise(
+                x, packed, None, "none", [], ""
+            ),
+            "oneDNN bf16 (packed weight)": lambda: torch.ops.mkldnn._linear_pointwise(
+                xb, packed_b, None, "none", [], ""
+            ),
+        }.items():
+            r = timed(fn, repeats * 3)
+            res[f"{name}, {threads} thread(s)"] = {**r, "gflops": round(flops / r["ms"] / 1e6, 1)}
     res["end"] = load_info()
     return res
 
@@ -209,14 +254,22 @@ class TorchScorer:
 
         tr, m = self.tr, self.model
         L = len(ids)
-        row = m.forward(torch.tensor(ids), torch.arange(L), tr.SegmentAttention([tr.Segment(0, 0, L, 0)]),
-                        torch.tensor([L - 1]))
+        row = m.forward(
+            torch.tensor(ids),
+            torch.arange(L),
+            tr.SegmentAttention([tr.Segment(0, 0, L, 0)]),
+            torch.tensor([L - 1]),
+        )
         out: list[int] = []
         for _ in range(n):
             tok = int(row[0].argmax())
             out.append(tok)
-            row = m.forward(torch.tensor([tok]), torch.tensor([L]), tr.SegmentAttention([tr.Segment(0, L, 1, 0)]),
-                            torch.tensor([0]))
+            row = m.forward(
+                torch.tensor([tok]),
+                torch.tensor([L]),
+                tr.SegmentAttention([tr.Segment(0, L, 1, 0)]),
+                torch.tensor([0]),
+            )
             L += 1
         return out
 
@@ -229,14 +282,20 @@ def quality(stories: Path, int8_stories: Path | None, ov_logits: Path | None) ->
     records = load_jsonl(resolve_dataset("calibration/stories-eval.jsonl"))
     ref = HfScorer(stories)
     out: dict[str, Any] = {}
-    cands: dict[str, Any] = {"torch fp32": TorchScorer(stories, "fp32"), "torch bf16": TorchScorer(stories, "bf16")}
+    cands: dict[str, Any] = {
+        "torch fp32": TorchScorer(stories, "fp32"),
+        "torch bf16": TorchScorer(stories, "bf16"),
+    }
     if int8_stories is not None:
         cands["ort int8 accuracy_level 4"] = OnnxScorer(int8_stories)
     for name, cand in cands.items():
         r = quality_diff(cand, ref, records, dataset="calibration/stories-eval.jsonl")
         s = r.summary
-        out[name] = {k: s[k] for k in ("mean_kl", "max_kl", "top1_agreement", "ppl_delta_pct", "greedy_exact_rate")
-                     if k in s}
+        out[name] = {
+            k: s[k]
+            for k in ("mean_kl", "max_kl", "top1_agreement", "ppl_delta_pct", "greedy_exact_rate")
+            if k in s
+        }
     if ov_logits is not None and ov_logits.is_file():
         data = np.load(ov_logits)
         for key in sorted({k.rsplit("/", 1)[0] for k in data.files if k.endswith("/ids")}):
@@ -253,7 +312,10 @@ def quality(stories: Path, int8_stories: Path | None, ov_logits: Path | None) ->
                 out[f"openvino {prec}"]["top1"].append(float((rl.argmax(-1) == cl.argmax(-1)).mean()))
         for name in [n for n in out if n.startswith("openvino")]:
             d = out[name]
-            out[name] = {"mean_kl": float(np.mean(d.pop("kl"))), "top1_agreement": float(np.mean(d.pop("top1")))}
+            out[name] = {
+                "mean_kl": float(np.mean(d.pop("kl"))),
+                "top1_agreement": float(np.mean(d.pop("top1"))),
+            }
     return out
 
 
@@ -270,7 +332,9 @@ def eval_ids(stories: Path, out: Path, max_len: int = 256) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--paths", default="ort,torch,hf", help="comma-separated: ort, ort-int8, torch, hf, quality")
+    ap.add_argument(
+        "--paths", default="ort,torch,hf", help="comma-separated: ort, ort-int8, torch, hf, quality"
+    )
     ap.add_argument("--model", type=Path, default=Path("/tmp/wt20/bench-llama-125m"))
     ap.add_argument("--engine", type=Path, default=Path("/tmp/wt20/engines/bench-optimized"))
     ap.add_argument("--int8-engine", type=Path, default=Path("/tmp/wt20/exports/bench-int8-acc4"))
@@ -289,11 +353,21 @@ def main() -> None:
     if "ort" in paths:
         jobs.append(("ort-fp32", lambda: study_ort(args.engine, args.repeats, "onnxruntime runner fp32")))
     if "ort-int8" in paths:
-        jobs.append(("ort-int8-acc4", lambda: study_ort(args.int8_engine, args.repeats,
-                                                         "onnxruntime runner int8 (MatMulNBits accuracy_level 4)")))
+        jobs.append(
+            (
+                "ort-int8-acc4",
+                lambda: study_ort(
+                    args.int8_engine, args.repeats, "onnxruntime runner int8 (MatMulNBits accuracy_level 4)"
+                ),
+            )
+        )
+    if "gemm" in paths:
+        jobs.append(("gemm", lambda: study_gemm(args.repeats)))
     for dt in dtypes:
         if "torch" in paths:
-            jobs.append((f"torch-{dt}", lambda dt=dt: study_torch(args.model, dt, args.repeats, args.compile)))
+            jobs.append(
+                (f"torch-{dt}", lambda dt=dt: study_torch(args.model, dt, args.repeats, args.compile))
+            )
         if "hf" in paths:
             jobs.append((f"hf-{dt}", lambda dt=dt: study_hf(args.model, dt, args.repeats)))
     if "eval-ids" in paths:
@@ -310,8 +384,9 @@ def main() -> None:
     for name, _ in jobs:
         print(f"== {name} ({load_info()})", flush=True)
         env = {**os.environ, "KILN_STUDY_CHILD": name, "OMP_NUM_THREADS": "2"}
-        subprocess.run([sys.executable, "-m", "experiments.cpu_kernel_study", *sys.argv[1:]], env=env,
-                       check=True)
+        subprocess.run(
+            [sys.executable, "-m", "experiments.cpu_kernel_study", *sys.argv[1:]], env=env, check=True
+        )
         print((args.out / f"{name}.json").read_text(), flush=True)
 
 

@@ -34,7 +34,12 @@ def timed(fn, repeats: int) -> dict:
         t = time.perf_counter()
         fn()
         ts.append((time.perf_counter() - t) * 1e3)
-    return {"ms": round(statistics.median(ts), 2), "min": round(min(ts), 2), "max": round(max(ts), 2), "n": repeats}
+    return {
+        "ms": round(statistics.median(ts), 2),
+        "min": round(min(ts), 2),
+        "max": round(max(ts), 2),
+        "n": repeats,
+    }
 
 
 def compile_model(path: Path, precision: str):
@@ -55,7 +60,9 @@ def feeds(compiled, B: int, S: int, past: int, cfg: dict, rng) -> dict:
     names = {i.get_any_name() for i in compiled.inputs}
     for i in range(L):
         for kind in ("key", "value"):
-            f[f"past_key_values.{i}.{kind}"] = (rng.standard_normal((B, kvh, past, hd)) * 0.5).astype(np.float32)
+            f[f"past_key_values.{i}.{kind}"] = (rng.standard_normal((B, kvh, past, hd)) * 0.5).astype(
+                np.float32
+            )
     return {k: v for k, v in f.items() if k in names}
 
 
@@ -69,8 +76,11 @@ def run(args) -> None:
         "vocab_size": gcfg["vocab_size"],
     }
     rng = np.random.default_rng(0)
-    out: dict = {"openvino": ov.__version__, "optimization_capabilities": ov.Core().get_property(
-        "CPU", "OPTIMIZATION_CAPABILITIES"), "loadavg_start": os.getloadavg()[0]}
+    out: dict = {
+        "openvino": ov.__version__,
+        "optimization_capabilities": ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"),
+        "loadavg_start": os.getloadavg()[0],
+    }
     if args.logits:
         ids = json.loads(Path(args.logits).read_text())
         arrays = {}
@@ -99,12 +109,14 @@ def run(args) -> None:
         }.items():
             f = feeds(compiled, B, S, past, cfg, rng)
             try:
-                r[name] = timed(lambda f=f: req.infer(f), reps)
-            except Exception as exc:  # noqa: BLE001 - the plugin's exception is the result
+                r[name] = timed(lambda f=f, req=req: req.infer(f), reps)
+            except Exception as exc:
                 r[name] = {"ms": None, "error": str(exc).splitlines()[0][:300]}
         if r["suffix_prefill_1"].get("ms") is not None:
-            r["suffix_prefill_8_one_at_a_time"] = {"ms": round(8 * r["suffix_prefill_1"]["ms"], 1),
-                                                   "note": "8 x the one-request median"}
+            r["suffix_prefill_8_one_at_a_time"] = {
+                "ms": round(8 * r["suffix_prefill_1"]["ms"], 1),
+                "note": "8 x the one-request median",
+            }
         out[prec] = r
         print(prec, json.dumps(r), flush=True)
     out["loadavg_end"] = os.getloadavg()[0]

@@ -58,7 +58,14 @@ class Attention(Protocol):
 class TorchLlama:
     """A Llama checkpoint with a KV pool of `num_slots` slots of `max_len` tokens, in `dtype`."""
 
-    def __init__(self, model_dir: Path, dtype: str = "fp32", num_slots: int = 8, max_len: int = 4096) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        dtype: str = "fp32",
+        num_slots: int = 8,
+        max_len: int = 4096,
+        linear: str = "onednn",
+    ) -> None:
         from safetensors.torch import load_file
 
         cfg = json.loads((Path(model_dir) / "config.json").read_text())
@@ -83,6 +90,7 @@ class TorchLlama:
         self.lm_head = w("lm_head.weight") if "lm_head.weight" in sd else self.embed
         self.norm = w("model.norm.weight")
         self.layers = []
+        self.linear_kind = linear
         for i in range(self.num_layers):
             p = f"model.layers.{i}."
             a, m = p + "self_attn.", p + "mlp."
@@ -96,6 +104,11 @@ class TorchLlama:
                     w(m + "down_proj.weight"),
                 )
             )
+        if linear == "onednn":  # weights reordered once into oneDNN's blocked layout (same values)
+            self.layers = [tuple(self._pack(t) if t.dim() == 2 else t for t in lay) for lay in self.layers]
+            self.lm_head_packed = self._pack(self.lm_head)
+        else:
+            self.lm_head_packed = self.lm_head
         theta = (cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 10000.0))
         inv = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
         freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), inv)
@@ -104,6 +117,17 @@ class TorchLlama:
         shape = (num_slots, self.kv_heads, max_len, self.head_dim)
         self.k = [torch.zeros(shape, dtype=dt) for _ in range(self.num_layers)]
         self.v = [torch.zeros(shape, dtype=dt) for _ in range(self.num_layers)]
+
+    def _pack(self, w: torch.Tensor) -> torch.Tensor:
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+        return packed
+
+    def _linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """x @ w.T: oneDNN with a pre-packed weight (AVX-512 / AVX512-BF16 whatever the CPU vendor), or
+        torch's default (MKL sgemm for fp32, which takes a slower path on non-Intel CPUs)."""
+        if self.linear_kind == "onednn":
+            return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+        return F.linear(x, w)
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         xf = x.float()
@@ -127,18 +151,18 @@ class TorchLlama:
         nq, nk = H * D, KVH * D
         for layer, (ln1, wqkv, wo, ln2, wgu, wd) in enumerate(self.layers):
             h = self._rms(x, ln1)
-            qkv = F.linear(h, wqkv)
+            qkv = self._linear(h, wqkv)
             q = self._rope(qkv[:, :nq].view(T, H, D), cos, sin)
             k = self._rope(qkv[:, nq : nq + nk].view(T, KVH, D), cos, sin)
             v = qkv[:, nq + nk :].view(T, KVH, D)
             o = attention(self, layer, q, k, v)
-            x = x + F.linear(o.reshape(T, nq), wo)
+            x = x + self._linear(o.reshape(T, nq), wo)
             h = self._rms(x, ln2)
-            gu = F.linear(h, wgu)
+            gu = self._linear(h, wgu)
             inter = gu.shape[-1] // 2
-            x = x + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], wd)
+            x = x + self._linear(F.silu(gu[:, :inter]) * gu[:, inter:], wd)
         x = self._rms(x[sample_rows], self.norm)
-        return F.linear(x, self.lm_head).float()
+        return self._linear(x, self.lm_head_packed).float()
 
     # ---------------------------------------------------------------- KV helpers used by the attentions
     def write_kv(self, layer: int, segments: Sequence[Segment], k: torch.Tensor, v: torch.Tensor) -> None:
@@ -150,13 +174,17 @@ class TorchLlama:
     def fold(self, q: torch.Tensor) -> torch.Tensor:
         """q [n, H, D] -> [KVH, G*n, D] (rows ordered (group, position)): GQA as plain attention per KV head."""
         n = q.shape[0]
-        return q.view(n, self.kv_heads, self.group, self.head_dim).permute(1, 2, 0, 3).reshape(
-            self.kv_heads, self.group * n, self.head_dim
+        return (
+            q.view(n, self.kv_heads, self.group, self.head_dim)
+            .permute(1, 2, 0, 3)
+            .reshape(self.kv_heads, self.group * n, self.head_dim)
         )
 
     def unfold(self, o: torch.Tensor, n: int) -> torch.Tensor:
-        return o.view(self.kv_heads, self.group, n, self.head_dim).permute(2, 0, 1, 3).reshape(
-            n, self.heads, self.head_dim
+        return (
+            o.view(self.kv_heads, self.group, n, self.head_dim)
+            .permute(2, 0, 1, 3)
+            .reshape(n, self.heads, self.head_dim)
         )
 
 
@@ -168,10 +196,25 @@ def causal_mask(start: int, n: int, group: int, length: int | None = None) -> to
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float):
-    """Flash attention on [B, KVH, Lq, D] x [B, KVH, Lk, D]; returns (out, logsumexp [B, KVH, Lq])."""
-    if mask is not None and mask.dtype == torch.bool:
-        mask = torch.zeros(mask.shape, dtype=q.dtype).masked_fill_(~mask, float("-inf"))
-    return _flash(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+    """Attention of [B, KVH, Lq, D] queries on [B, KVH, Lk, D] keys; returns (out, logsumexp [B, KVH, Lq] fp32).
+
+    Small problems (decode rows, or a bf16 suffix on its past) as three explicit products (scores materialized:
+    oneDNN's bf16 matmul is ~1.6-2x torch's CPU flash kernel there, measured); large ones (a long cold prompt)
+    with the flash kernel, which skips nothing but never materializes the scores."""
+    lq, lk = q.shape[-2], k.shape[-2]
+    small = lq * lk <= (4 << 20 if q.dtype == torch.bfloat16 else 32 * 4096)
+    if not small:
+        if mask is not None and mask.dtype == torch.bool:
+            mask = torch.zeros(mask.shape, dtype=q.dtype).masked_fill_(~mask, float("-inf"))
+        return _flash(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+    scores = torch.matmul(q, k.transpose(-1, -2)).float().mul_(scale)
+    if mask is not None:
+        scores = scores.masked_fill_(~mask, float("-inf")) if mask.dtype == torch.bool else scores.add_(mask)
+    mx = scores.amax(dim=-1, keepdim=True)
+    e = torch.exp_(scores.sub_(mx))  # one exp pass serves both the output and the log-sum-exp
+    total = e.sum(dim=-1, keepdim=True)
+    out = torch.matmul(e.to(q.dtype), v).div_(total.to(q.dtype) if q.dtype != torch.float32 else total)
+    return out, (mx + torch.log(total)).squeeze(-1)
 
 
 def merge(o1: torch.Tensor, l1: torch.Tensor, o2: torch.Tensor, l2: torch.Tensor) -> torch.Tensor:
@@ -202,8 +245,13 @@ class SegmentAttention:
                 )
             mask = self._masks[key] if s.n > 1 else None
             qf = model.fold(q[s.t0 : s.t0 + s.n])[None]
-            o, _ = _attend(qf, model.k[layer][s.slot : s.slot + 1, :, :L], model.v[layer][s.slot : s.slot + 1, :, :L],
-                           mask, model.scale)
+            o, _ = _attend(
+                qf,
+                model.k[layer][s.slot : s.slot + 1, :, :L],
+                model.v[layer][s.slot : s.slot + 1, :, :L],
+                mask,
+                model.scale,
+            )
             out[s.t0 : s.t0 + s.n] = model.unfold(o[0], s.n)
         return out
 
@@ -221,8 +269,10 @@ class BlockDiagonalAttention:
             L = s.start + s.n
             mask[:, s.t0 : s.t0 + s.n, k0 : k0 + L] = causal_mask(s.start, s.n, 1)
             k0 += L
-        self.mask = torch.zeros(mask.shape, dtype=dtype).masked_fill_(~mask, float("-inf")).reshape(
-            group * total_q, total_k
+        self.mask = (
+            torch.zeros(mask.shape, dtype=dtype)
+            .masked_fill_(~mask, float("-inf"))
+            .reshape(group * total_q, total_k)
         )
 
     def __call__(self, model: TorchLlama, layer: int, q, k, v):
@@ -273,8 +323,13 @@ class CascadeAttention:
         model.write_kv(layer, self.segments, k, v)
         P, ps = self.P, self.prefix_slot
         qf = model.fold(q)  # [KVH, G*T, D]
-        o_p, l_p = _attend(qf[None], model.k[layer][ps : ps + 1, :, :P], model.v[layer][ps : ps + 1, :, :P], None,
-                           model.scale)
+        o_p, l_p = _attend(
+            qf[None],
+            model.k[layer][ps : ps + 1, :, :P],
+            model.v[layer][ps : ps + 1, :, :P],
+            None,
+            model.scale,
+        )
         out = torch.empty_like(q)
         T = q.shape[0]
         o_p = o_p[0].view(model.kv_heads, model.group, T, model.head_dim)
@@ -283,8 +338,13 @@ class CascadeAttention:
             L = s.start + s.n
             mask = causal_mask(s.start - P, s.n, model.group) if s.n > 1 else None
             qs = model.fold(q[s.t0 : s.t0 + s.n])[None]
-            o_s, l_s = _attend(qs, model.k[layer][s.slot : s.slot + 1, :, P:L], model.v[layer][s.slot : s.slot + 1, :, P:L],
-                               mask, model.scale)
+            o_s, l_s = _attend(
+                qs,
+                model.k[layer][s.slot : s.slot + 1, :, P:L],
+                model.v[layer][s.slot : s.slot + 1, :, P:L],
+                mask,
+                model.scale,
+            )
             o_s = o_s[0].view(model.kv_heads, model.group, s.n, model.head_dim)
             l_s = l_s[0].view(model.kv_heads, model.group, s.n)
             sl = slice(s.t0, s.t0 + s.n)
@@ -297,7 +357,9 @@ class BatchedCascadeDecode:
     """Cascade attention for decode rows only, batched: the prefix part as in CascadeAttention (one call), the
     rows' own tails [P, pos] in one padded call over their contiguous slots, merged by LSE."""
 
-    def __init__(self, segments: Sequence[Segment], prefix_slot: int, prefix_len: int, dtype: torch.dtype) -> None:
+    def __init__(
+        self, segments: Sequence[Segment], prefix_slot: int, prefix_len: int, dtype: torch.dtype
+    ) -> None:
         self.segments = list(segments)
         self.prefix_slot, self.P = prefix_slot, prefix_len
         self.lo = min(s.slot for s in segments)
@@ -314,8 +376,9 @@ class BatchedCascadeDecode:
         P, ps, T = self.P, self.prefix_slot, q.shape[0]
         H, KVH, G, D = model.heads, model.kv_heads, model.group, model.head_dim
         qp_ = q.view(T, KVH, G, D).permute(1, 0, 2, 3).reshape(1, KVH, T * G, D)
-        o_p, l_p = _attend(qp_, model.k[layer][ps : ps + 1, :, :P], model.v[layer][ps : ps + 1, :, :P], None,
-                           model.scale)
+        o_p, l_p = _attend(
+            qp_, model.k[layer][ps : ps + 1, :, :P], model.v[layer][ps : ps + 1, :, :P], None, model.scale
+        )
         o_p = o_p[0].view(KVH, T, G, D).permute(1, 0, 2, 3)  # [T, KVH, G, D]
         l_p = l_p[0].view(KVH, T, G).permute(1, 0, 2)
         B = self.hi - self.lo
@@ -347,11 +410,15 @@ class StepAttention:
         self.pre: Attention | None = None
         self.dec: Attention | None = None
         if prefills:
-            self.pre = CascadeAttention(prefills, *prefill_prefix) if prefill_prefix else SegmentAttention(prefills)
+            self.pre = (
+                CascadeAttention(prefills, *prefill_prefix) if prefill_prefix else SegmentAttention(prefills)
+            )
         if decodes:
             rel = [Segment(s.slot, s.start, 1, s.t0 - self.td) for s in decodes]
             self.dec = (
-                BatchedCascadeDecode(rel, *decode_prefix, dtype) if decode_prefix else DenseDecodeAttention(rel, dtype)
+                BatchedCascadeDecode(rel, *decode_prefix, dtype)
+                if decode_prefix
+                else DenseDecodeAttention(rel, dtype)
             )
 
     def __call__(self, model: TorchLlama, layer: int, q, k, v):
@@ -387,6 +454,8 @@ class TorchRunner:
     `cascade_min_prefix` tokens, attention reads that prefix once for all of them (cascade). The rows' own copies
     of the prefix were computed from the same tokens at the same positions, so this changes values only by
     floating-point rounding of differently shaped matrix products (fp32: ~1e-6)."""
+
+    batches_prefills_with_past = True  # the scheduler's TTFT-first runs may batch prompts on a cached past
 
     def __init__(
         self,
@@ -465,14 +534,25 @@ class TorchRunner:
             for d in plan.decodes:
                 self.slot_tokens[d.slot][d.position :] = [d.token_id]
             logits = self.model.forward(
-                torch.tensor(ids), torch.tensor(pos), att, torch.tensor([r for _, r in rows], dtype=torch.long)
+                torch.tensor(ids),
+                torch.tensor(pos),
+                att,
+                torch.tensor([r for _, r in rows], dtype=torch.long),
             ).numpy()
             out = {rid: logits[i] for i, (rid, _) in enumerate(rows)}
             if trace is not None:
                 ns = now_ns() - t
                 if pre:
                     n = sum(s.n for s in pre)
-                    trace.prefills.append((len(pre), n, max(s.start for s in pre), ns, tuple(c.request_id for c in plan.prefills)))
+                    trace.prefills.append(
+                        (
+                            len(pre),
+                            n,
+                            max(s.start for s in pre),
+                            ns,
+                            tuple(c.request_id for c in plan.prefills),
+                        )
+                    )
                 if dec:
                     width = max(s.start for s in dec) + 1
                     trace.decode = (len(dec), len(dec), width, 0 if pre else ns)
@@ -488,8 +568,12 @@ class TorchRunner:
         kv = torch.from_numpy(self.blocks.read_many(block_ids))  # (n, L, 2, heads, bs, head_dim)
         end = start + n * bs
         for layer in range(m.num_layers):
-            m.k[layer][slot, :, start:end] = kv[:, layer, 0].permute(1, 0, 2, 3).reshape(m.kv_heads, n * bs, m.head_dim)
-            m.v[layer][slot, :, start:end] = kv[:, layer, 1].permute(1, 0, 2, 3).reshape(m.kv_heads, n * bs, m.head_dim)
+            m.k[layer][slot, :, start:end] = (
+                kv[:, layer, 0].permute(1, 0, 2, 3).reshape(m.kv_heads, n * bs, m.head_dim)
+            )
+            m.v[layer][slot, :, start:end] = (
+                kv[:, layer, 1].permute(1, 0, 2, 3).reshape(m.kv_heads, n * bs, m.head_dim)
+            )
         toks = self.slot_tokens[slot][:start]
         toks += [-1 - slot] * (start - len(toks))  # unknown tokens never match another slot's
         for b in block_ids:

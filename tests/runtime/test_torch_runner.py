@@ -33,7 +33,9 @@ def _hf_last(hf, ids) -> np.ndarray:
 
 
 def _runner(dtype="fp32", min_prefix=8):
-    return tr.TorchRunner(STORIES_DIR, 8, 512, 16, 2**20, dtype=dtype, threads=1, cascade_min_prefix=min_prefix)
+    return tr.TorchRunner(
+        STORIES_DIR, 8, 512, 16, 2**20, dtype=dtype, threads=1, cascade_min_prefix=min_prefix
+    )
 
 
 def _prompts():
@@ -98,7 +100,12 @@ def test_attention_formulations_equal_transformers(hf):
     m = tr.TorchLlama(STORIES_DIR, "fp32", num_slots=4, max_len=512)
     prefix, sufs = _prompts()
     P = len(prefix)
-    m.forward(torch.tensor(prefix), torch.arange(P), tr.SegmentAttention([tr.Segment(0, 0, P, 0)]), torch.tensor([0]))
+    m.forward(
+        torch.tensor(prefix),
+        torch.arange(P),
+        tr.SegmentAttention([tr.Segment(0, 0, P, 0)]),
+        torch.tensor([0]),
+    )
     for layer in range(m.num_layers):
         m.k[layer][1:] = m.k[layer][0]
         m.v[layer][1:] = m.v[layer][0]
@@ -110,7 +117,11 @@ def test_attention_formulations_equal_transformers(hf):
     pos = torch.cat([torch.arange(P, P + len(x)) for x in sufs])
     last = torch.tensor([s.t0 + s.n - 1 for s in segs])
     refs = [_hf_last(hf, prefix + x) for x in sufs]
-    for att in (tr.SegmentAttention(segs), tr.BlockDiagonalAttention(segs, m.group, m.dtype), tr.CascadeAttention(segs, 0, P)):
+    for att in (
+        tr.SegmentAttention(segs),
+        tr.BlockDiagonalAttention(segs, m.group, m.dtype),
+        tr.CascadeAttention(segs, 0, P),
+    ):
         out = m.forward(flat, pos, att, last).numpy()
         for i, ref in enumerate(refs):
             assert np.max(np.abs(out[i] - ref)) <= 1e-4, type(att).__name__
