@@ -293,7 +293,14 @@ def quality(stories: Path, int8_stories: Path | None, ov_logits: Path | None) ->
         s = r.summary
         out[name] = {
             k: s[k]
-            for k in ("mean_kl", "max_kl", "top1_agreement", "ppl_delta_pct", "greedy_exact_rate")
+            for k in (
+                "mean_kl",
+                "max_kl",
+                "top1_agreement",
+                "ppl_delta_pct",
+                "greedy_exact_match",
+                "mean_first_divergence",
+            )
             if k in s
         }
     if ov_logits is not None and ov_logits.is_file():
@@ -319,6 +326,21 @@ def quality(stories: Path, int8_stories: Path | None, ov_logits: Path | None) ->
     return out
 
 
+def export(src: Path, out: Path, precision: str, accuracy_level: str | None) -> None:
+    """The onnxruntime-genai builder's export of `src` (llmkiln's build stage function), tokenizer files beside."""
+    import shutil
+
+    from llmkiln.build.onnx_export import export_onnx
+
+    if (out / "model.onnx").is_file():
+        return
+    extra = {"accuracy_level": accuracy_level} if accuracy_level else {}
+    export_onnx(src, out, precision, "cpu", extra, log_path=out.with_suffix(".log"))
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json"):
+        if (src / f).is_file():
+            shutil.copy(src / f, out / f)
+
+
 def eval_ids(stories: Path, out: Path, max_len: int = 256) -> None:
     """Tokenized eval texts for the OpenVINO script (its venv has no tokenizer)."""
     from transformers import AutoTokenizer
@@ -328,6 +350,93 @@ def eval_ids(stories: Path, out: Path, max_len: int = 256) -> None:
     tok = AutoTokenizer.from_pretrained(str(stories))
     recs = load_jsonl(resolve_dataset("calibration/stories-eval.jsonl"))
     out.write_text(json.dumps({r.id: list(tok(r.text).input_ids)[:max_len] for r in recs}))
+
+
+def _ms(d: dict[str, Any], key: str) -> str:
+    v = d.get(key)
+    if not isinstance(v, dict) or v.get("ms") is None:
+        return "—"
+    return f"{v['ms']:.0f}" if v["ms"] >= 100 else f"{v['ms']:.1f}"
+
+
+def summarize(folder: Path) -> str:
+    """The study's table (markdown) from the JSON files of one run."""
+
+    def load(name: str) -> dict[str, Any]:
+        f = folder / f"{name}.json"
+        return json.loads(f.read_text()) if f.is_file() else {}
+
+    q = load("quality")
+    rows = [
+        "| path | precision | decode B=1 | B=4 | B=8 | 8 suffix prefills, one at a time | 8 suffix prefills, batched "
+        "| cold 2048 prefill | KL / top-1 vs fp32 (stories260K) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+
+    def qcell(name: str) -> str:
+        d = q.get(name)
+        return "exact (reference)" if d is None else f"{d['mean_kl']:.1e} / {d['top1_agreement']:.3f}"
+
+    for name, label, prec, qname in (
+        ("ort-fp32", "onnxruntime 1.32 CPU EP, llmkiln runner (IOBinding)", "fp32", None),
+        (
+            "ort-int8-acc4",
+            "same, MatMulNBits int8, accuracy_level 4",
+            "int8 compute",
+            "ort int8 accuracy_level 4",
+        ),
+    ):
+        d = load(name)
+        if d:
+            cells = [_ms(d, f"decode_b{b}") for b in BATCHES]
+            rows.append(
+                f"| {label} | {prec} | {' | '.join(cells)} | {_ms(d, 'suffix_prefill_8_one_at_a_time')} | "
+                f"rejected (GQA: B>1 with a past) | {_ms(d, 'cold_prefill_2048')} | {qcell(qname) if qname else '—'} |"
+            )
+    for dt in ("fp32", "bf16"):
+        d = load(f"torch-{dt}")
+        if d:
+            cells = [
+                f"{_ms(d, f'decode_b{b}_dense')} / **{_ms(d, f'decode_b{b}_cascade')}**" for b in BATCHES
+            ]
+            batched = " / ".join(
+                _ms(d, f"suffix_prefill_8_batched_{v}") for v in ("segments", "block_diagonal", "cascade")
+            )
+            rows.append(
+                f"| torch 2.13 eager, llmkiln TorchLlama (oneDNN linear); decode dense / **cascade**; batched: "
+                f"varlen segments / block-diagonal mask / cascade | {dt} | {' | '.join(cells)} | "
+                f"{_ms(d, 'suffix_prefill_8_one_at_a_time')} | {batched} | {_ms(d, 'cold_prefill_2048')} | "
+                f"{qcell('torch ' + dt)} |"
+            )
+    for dt in ("fp32", "bf16"):
+        d = load(f"hf-{dt}")
+        if d:
+            rows.append(
+                f"| transformers 5.14 eager (SDPA) | {dt} | — | — | — | — | — | {_ms(d, 'cold_prefill_2048')} | — |"
+            )
+    ov = load("openvino")
+    for prec, qname in (("f32", "openvino f32"), ("bf16", "openvino bf16")):
+        d = ov.get(prec)
+        if d:
+            rows.append(
+                f"| OpenVINO {ov.get('openvino', '')[:8]} on the builder's ONNX (plain infer requests) | {prec} | "
+                f"{_ms(d, 'decode_b1')} | {_ms(d, 'decode_b4') if _ms(d, 'decode_b4') != '—' else 'exception'} | "
+                f"{_ms(d, 'decode_b8') if _ms(d, 'decode_b8') != '—' else 'exception'} | "
+                f"{_ms(d, 'suffix_prefill_8_one_at_a_time')} | exception | {_ms(d, 'cold_prefill_2048')} | "
+                f"{qcell(qname)} |"
+            )
+    og = load("openvino-genai")
+    for prec in ("f32", "bf16"):
+        d = og.get(prec)
+        if d:
+            dec = [f"{d[f'b{b}']['decode_step_ms']:.1f}" for b in BATCHES]
+            pre8 = sum(d["b8"]["prefill_steps_ms"])
+            rows.append(
+                f"| openvino-genai ContinuousBatchingPipeline (PagedAttention, prefix cache) | {prec} | "
+                f"{' | '.join(dec)} | {8 * sum(d['b1']['prefill_steps_ms']):.0f} (8 x one) | {pre8:.0f} | "
+                f"{d['cold_prefill_2048_ms']:.0f} | — |"
+            )
+    return "\n".join(rows) + "\n"
 
 
 def main() -> None:
@@ -345,7 +454,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--out", type=Path, required=True, help="a folder; one JSON file per path")
+    ap.add_argument(
+        "--summarize", action="store_true", help="only write OUT/SUMMARY.md from OUT's JSON files"
+    )
     args = ap.parse_args()
+    if args.summarize:
+        (args.out / "SUMMARY.md").write_text(summarize(args.out))
+        print((args.out / "SUMMARY.md").read_text())
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     paths = args.paths.split(",")
     dtypes = args.dtypes.split(",")
@@ -370,6 +486,10 @@ def main() -> None:
             )
         if "hf" in paths:
             jobs.append((f"hf-{dt}", lambda dt=dt: study_hf(args.model, dt, args.repeats)))
+    if "exports" in paths:  # the int8 (accuracy_level 4) graphs and the stories fp32 graph OpenVINO reads
+        export(args.model, args.int8_engine, "int8", "4")
+        export(args.stories, args.stories_int8, "int8", "4")
+        export(args.stories, args.stories_int8.parent / "stories-fp32", "fp32", None)
     if "eval-ids" in paths:
         eval_ids(args.stories, args.out / "stories-eval-ids.json")
     if "quality" in paths:

@@ -97,7 +97,6 @@ def run(args) -> None:
         return
     for prec in args.precisions.split(","):
         compiled, secs = compile_model(args.model, prec)
-        req = compiled.create_infer_request()
         r: dict = {"compile_s": round(secs, 2)}
         for name, (B, S, past, reps) in {
             "decode_b1": (1, 1, 1600, args.repeats),
@@ -108,10 +107,11 @@ def run(args) -> None:
             "cold_prefill_2048": (1, 2048, 0, max(2, args.repeats // 4)),
         }.items():
             f = feeds(compiled, B, S, past, cfg, rng)
+            req = compiled.create_infer_request()  # a fresh one per shape: a failed infer poisons a request
             try:
                 r[name] = timed(lambda f=f, req=req: req.infer(f), reps)
             except Exception as exc:
-                r[name] = {"ms": None, "error": str(exc).splitlines()[0][:300]}
+                r[name] = {"ms": None, "error": " ".join(str(exc).split())[:400]}
         if r["suffix_prefill_1"].get("ms") is not None:
             r["suffix_prefill_8_one_at_a_time"] = {
                 "ms": round(8 * r["suffix_prefill_1"]["ms"], 1),

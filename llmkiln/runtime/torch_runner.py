@@ -139,7 +139,7 @@ class TorchLlama:
         rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rot * sin
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def forward(
         self, ids: torch.Tensor, positions: torch.Tensor, attention: Attention, sample_rows: torch.Tensor
     ) -> torch.Tensor:
