@@ -157,7 +157,7 @@ class Scheduler:
         self.queue_ns_total = 0
         self._forced_decode = False  # ttft_first: the last step was a decode forced by the TPOT bound
         # Set by the engine from its runner (`batches_prefills_with_past`): a TTFT-first prefill run may then hold
-        # several prompts with a past (a cached or resident prefix), up to max_num_tokens, in one engine call.
+        # several prompts with a past (a cached or resident prefix), up to max_prefill_tokens, in one engine call.
         # Off for onnxruntime's GroupQueryAttention, which takes a past only at batch 1.
         self.batch_past_prefills = False
 
@@ -283,7 +283,7 @@ class Scheduler:
         rest fits one chunk go first. A candidate with a past (a later chunk or a cached prefix) runs alone; one
         without a past is batched with the next such candidates while `max_prefill_tokens` lasts. With
         `batch_past_prefills` (a runner that batches prompts on a past), candidates whose rest fits one chunk are
-        batched whatever their past, while `max_num_tokens` lasts."""
+        batched whatever their past, while `max_prefill_tokens` lasts."""
         cfg = self.config.scheduler
         chunk = cfg.max_prefill_tokens if cfg.chunked_prefill else None
         cands: list[tuple[Request, list[int], int, int]] = []  # (request, hits, start, rest)
@@ -304,9 +304,7 @@ class Scheduler:
         with_past = self.batch_past_prefills
         if (start > 0 and not with_past) or size < rest:
             return picked
-        budget = (
-            max(cfg.max_num_tokens, cfg.max_prefill_tokens) if with_past else cfg.max_prefill_tokens
-        ) - size
+        budget = cfg.max_prefill_tokens - size
         for r, h, st, n in cands[1:]:
             if (st == 0 or with_past) and n <= budget and (chunk is None or n <= chunk):
                 picked.append((r, h, n))

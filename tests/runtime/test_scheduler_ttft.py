@@ -158,10 +158,10 @@ def test_recipe_rejects_ttft_first_with_static_batching():
 
 def test_prefills_with_a_past_batch_when_the_runner_can():
     """A runner that batches prompts on a past (torch path): the waiting prompts that hit the cached prefix go
-    in one run (up to max_num_tokens); without the capability each runs alone (GroupQueryAttention)."""
+    in one run (up to max_prefill_tokens); without the capability each runs alone (GroupQueryAttention)."""
     prefix = list(range(3, 19))  # 4 blocks of 4
     for capable, expected in ((False, [1, 1, 1]), (True, [3])):
-        sched = _sched(max_num_tokens=64, prefix_reuse=True)
+        sched = _sched(max_prefill_tokens=32, prefix_reuse=True)
         sched.batch_past_prefills = capable
         runner = _runner(sched)
         warm = make_requests(1, prompt_len=5, max_tokens=1, prefix=prefix, seed=2)[0]
