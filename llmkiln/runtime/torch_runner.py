@@ -91,6 +91,7 @@ class TorchLlama:
         self.norm = w("model.norm.weight")
         self.layers = []
         self.linear_kind = linear
+        self._index_cache: dict[tuple, tuple[torch.Tensor, ...]] = {}
         for i in range(self.num_layers):
             p = f"model.layers.{i}."
             a, m = p + "self_attn.", p + "mlp."
@@ -167,6 +168,16 @@ class TorchLlama:
     # ---------------------------------------------------------------- KV helpers used by the attentions
     def write_kv(self, layer: int, segments: Sequence[Segment], k: torch.Tensor, v: torch.Tensor) -> None:
         K, V = self.k[layer], self.v[layer]
+        singles = [s for s in segments if s.n == 1]
+        if len(singles) > 1:  # decode rows: one indexed write per pool instead of one copy per row
+            key = tuple((s.slot, s.start, s.t0) for s in singles)
+            idx = self._index_cache.get(key)
+            if idx is None:
+                idx = self._index_cache[key] = tuple(torch.tensor(c) for c in zip(*key, strict=True))
+            slots, starts, rows = idx
+            K[slots, :, starts] = k[rows]
+            V[slots, :, starts] = v[rows]
+            segments = [s for s in segments if s.n != 1]
         for s in segments:
             K[s.slot, :, s.start : s.start + s.n] = k[s.t0 : s.t0 + s.n].transpose(0, 1)
             V[s.slot, :, s.start : s.start + s.n] = v[s.t0 : s.t0 + s.n].transpose(0, 1)
@@ -207,13 +218,49 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         if mask is not None and mask.dtype == torch.bool:
             mask = torch.zeros(mask.shape, dtype=q.dtype).masked_fill_(~mask, float("-inf"))
         return _flash(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
-    scores = torch.matmul(q, k.transpose(-1, -2)).float().mul_(scale)
+    B, H, D = q.shape[0], q.shape[1], q.shape[-1]
+    # [B * KVH, L, D] views of the pool (slot stride = heads x head stride): bmm reads them in place, where
+    # matmul on 4-d views would copy every key and value first
+    k3, v3 = k.reshape(B * H, lk, D), v.reshape(B * H, lk, D)
+    scores = torch.bmm(q.reshape(B * H, lq, D), k3.transpose(1, 2)).view(B, H, lq, lk).float().mul_(scale)
     if mask is not None:
         scores = scores.masked_fill_(~mask, float("-inf")) if mask.dtype == torch.bool else scores.add_(mask)
     mx = scores.amax(dim=-1, keepdim=True)
     e = torch.exp_(scores.sub_(mx))  # one exp pass serves both the output and the log-sum-exp
     total = e.sum(dim=-1, keepdim=True)
-    out = torch.matmul(e.to(q.dtype), v).div_(total.to(q.dtype) if q.dtype != torch.float32 else total)
+    out = torch.bmm(e.to(q.dtype).view(B * H, lq, lk), v3).view(B, H, lq, D)
+    out = out.div_(total.to(q.dtype) if q.dtype != torch.float32 else total)
+    return out, (mx + torch.log(total)).squeeze(-1)
+
+
+class PrefixKV:
+    """A shared prefix's K (transposed) and V per layer in contiguous buffers, copied once from `slot`'s pool
+    rows [0, P) at first use: its score and value products then read them in place, in one pass for all rows."""
+
+    def __init__(self, slot: int, length: int, num_layers: int) -> None:
+        self.slot, self.P = slot, length
+        self.layers: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * num_layers
+
+    def get(self, model: TorchLlama, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        kv = self.layers[layer]
+        if kv is None:
+            k = model.k[layer][self.slot, :, : self.P]
+            kv = self.layers[layer] = (
+                k.transpose(1, 2).contiguous(),
+                model.v[layer][self.slot, :, : self.P].clone(),
+            )
+        return kv
+
+
+def _attend_prefix(q3: torch.Tensor, prefix: PrefixKV, model: TorchLlama, layer: int):
+    """q3 [KVH, M, D] (every row's queries) on the whole prefix: (out [KVH, M, D], logsumexp [KVH, M])."""
+    kT, v = prefix.get(model, layer)
+    scores = torch.bmm(q3, kT).float().mul_(model.scale)
+    mx = scores.amax(dim=-1, keepdim=True)
+    e = torch.exp_(scores.sub_(mx))
+    total = e.sum(dim=-1, keepdim=True)
+    out = torch.bmm(e.to(q3.dtype), v)
+    out = out.div_(total.to(q3.dtype) if q3.dtype != torch.float32 else total)
     return out, (mx + torch.log(total)).squeeze(-1)
 
 
@@ -314,26 +361,24 @@ class CascadeAttention:
     """Segments whose slots share the tokens [0, P), held once in `prefix_slot`: all queries attend the prefix in
     one call, each segment its own [P, start + n) causally in another (one call per segment), merged by LSE."""
 
-    def __init__(self, segments: Sequence[Segment], prefix_slot: int, prefix_len: int) -> None:
+    def __init__(
+        self, segments: Sequence[Segment], prefix_slot: int, prefix_len: int, prefix: PrefixKV | None = None
+    ) -> None:
         self.segments = list(segments)
-        self.prefix_slot, self.P = prefix_slot, prefix_len
+        self.P = prefix_len
+        self.prefix = prefix if prefix is not None else PrefixKV(prefix_slot, prefix_len, 0)
         assert all(s.start >= prefix_len for s in segments)
 
     def __call__(self, model: TorchLlama, layer: int, q, k, v):
         model.write_kv(layer, self.segments, k, v)
-        P, ps = self.P, self.prefix_slot
-        qf = model.fold(q)  # [KVH, G*T, D]
-        o_p, l_p = _attend(
-            qf[None],
-            model.k[layer][ps : ps + 1, :, :P],
-            model.v[layer][ps : ps + 1, :, :P],
-            None,
-            model.scale,
-        )
+        P = self.P
+        if len(self.prefix.layers) != model.num_layers:
+            self.prefix.layers = [None] * model.num_layers
+        o_p, l_p = _attend_prefix(model.fold(q), self.prefix, model, layer)  # [KVH, G*T, D]
         out = torch.empty_like(q)
         T = q.shape[0]
-        o_p = o_p[0].view(model.kv_heads, model.group, T, model.head_dim)
-        l_p = l_p[0].view(model.kv_heads, model.group, T)
+        o_p = o_p.view(model.kv_heads, model.group, T, model.head_dim)
+        l_p = l_p.view(model.kv_heads, model.group, T)
         for s in self.segments:
             L = s.start + s.n
             mask = causal_mask(s.start - P, s.n, model.group) if s.n > 1 else None
@@ -358,10 +403,16 @@ class BatchedCascadeDecode:
     rows' own tails [P, pos] in one padded call over their contiguous slots, merged by LSE."""
 
     def __init__(
-        self, segments: Sequence[Segment], prefix_slot: int, prefix_len: int, dtype: torch.dtype
+        self,
+        segments: Sequence[Segment],
+        prefix_slot: int,
+        prefix_len: int,
+        dtype: torch.dtype,
+        prefix: PrefixKV | None = None,
     ) -> None:
         self.segments = list(segments)
-        self.prefix_slot, self.P = prefix_slot, prefix_len
+        self.P = prefix_len
+        self.prefix = prefix if prefix is not None else PrefixKV(prefix_slot, prefix_len, 0)
         self.lo = min(s.slot for s in segments)
         self.hi = max(s.slot for s in segments) + 1
         self.width = max(s.start for s in segments) + 1 - prefix_len
@@ -373,14 +424,14 @@ class BatchedCascadeDecode:
 
     def __call__(self, model: TorchLlama, layer: int, q, k, v):
         model.write_kv(layer, self.segments, k, v)
-        P, ps, T = self.P, self.prefix_slot, q.shape[0]
+        P, T = self.P, q.shape[0]
         H, KVH, G, D = model.heads, model.kv_heads, model.group, model.head_dim
-        qp_ = q.view(T, KVH, G, D).permute(1, 0, 2, 3).reshape(1, KVH, T * G, D)
-        o_p, l_p = _attend(
-            qp_, model.k[layer][ps : ps + 1, :, :P], model.v[layer][ps : ps + 1, :, :P], None, model.scale
-        )
-        o_p = o_p[0].view(KVH, T, G, D).permute(1, 0, 2, 3)  # [T, KVH, G, D]
-        l_p = l_p[0].view(KVH, T, G).permute(1, 0, 2)
+        if len(self.prefix.layers) != model.num_layers:
+            self.prefix.layers = [None] * model.num_layers
+        qp_ = q.view(T, KVH, G, D).permute(1, 0, 2, 3).reshape(KVH, T * G, D)
+        o_p, l_p = _attend_prefix(qp_, self.prefix, model, layer)
+        o_p = o_p.view(KVH, T, G, D).permute(1, 0, 2, 3)  # [T, KVH, G, D]
+        l_p = l_p.view(KVH, T, G).permute(1, 0, 2)
         B = self.hi - self.lo
         qb = torch.zeros((B, KVH, G, D), dtype=q.dtype)
         qb[self.rows] = q.view(T, KVH, G, D)
@@ -401,9 +452,9 @@ class StepAttention:
     def __init__(
         self,
         prefills: Sequence[Segment],
-        prefill_prefix: tuple[int, int] | None,
+        prefill_prefix: PrefixKV | None,
         decodes: Sequence[Segment],
-        decode_prefix: tuple[int, int] | None,
+        decode_prefix: PrefixKV | None,
         dtype: torch.dtype,
     ) -> None:
         self.td = sum(s.n for s in prefills)
@@ -411,12 +462,14 @@ class StepAttention:
         self.dec: Attention | None = None
         if prefills:
             self.pre = (
-                CascadeAttention(prefills, *prefill_prefix) if prefill_prefix else SegmentAttention(prefills)
+                CascadeAttention(prefills, prefill_prefix.slot, prefill_prefix.P, prefill_prefix)
+                if prefill_prefix
+                else SegmentAttention(prefills)
             )
         if decodes:
             rel = [Segment(s.slot, s.start, 1, s.t0 - self.td) for s in decodes]
             self.dec = (
-                BatchedCascadeDecode(rel, *decode_prefix, dtype)
+                BatchedCascadeDecode(rel, decode_prefix.slot, decode_prefix.P, dtype, decode_prefix)
                 if decode_prefix
                 else DenseDecodeAttention(rel, dtype)
             )
@@ -484,19 +537,28 @@ class TorchRunner:
             kv_dtype, self.num_blocks, m.num_layers, m.kv_heads, tokens_per_block, m.head_dim, kv_scales, None
         )
         self.slot_tokens: list[list[int]] = [[] for _ in range(num_slots)]
+        self._prefixes: dict[tuple[int, int], PrefixKV] = {}
         self.block_tokens: dict[int, tuple[int, ...]] = {}
 
     def close(self) -> None:
         pass
 
-    def _shared(self, segs: Sequence[Segment]) -> tuple[int, int] | None:
-        """(prefix slot, P) when the segments' slots hold the same first P >= cascade_min_prefix tokens."""
+    def _shared(self, segs: Sequence[Segment]) -> PrefixKV | None:
+        """The prefix buffer when the segments' slots hold the same first P >= cascade_min_prefix tokens (one
+        buffer per prefix, kept across steps: the two most recently used)."""
         if len(segs) < 2:
             return None
         P = _common_prefix([self.slot_tokens[s.slot][: s.start] for s in segs])
         if P < self.cascade_min_prefix:
             return None
-        return segs[0].slot, P
+        key = (P, hash(tuple(self.slot_tokens[segs[0].slot][:P])))
+        prefix = self._prefixes.pop(key, None)
+        if prefix is None:
+            prefix = PrefixKV(segs[0].slot, P, self.model.num_layers)
+        self._prefixes[key] = prefix
+        while len(self._prefixes) > 2:
+            self._prefixes.pop(next(iter(self._prefixes)))
+        return prefix
 
     def execute(self, plan, trace=None):
         import numpy as np
