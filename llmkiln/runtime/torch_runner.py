@@ -252,10 +252,22 @@ class PrefixKV:
         return kv
 
 
-def _attend_prefix(q3: torch.Tensor, prefix: PrefixKV, model: TorchLlama, layer: int):
-    """q3 [KVH, M, D] (every row's queries) on the whole prefix: (out [KVH, M, D], logsumexp [KVH, M])."""
+def _attend_prefix(q3: torch.Tensor, prefix: PrefixKV, model: TorchLlama, layer: int, slot: int):
+    """q3 [KVH, M, D] (every row's queries) on the whole prefix: (out [KVH, M, D], logsumexp [KVH, M]).
+
+    Explicit products over the contiguous prefix buffer (oneDNN bf16 bmm), in chunks of query rows small enough
+    that the fp32 scores stay in the last-level cache (the elementwise passes over them were DRAM-bound)."""
     kT, v = prefix.get(model, layer)
-    scores = torch.bmm(q3, kT).float().mul_(model.scale)
+    H, M, _ = q3.shape
+    rows = max(16, (2 << 20) // (H * prefix.P))
+    if M <= rows:
+        return _explicit_chunk(q3, kT, v, model.scale)
+    parts = [_explicit_chunk(q3[:, i : i + rows], kT, v, model.scale) for i in range(0, M, rows)]
+    return torch.cat([o for o, _ in parts], dim=1), torch.cat([lse for _, lse in parts], dim=1)
+
+
+def _explicit_chunk(q3: torch.Tensor, kT: torch.Tensor, v: torch.Tensor, scale: float):
+    scores = torch.bmm(q3, kT).float().mul_(scale)
     mx = scores.amax(dim=-1, keepdim=True)
     e = torch.exp_(scores.sub_(mx))
     total = e.sum(dim=-1, keepdim=True)
@@ -365,7 +377,7 @@ class CascadeAttention:
         self, segments: Sequence[Segment], prefix_slot: int, prefix_len: int, prefix: PrefixKV | None = None
     ) -> None:
         self.segments = list(segments)
-        self.P = prefix_len
+        self.P, self.prefix_slot = prefix_len, prefix_slot
         self.prefix = prefix if prefix is not None else PrefixKV(prefix_slot, prefix_len, 0)
         assert all(s.start >= prefix_len for s in segments)
 
@@ -374,7 +386,7 @@ class CascadeAttention:
         P = self.P
         if len(self.prefix.layers) != model.num_layers:
             self.prefix.layers = [None] * model.num_layers
-        o_p, l_p = _attend_prefix(model.fold(q), self.prefix, model, layer)  # [KVH, G*T, D]
+        o_p, l_p = _attend_prefix(model.fold(q), self.prefix, model, layer, self.prefix_slot)  # [KVH, G*T, D]
         out = torch.empty_like(q)
         T = q.shape[0]
         o_p = o_p.view(model.kv_heads, model.group, T, model.head_dim)
@@ -411,7 +423,7 @@ class BatchedCascadeDecode:
         prefix: PrefixKV | None = None,
     ) -> None:
         self.segments = list(segments)
-        self.P = prefix_len
+        self.P, self.prefix_slot = prefix_len, prefix_slot
         self.prefix = prefix if prefix is not None else PrefixKV(prefix_slot, prefix_len, 0)
         self.lo = min(s.slot for s in segments)
         self.hi = max(s.slot for s in segments) + 1
@@ -429,7 +441,7 @@ class BatchedCascadeDecode:
         if len(self.prefix.layers) != model.num_layers:
             self.prefix.layers = [None] * model.num_layers
         qp_ = q.view(T, KVH, G, D).permute(1, 0, 2, 3).reshape(KVH, T * G, D)
-        o_p, l_p = _attend_prefix(qp_, self.prefix, model, layer)
+        o_p, l_p = _attend_prefix(qp_, self.prefix, model, layer, self.prefix_slot)
         o_p = o_p.view(KVH, T, G, D).permute(1, 0, 2, 3)  # [T, KVH, G, D]
         l_p = l_p.view(KVH, T, G).permute(1, 0, 2)
         B = self.hi - self.lo
@@ -462,14 +474,14 @@ class StepAttention:
         self.dec: Attention | None = None
         if prefills:
             self.pre = (
-                CascadeAttention(prefills, prefill_prefix.slot, prefill_prefix.P, prefill_prefix)
+                CascadeAttention(prefills, prefills[0].slot, prefill_prefix.P, prefill_prefix)
                 if prefill_prefix
                 else SegmentAttention(prefills)
             )
         if decodes:
             rel = [Segment(s.slot, s.start, 1, s.t0 - self.td) for s in decodes]
             self.dec = (
-                BatchedCascadeDecode(rel, decode_prefix.slot, decode_prefix.P, dtype, decode_prefix)
+                BatchedCascadeDecode(rel, decodes[0].slot, decode_prefix.P, dtype, decode_prefix)
                 if decode_prefix
                 else DenseDecodeAttention(rel, dtype)
             )
