@@ -504,6 +504,7 @@ def main() -> None:
     for name, _ in jobs:
         print(f"== {name} ({load_info()})", flush=True)
         env = {**os.environ, "KILN_STUDY_CHILD": name, "OMP_NUM_THREADS": "2"}
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see docs/cpu-engine.md, thread contention
         subprocess.run(
             [sys.executable, "-m", "experiments.cpu_kernel_study", *sys.argv[1:]], env=env, check=True
         )

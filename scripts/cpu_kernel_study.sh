@@ -34,3 +34,7 @@ if [ -z "${SKIP_OV:-}" ]; then
 fi
 $PY -m experiments.cpu_kernel_study --paths gemm,ort,ort-int8,torch,hf,quality "${ARGS[@]}"
 $PY -m experiments.cpu_kernel_study --summarize --out "$OUT"
+for r in ort torch-fp32 torch-bf16; do
+  OMP_WAIT_POLICY=PASSIVE $PY -m experiments.cpu_runner_loop --runner "$r" --engine "$WORK/engines/bench-optimized" \
+    --model "$WORK/bench-llama-125m" --out "$OUT/loop-$r.json"
+done
