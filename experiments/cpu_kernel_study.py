@@ -274,7 +274,9 @@ class TorchScorer:
         return out
 
 
-def quality(stories: Path, int8_stories: Path | None, ov_logits: Path | None) -> dict[str, Any]:
+def quality(
+    stories: Path, int8_stories: Path | None, ov_logits: Path | None, ov_paged_logits: Path | None = None
+) -> dict[str, Any]:
     from llmkiln.calibration.candidates import HfScorer, OnnxScorer
     from llmkiln.calibration.datasets import load_jsonl, resolve_dataset
     from llmkiln.calibration.quality_diff import quality_diff, token_kl
@@ -303,26 +305,21 @@ def quality(stories: Path, int8_stories: Path | None, ov_logits: Path | None) ->
             )
             if k in s
         }
-    if ov_logits is not None and ov_logits.is_file():
-        data = np.load(ov_logits)
+    for label, path in (("openvino", ov_logits), ("openvino paged", ov_paged_logits)):
+        if path is None or not path.is_file():
+            continue
+        data = np.load(path)
+        acc: dict[str, dict[str, list[float]]] = {}
         for key in sorted({k.rsplit("/", 1)[0] for k in data.files if k.endswith("/ids")}):
-            ids = data[f"{key}/ids"].tolist()
-            rl = ref.logits(ids)
+            rl = ref.logits(data[f"{key}/ids"].tolist())
             for prec in ("f32", "bf16"):
-                name = f"{key}/{prec}"
-                if name not in data.files:
-                    continue
-                cl = data[name]
-                kl = token_kl(rl, cl)
-                out.setdefault(f"openvino {prec}", {"kl": [], "top1": []})
-                out[f"openvino {prec}"]["kl"].append(float(kl.mean()))
-                out[f"openvino {prec}"]["top1"].append(float((rl.argmax(-1) == cl.argmax(-1)).mean()))
-        for name in [n for n in out if n.startswith("openvino")]:
-            d = out[name]
-            out[name] = {
-                "mean_kl": float(np.mean(d.pop("kl"))),
-                "top1_agreement": float(np.mean(d.pop("top1"))),
-            }
+                if f"{key}/{prec}" in data.files:
+                    cl = data[f"{key}/{prec}"]
+                    d = acc.setdefault(f"{label} {prec}", {"kl": [], "top1": []})
+                    d["kl"].append(float(token_kl(rl, cl).mean()))
+                    d["top1"].append(float((rl.argmax(-1) == cl.argmax(-1)).mean()))
+        for name, d in acc.items():
+            out[name] = {"mean_kl": float(np.mean(d["kl"])), "top1_agreement": float(np.mean(d["top1"]))}
     return out
 
 
@@ -425,6 +422,16 @@ def summarize(folder: Path) -> str:
                 f"{_ms(d, 'suffix_prefill_8_one_at_a_time')} | exception | {_ms(d, 'cold_prefill_2048')} | "
                 f"{qcell(qname)} |"
             )
+    pa = load("openvino-paged")
+    for prec in ("f32", "bf16"):
+        d = pa.get(prec)
+        if d:
+            cells = [_ms(d, f"decode_b{b}") for b in BATCHES]
+            rows.append(
+                f"| **OpenVINO PagedAttention model driven with llmkiln-style block tables** (shared prefix blocks) | "
+                f"{prec} | {' | '.join(cells)} | {_ms(d, 'suffix_prefill_8_one_at_a_time')} | "
+                f"{_ms(d, 'suffix_prefill_8_batched')} | {_ms(d, 'cold_prefill_2048')} | {qcell('openvino paged ' + prec)} |"
+            )
     og = load("openvino-genai")
     for prec in ("f32", "bf16"):
         d = og.get(prec)
@@ -465,6 +472,7 @@ def main() -> None:
     ap.add_argument("--stories", type=Path, default=Path("../shared/models/stories260K"))
     ap.add_argument("--stories-int8", type=Path, default=Path("/tmp/wt20/exports/stories-int8-acc4"))
     ap.add_argument("--ov-logits", type=Path, default=None)
+    ap.add_argument("--ov-paged-logits", type=Path, default=None)
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--compile", action="store_true")
@@ -508,7 +516,12 @@ def main() -> None:
     if "eval-ids" in paths:
         eval_ids(args.stories, args.out / "stories-eval-ids.json")
     if "quality" in paths:
-        jobs.append(("quality", lambda: quality(args.stories, args.stories_int8, args.ov_logits)))
+        jobs.append(
+            (
+                "quality",
+                lambda: quality(args.stories, args.stories_int8, args.ov_logits, args.ov_paged_logits),
+            )
+        )
     for name, job in jobs:
         # each path in its own process: one path's allocations and thread pools do not disturb the next
         if os.environ.get("KILN_STUDY_CHILD") == name:

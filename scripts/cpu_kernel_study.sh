@@ -29,8 +29,13 @@ if [ -z "${SKIP_OV:-}" ]; then
   "$OV/bin/python" experiments/cpu_study_openvino.py "$WORK/exports/stories-fp32/model.onnx" \
     --logits "$OUT/stories-eval-ids.json" --out "$WORK/openvino-stories-logits.npz"
   "$OV/bin/python" experiments/cpu_study_openvino.py "$WORK/engines/bench-optimized/model.onnx" --out "$OUT/openvino.json"
+  [ -f "$WORK/ov-stories-fp32/openvino_model.xml" ] || "$OV/bin/optimum-cli" export openvino \
+    --model "$STORIES" --weight-format fp32 --task text-generation-with-past "$WORK/ov-stories-fp32"
+  "$OV/bin/python" experiments/cpu_study_openvino_paged.py "$WORK/ov-stories-fp32" \
+    --logits "$OUT/stories-eval-ids.json" --out "$WORK/openvino-paged-stories-logits.npz"
+  "$OV/bin/python" experiments/cpu_study_openvino_paged.py "$WORK/ov-bench-fp32" --out "$OUT/openvino-paged.json"
   "$OV/bin/python" experiments/cpu_study_openvino_genai.py "$WORK/ov-bench-fp32" --out "$OUT/openvino-genai.json"
-  ARGS+=(--ov-logits "$WORK/openvino-stories-logits.npz")
+  ARGS+=(--ov-logits "$WORK/openvino-stories-logits.npz" --ov-paged-logits "$WORK/openvino-paged-stories-logits.npz")
 fi
 $PY -m experiments.cpu_kernel_study --paths gemm,ort,ort-int8,torch,hf,quality "${ARGS[@]}"
 $PY -m experiments.cpu_kernel_study --summarize --out "$OUT"
