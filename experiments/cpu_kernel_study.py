@@ -443,7 +443,7 @@ def summarize(folder: Path) -> str:
                 f"{' | '.join(dec)} | {8 * sum(d['b1']['prefill_steps_ms']):.0f} (8 x one) | {pre8:.0f} | "
                 f"{d['cold_prefill_2048_ms']:.0f} | — |"
             )
-    loops = [load(f"loop-{r}") for r in ("ort", "torch-fp32", "torch-bf16")]
+    loops = [load(f"loop-{r}") for r in ("ort", "torch-fp32", "torch-bf16", "ov-fp32", "ov-bf16")]
     if any(loops):
         rows += [
             "",

@@ -7,7 +7,9 @@ onnxruntime runner or the torch runner, so the runners compare with the same sch
 A 1500-token system prompt (cached by one warm-up request), then `--requests` requests of prompt + 80-120 fresh
 tokens, 32 output tokens each (ignore_eos), `--concurrency` clients in a closed loop. The engine uses the
 bench-optimized recipe's settings (TTFT-first, tpot_slo_ms 100, 512-token chunks, prefix reuse with slot reuse);
-with the torch runner its TTFT-first prefill runs batch prompts on a cached past (batches_prefills_with_past).
+with the torch and OpenVINO runners its TTFT-first prefill runs batch prompts on a cached past
+(batches_prefills_with_past). The `ov-*` runners run in the OpenVINO venv (openvino, plus pydantic, pyyaml,
+ml_dtypes and tokenizers for the runtime), with PYTHONPATH at this checkout.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from pathlib import Path
 
 import numpy as np
 
-from llmkiln.runtime.loader import load_engine
 from llmkiln.runtime.request import SamplingParams
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runner", default="ort", help="ort | torch-fp32 | torch-bf16")
+    ap.add_argument("--runner", default="ort", help="ort | torch-fp32 | torch-bf16 | ov-fp32 | ov-bf16")
+    ap.add_argument(
+        "--ov-model", type=Path, default=Path("/tmp/wt20/ov-bench-fp32"), help="optimum-intel export"
+    )
     ap.add_argument("--engine", type=Path, default=Path("/tmp/wt20/engines/bench-optimized"))
     ap.add_argument("--model", type=Path, default=Path("/tmp/wt20/bench-llama-125m"))
     ap.add_argument("--concurrency", type=int, default=8)
@@ -37,7 +41,13 @@ def main() -> None:
     args = ap.parse_args()
     overrides = {"scheduler": {"intra_op_threads": 2}}
     if args.runner == "ort":
+        from llmkiln.runtime.loader import load_engine
+
         eng = load_engine(args.engine, overrides)
+    elif args.runner.startswith("ov-"):  # in the OpenVINO venv (openvino is not a package dependency)
+        from llmkiln.runtime.openvino_runner import load_openvino_engine
+
+        eng = load_openvino_engine(args.engine, args.ov_model, args.runner.split("-")[1], overrides)
     else:
         from llmkiln.runtime.torch_runner import load_torch_engine
 

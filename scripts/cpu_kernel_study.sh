@@ -43,3 +43,11 @@ for r in ort torch-fp32 torch-bf16; do
   OMP_WAIT_POLICY=PASSIVE $PY -m experiments.cpu_runner_loop --runner "$r" --engine "$WORK/engines/bench-optimized" \
     --model "$WORK/bench-llama-125m" --out "$OUT/loop-$r.json"
 done
+if [ -z "${SKIP_OV:-}" ]; then
+  "$OV/bin/pip" install -q pydantic pyyaml ml_dtypes pytest  # the runtime's own imports, for the OpenVINO runner
+  for r in ov-fp32 ov-bf16; do
+    "$OV/bin/python" -m experiments.cpu_runner_loop --runner "$r" --engine "$WORK/engines/bench-optimized" \
+      --ov-model "$WORK/ov-bench-fp32" --out "$OUT/loop-$r.json"
+  done
+fi
+$PY -m experiments.cpu_kernel_study --summarize --out "$OUT"

@@ -79,19 +79,17 @@ class OpenVinoPagedRunner:
         self.num_slots, self.max_len, self.tokens_per_block = num_slots, max_len, tokens_per_block
         self.blocks_per_slot = -(-max_len // self.block_size)
         shape = [num_slots * self.blocks_per_slot, self.kv_heads, self.block_size, self.head_dim]
-        self.k: list[np.ndarray] = []
+        self.k: list[np.ndarray] = []  # numpy views of the OpenVINO tensors (bf16 via ml_dtypes)
         self.v: list[np.ndarray] = []
-        np_type = ml_dtypes.bfloat16 if self.cache_type == ov.Type.bf16 else np.float32
+        self._tensors: list[ov.Tensor] = []
+        bf16 = self.cache_type == ov.Type.bf16
         for layer in range(self.num_layers):
             for name, pools in ((f"key_cache.{layer}", self.k), (f"value_cache.{layer}", self.v)):
-                arr = np.zeros(shape, np_type)
-                view = arr.view(np.uint16) if np_type is not np.float32 else arr
-                tensor = (
-                    ov.Tensor(view, shared_memory=True)
-                    if np_type is np.float32
-                    else ov.Tensor(self.cache_type, shape, view.ctypes.data)
-                )
+                tensor = ov.Tensor(self.cache_type, shape)  # OpenVINO's own allocation (aligned as it wants)
+                arr = tensor.data.view(np.uint16).view(ml_dtypes.bfloat16) if bf16 else tensor.data
+                arr[...] = 0  # touch every page now (as the onnxruntime runner does)
                 self.req.set_tensor(name, tensor)
+                self._tensors.append(tensor)
                 pools.append(arr)
         self.vocab_size = int(self.compiled.output("logits").get_partial_shape()[-1].get_length())
         block_bytes = bytes_per_block(
