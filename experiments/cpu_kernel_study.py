@@ -443,18 +443,20 @@ def summarize(folder: Path) -> str:
                 f"{' | '.join(dec)} | {8 * sum(d['b1']['prefill_steps_ms']):.0f} (8 x one) | {pre8:.0f} | "
                 f"{d['cold_prefill_2048_ms']:.0f} | — |"
             )
-    loops = [load(f"loop-{r}") for r in ("ort", "torch-fp32", "torch-bf16", "ov-fp32", "ov-bf16")]
+    order = ["ort", "torch-fp32", "torch-bf16", "ov-fp32", "ov-bf16"]
+    extra = sorted(f.stem[5:] for f in folder.glob("loop-*.json") if f.stem[5:] not in order)
+    loops = [load(f"loop-{r}") for r in order + extra]
     if any(loops):
         rows += [
             "",
-            "| runner (in-process, c=8) | TTFT p50 | TTFT p95 | output tok/s | mean decode step | mean prefill step "
-            "| prefix hit rate | load (1 min) |",
-            "|---|---:|---:|---:|---:|---:|---:|---|",
+            "| runner (in-process) | concurrency | TTFT p50 | TTFT p95 | output tok/s | mean decode step "
+            "| mean prefill step | prefix hit rate | load (1 min) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for d in loops:
             if d:
                 rows.append(
-                    f"| {d['runner']} | {d['ttft_p50_ms']:.0f} ms | {d['ttft_p95_ms']:.0f} ms | {d['output_tok_s']:.1f} | "
+                    f"| {d['runner']} | {d['concurrency']} | {d['ttft_p50_ms']:.0f} ms | {d['ttft_p95_ms']:.0f} ms | {d['output_tok_s']:.1f} | "
                     f"{d['mean_decode_step_ms']:.1f} ms | {d['mean_prefill_step_ms']:.0f} ms | "
                     f"{d['prefix_cache_hit_rate']:.2f} | {d['loadavg_1m'][0]}–{d['loadavg_1m'][1]} ({d['utc']}) |"
                 )

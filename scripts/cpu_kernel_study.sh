@@ -49,5 +49,15 @@ if [ -z "${SKIP_OV:-}" ]; then
     "$OV/bin/python" -m experiments.cpu_runner_loop --runner "$r" --engine "$WORK/engines/bench-optimized" \
       --ov-model "$WORK/ov-bench-fp32" --out "$OUT/loop-$r.json"
   done
+  # the prefill-batching trade-off (TTFT p50 vs p95 and tok/s): past prefills alone, 2, 5 (default) or 10 per run
+  for v in "alone --no-batch-past" "mpt256 --max-prefill-tokens 256" "mpt1024 --max-prefill-tokens 1024"; do
+    set -- $v
+    "$OV/bin/python" -m experiments.cpu_runner_loop --runner ov-bf16 "${@:2}" --engine "$WORK/engines/bench-optimized" \
+      --ov-model "$WORK/ov-bench-fp32" --out "$OUT/loop-ov-bf16-$1.json"
+  done
+  "$OV/bin/python" -m experiments.cpu_runner_loop --runner ov-bf16 --concurrency 1 --requests 8 \
+    --engine "$WORK/engines/bench-optimized" --ov-model "$WORK/ov-bench-fp32" --out "$OUT/loop-ov-bf16-c1.json"
+  $PY -m experiments.cpu_runner_loop --runner ort --concurrency 1 --requests 8 \
+    --engine "$WORK/engines/bench-optimized" --out "$OUT/loop-ort-c1.json"
 fi
 $PY -m experiments.cpu_kernel_study --summarize --out "$OUT"
