@@ -252,7 +252,7 @@ class PrefixKV:
         return kv
 
 
-def _attend_prefix(q3: torch.Tensor, prefix: PrefixKV, model: TorchLlama, layer: int, slot: int):
+def _attend_prefix(q3: torch.Tensor, prefix: PrefixKV, model: TorchLlama, layer: int):
     """q3 [KVH, M, D] (every row's queries) on the whole prefix: (out [KVH, M, D], logsumexp [KVH, M]).
 
     Explicit products over the contiguous prefix buffer (oneDNN bf16 bmm), in chunks of query rows small enough
@@ -386,7 +386,7 @@ class CascadeAttention:
         P = self.P
         if len(self.prefix.layers) != model.num_layers:
             self.prefix.layers = [None] * model.num_layers
-        o_p, l_p = _attend_prefix(model.fold(q), self.prefix, model, layer, self.prefix_slot)  # [KVH, G*T, D]
+        o_p, l_p = _attend_prefix(model.fold(q), self.prefix, model, layer)  # [KVH, G*T, D]
         out = torch.empty_like(q)
         T = q.shape[0]
         o_p = o_p.view(model.kv_heads, model.group, T, model.head_dim)
@@ -441,7 +441,7 @@ class BatchedCascadeDecode:
         if len(self.prefix.layers) != model.num_layers:
             self.prefix.layers = [None] * model.num_layers
         qp_ = q.view(T, KVH, G, D).permute(1, 0, 2, 3).reshape(KVH, T * G, D)
-        o_p, l_p = _attend_prefix(qp_, self.prefix, model, layer, self.prefix_slot)
+        o_p, l_p = _attend_prefix(qp_, self.prefix, model, layer)
         o_p = o_p.view(KVH, T, G, D).permute(1, 0, 2, 3)  # [T, KVH, G, D]
         l_p = l_p.view(KVH, T, G).permute(1, 0, 2)
         B = self.hi - self.lo
@@ -457,7 +457,7 @@ class BatchedCascadeDecode:
 class StepAttention:
     """One engine step's attention: prefill segments (flat rows [0, td)) then decode rows ([td, T)).
 
-    Prefill segments sharing a cached prefix of at least `min_shared` tokens (every segment starting past it) use
+    Prefill segments sharing a cached prefix (the runner's `_shared`: at least `cascade_min_prefix` tokens every segment starting past it) use
     CascadeAttention, else one flash call each; decode rows sharing such a prefix use BatchedCascadeDecode, else
     one padded call (DenseDecodeAttention)."""
 
