@@ -66,6 +66,7 @@ class Runner(Protocol):
     num_slots: int
     num_blocks: int
     vocab_size: int
+    # optional: `batches_prefills_with_past = True` lets TTFT-first runs batch prompts that start on a past
 
     def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]: ...
 
@@ -96,6 +97,7 @@ class LLMEngine:
         store = BlockStore(runner.num_blocks, kv.tokens_per_block) if kv.prefix_reuse else None
         self.block_store = store
         self.scheduler = Scheduler(config, store)
+        self.scheduler.batch_past_prefills = bool(getattr(runner, "batches_prefills_with_past", False))
         self.stats = metrics_mod.StepStats()
         self._lock = threading.Condition()
         self._inbox: list[tuple[Request, RequestHandle]] = []

@@ -156,6 +156,10 @@ class Scheduler:
         self.num_admitted = 0
         self.queue_ns_total = 0
         self._forced_decode = False  # ttft_first: the last step was a decode forced by the TPOT bound
+        # Set by the engine from its runner (`batches_prefills_with_past`): a TTFT-first prefill run may then hold
+        # several prompts with a past (a cached or resident prefix), up to max_prefill_tokens, in one engine call.
+        # Off for onnxruntime's GroupQueryAttention, which takes a past only at batch 1.
+        self.batch_past_prefills = False
 
     # ------------------------------------------------------------------ state
     @property
@@ -281,7 +285,9 @@ class Scheduler:
 
         Candidates: running prompts, then waiting ones that would get a free slot (policy order). Those whose
         rest fits one chunk go first. A candidate with a past (a later chunk or a cached prefix) runs alone; one
-        without a past is batched with the next such candidates while `max_prefill_tokens` lasts."""
+        without a past is batched with the next such candidates while `max_prefill_tokens` lasts. With
+        `batch_past_prefills` (a runner that batches prompts on a past), candidates whose rest fits one chunk are
+        batched whatever their past, while `max_prefill_tokens` lasts."""
         cfg = self.config.scheduler
         chunk = cfg.max_prefill_tokens if cfg.chunked_prefill else None
         cands: list[tuple[Request, list[int], int, int]] = []  # (request, hits, start, rest)
@@ -299,11 +305,12 @@ class Scheduler:
         first, hits, start, rest = cands[0]
         size = rest if chunk is None else min(rest, chunk)
         picked = [(first, hits, size)]
-        if start > 0 or size < rest:
+        with_past = self.batch_past_prefills
+        if (start > 0 and not with_past) or size < rest:
             return picked
         budget = cfg.max_prefill_tokens - size
         for r, h, st, n in cands[1:]:
-            if st == 0 and n <= budget and (chunk is None or n <= chunk):
+            if (st == 0 or with_past) and n <= budget and (chunk is None or n <= chunk):
                 picked.append((r, h, n))
                 budget -= n
         return picked

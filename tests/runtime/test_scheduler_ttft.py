@@ -154,3 +154,36 @@ def test_recipe_rejects_ttft_first_with_static_batching():
         load_recipe("tiny-fp32", {"scheduler": {"tpot_slo_ms": 0}})
     recipe, _ = load_recipe("tiny-fp32", {"scheduler": {"ttft_first": True, "tpot_slo_ms": 50}})
     assert recipe.scheduler.ttft_first and recipe.scheduler.tpot_slo_ms == 50.0
+
+
+def test_prefills_with_a_past_batch_when_the_runner_can():
+    """A runner that batches prompts on a past (torch path): the waiting prompts that hit the cached prefix go
+    in one run (up to max_prefill_tokens); without the capability each runs alone (GroupQueryAttention)."""
+    prefix = list(range(3, 19))  # 4 blocks of 4
+    for capable, expected in ((False, [1, 1, 1]), (True, [3])):
+        sched = _sched(max_prefill_tokens=32, prefix_reuse=True)
+        sched.batch_past_prefills = capable
+        runner = _runner(sched)
+        warm = make_requests(1, prompt_len=5, max_tokens=1, prefix=prefix, seed=2)[0]
+        sched.add_request(warm)
+        for step in range(20):
+            if not sched.has_work():
+                break
+            _step(sched, runner, step * MS)
+        reqs = make_requests(3, prompt_len=6, max_tokens=6, prefix=prefix, seed=3)
+        for r in reqs:
+            sched.add_request(r)
+        sizes = []
+        outputs = {}
+        for step in range(20, 200):
+            if not sched.has_work():
+                break
+            plan, events = _step(sched, runner, step * MS, StepCosts(1, 1))
+            if plan.prefills:
+                assert all(c.start > 0 for c in plan.prefills)  # every one on a cached or resident prefix
+                sizes.append(len(plan.prefills))
+            for request, ev in events:
+                outputs.setdefault(request.request_id, []).append(ev.token_id)
+        assert sizes == expected, capable
+        for r in reqs:
+            assert outputs[r.request_id] == reference_generate(r.prompt_ids, 6)

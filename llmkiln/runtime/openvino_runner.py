@@ -1,0 +1,232 @@
+"""The OpenVINO PagedAttention path for the CPU engine (issue 20 prototype, the path the kernel study picks:
+docs/cpu-engine.md). The only runtime module that imports openvino; nothing imports it yet, and openvino is not
+a dependency of the package (the study's venv has it).
+
+The model is an OpenVINO IR of the HF checkpoint (optimum-intel's export), turned into OpenVINO's PagedAttention
+graph by its own `paged_attention_transformation` (what openvino-genai applies on load) and given a
+`logits_indices` input so the LM head runs only on the sampled rows. One `execute` = one infer request over every
+sequence of the plan: prefill chunks on any past and decode tokens, concatenated (varlen), each with its past
+length and block table. KV lives in per-layer block pools [blocks, kv_heads, block_size, head_dim] in the
+inference precision; slot s owns a fixed run of blocks (its block table is that run), so the runner keeps the
+Runner protocol's slot semantics; prefix-store loads and saves copy between the store and a slot's blocks as the
+onnxruntime runner does. (Sharing the store's blocks by block table instead of copying them is the next step: the
+graph takes any block table.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import openvino as ov
+import openvino.opset13 as ops
+from openvino._offline_transformations import paged_attention_transformation
+
+from llmkiln.runtime.kv_quant import BlockData, bytes_per_block
+from llmkiln.runtime.profile import StepTrace, now_ns
+from llmkiln.runtime.scheduler import BlockCopy, SchedulerOutput
+
+PRECISIONS = {"fp32": "f32", "bf16": "bf16"}
+
+
+def _last_rows_only(model: ov.Model) -> None:
+    """LM head only on the rows named by a new input `logits_indices` (openvino-genai's slice-before-matmul)."""
+    node = model.output("logits").get_node()
+    while node.get_type_name() != "MatMul":
+        node = node.input_value(0).get_node()
+    idx = ops.parameter([-1], ov.Type.i64, name="logits_indices")
+    idx.output(0).get_tensor().set_names({"logits_indices"})
+    node.input(0).replace_source_output(ops.gather(node.input_value(0), idx, 0).output(0))
+    model.add_parameters([idx])
+    model.validate_nodes_and_infer_types()
+
+
+class OpenVinoPagedRunner:
+    """The Runner protocol (runtime.engine.Runner) on OpenVINO's PagedAttention graph: one infer per plan."""
+
+    batches_prefills_with_past = True
+
+    def __init__(
+        self,
+        model_dir: Path,
+        num_slots: int,
+        max_len: int,
+        tokens_per_block: int,
+        store_max_bytes: int,
+        kv_dtype: str = "fp32",
+        kv_scales=None,
+        precision: str = "fp32",
+        threads: int = 0,
+    ) -> None:
+        core = ov.Core()
+        model = core.read_model(str(Path(model_dir) / "openvino_model.xml"))
+        paged_attention_transformation(model, False, False, False, False, False, False)
+        _last_rows_only(model)
+        prec = PRECISIONS[precision]
+        cfg: dict[str, object] = {"INFERENCE_PRECISION_HINT": prec, "KV_CACHE_PRECISION": prec}
+        if threads:
+            cfg["INFERENCE_NUM_THREADS"] = threads
+        self.compiled = core.compile_model(model, "CPU", cfg)
+        self.req = self.compiled.create_infer_request()
+        cache_inputs = [i for i in self.compiled.inputs if i.get_any_name().startswith("key_cache.")]
+        dims = list(cache_inputs[0].get_partial_shape())[
+            1:
+        ]  # [blocks (dynamic), kv_heads, block_size, head_dim]
+        self.kv_heads, self.block_size, self.head_dim = (d.get_length() for d in dims)
+        self.num_layers = len(cache_inputs)
+        self.cache_type = cache_inputs[0].get_element_type()
+        self.num_slots, self.max_len, self.tokens_per_block = num_slots, max_len, tokens_per_block
+        self.blocks_per_slot = -(-max_len // self.block_size)
+        shape = [num_slots * self.blocks_per_slot, self.kv_heads, self.block_size, self.head_dim]
+        self.k: list[np.ndarray] = []  # numpy views of the OpenVINO tensors (bf16 via ml_dtypes)
+        self.v: list[np.ndarray] = []
+        self._tensors: list[ov.Tensor] = []
+        bf16 = self.cache_type == ov.Type.bf16
+        for layer in range(self.num_layers):
+            for name, pools in ((f"key_cache.{layer}", self.k), (f"value_cache.{layer}", self.v)):
+                tensor = ov.Tensor(self.cache_type, shape)  # OpenVINO's own allocation (aligned as it wants)
+                arr = tensor.data.view(np.uint16).view(ml_dtypes.bfloat16) if bf16 else tensor.data
+                arr[...] = 0  # touch every page now (as the onnxruntime runner does)
+                self.req.set_tensor(name, tensor)
+                self._tensors.append(tensor)
+                pools.append(arr)
+        self.vocab_size = int(self.compiled.output("logits").get_partial_shape()[-1].get_length())
+        block_bytes = bytes_per_block(
+            kv_dtype, self.num_layers, self.kv_heads, tokens_per_block, self.head_dim
+        )
+        self.num_blocks = store_max_bytes // block_bytes
+        self.blocks = BlockData(
+            kv_dtype,
+            self.num_blocks,
+            self.num_layers,
+            self.kv_heads,
+            tokens_per_block,
+            self.head_dim,
+            kv_scales,
+            None,
+        )
+
+    def close(self) -> None:
+        self.req = None  # type: ignore[assignment]
+
+    def _table(self, slot: int, length: int) -> range:
+        first = slot * self.blocks_per_slot
+        return range(first, first + -(-length // self.block_size))
+
+    def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]:
+        t = now_ns()
+        for slot, start, ids in _block_runs(plan.loads, self.tokens_per_block):
+            self._load_blocks(ids, slot, start)
+        if trace is not None:
+            trace.loads, trace.load_ns = len(plan.loads), now_ns() - t
+        seqs: list[tuple[str, tuple[int, ...], int, int]] = []  # (request id, new tokens, past length, slot)
+        for c in plan.prefills:
+            seqs.append((c.request_id, c.token_ids, c.start, c.slot))
+        for d in plan.decodes:
+            seqs.append((d.request_id, (d.token_id,), d.position, d.slot))
+        out: dict[str, np.ndarray] = {}
+        if seqs:
+            t = now_ns()
+            logits = self._run(seqs)
+            sampled = {c.request_id for c in plan.prefills if c.sample} | {d.request_id for d in plan.decodes}
+            out = {rid: logits[i] for i, (rid, *_) in enumerate(seqs) if rid in sampled}
+            if trace is not None:
+                ns = now_ns() - t
+                if plan.prefills:
+                    n = sum(len(c.token_ids) for c in plan.prefills)
+                    past = max(c.start for c in plan.prefills)
+                    trace.prefills.append(
+                        (len(plan.prefills), n, past, ns, tuple(c.request_id for c in plan.prefills))
+                    )
+                if plan.decodes:
+                    width = max(d.position for d in plan.decodes) + 1
+                    trace.decode = (len(plan.decodes), len(plan.decodes), width, 0 if plan.prefills else ns)
+        t = now_ns()
+        for slot, start, block_ids in _block_runs(plan.saves, self.tokens_per_block):
+            self._save_blocks(block_ids, slot, start)
+        if trace is not None:
+            trace.saves, trace.save_ns = len(plan.saves), now_ns() - t
+        return out
+
+    def _run(self, seqs: list[tuple[str, tuple[int, ...], int, int]]) -> np.ndarray:
+        ids = np.concatenate([np.asarray(toks, np.int64) for _, toks, _, _ in seqs])
+        pos = np.concatenate([np.arange(p, p + len(toks), dtype=np.int64) for _, toks, p, _ in seqs])
+        begins = np.cumsum([0] + [len(toks) for _, toks, _, _ in seqs]).astype(np.int32)
+        tables = [self._table(slot, p + len(toks)) for _, toks, p, slot in seqs]
+        feeds = {
+            "input_ids": ids,
+            "position_ids": pos,
+            "past_lens": np.asarray([p for _, _, p, _ in seqs], np.int32),
+            "subsequence_begins": begins,
+            "block_indices": np.concatenate([np.asarray(tb, np.int32) for tb in tables]),
+            "block_indices_begins": np.cumsum([0] + [len(tb) for tb in tables]).astype(np.int32),
+            "max_context_len": np.asarray(max(p + len(toks) for _, toks, p, _ in seqs), np.int32),
+            "logits_indices": (begins[1:] - 1).astype(np.int64),
+        }
+        for name, value in feeds.items():
+            self.req.set_tensor(name, ov.Tensor(value))
+        self.req.infer()
+        return np.array(self.req.get_tensor("logits").data[:, 0], dtype=np.float32)
+
+    # ------------------------------------------------------------------ prefix store copies
+    def _positions(self, slot: int, start: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        p = np.arange(start, start + n)
+        return slot * self.blocks_per_slot + p // self.block_size, p % self.block_size
+
+    def _load_blocks(self, block_ids: list[int], slot: int, start: int) -> None:
+        kv = self.blocks.read_many(block_ids)  # (n, L, 2, heads, bs, head_dim)
+        n = len(block_ids) * self.tokens_per_block
+        blk, off = self._positions(slot, start, n)
+        for layer in range(self.num_layers):
+            for j, pool in enumerate((self.k[layer], self.v[layer])):
+                vals = kv[:, layer, j].transpose(0, 2, 1, 3).reshape(n, self.kv_heads, self.head_dim)
+                pool[blk, :, off] = vals.astype(pool.dtype)
+
+    def _save_blocks(self, block_ids: list[int], slot: int, start: int) -> None:
+        nb, bs = len(block_ids), self.tokens_per_block
+        blk, off = self._positions(slot, start, nb * bs)
+        kv = np.empty((nb, self.num_layers, 2, self.kv_heads, bs, self.head_dim), np.float32)
+        for layer in range(self.num_layers):
+            for j, pool in enumerate((self.k[layer], self.v[layer])):
+                vals = pool[blk, :, off].astype(np.float32)  # (n, heads, head_dim)
+                kv[:, layer, j] = vals.reshape(nb, bs, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
+        self.blocks.write_many(block_ids, kv)
+
+
+def _block_runs(copies: list[BlockCopy], bs: int) -> list[tuple[int, int, list[int]]]:
+    runs: list[tuple[int, int, list[int]]] = []
+    for c in copies:
+        if runs and runs[-1][0] == c.slot and runs[-1][1] + len(runs[-1][2]) * bs == c.start:
+            runs[-1][2].append(c.block_id)
+        else:
+            runs.append((c.slot, c.start, [c.block_id]))
+    return runs
+
+
+def load_openvino_engine(engine_dir: Path, ov_model_dir: Path, precision: str = "fp32", overrides=None):
+    """An LLMEngine over OpenVinoPagedRunner with an engine folder's recipe settings and tokenizer (not started)."""
+    from tokenizers import Tokenizer
+
+    from llmkiln.engine_dir import EngineDir
+    from llmkiln.runtime.engine import LLMEngine
+    from llmkiln.runtime.scheduler import SchedulerConfig
+
+    folder = EngineDir(engine_dir)
+    recipe = folder.runtime_recipe(overrides)
+    info = folder.genai_config()
+    kv = recipe.kv_cache
+    tok_file = folder.tokenizer_file()
+    runner = OpenVinoPagedRunner(
+        ov_model_dir,
+        num_slots=recipe.scheduler.max_batch_size,
+        max_len=recipe.limits.max_seq_len,
+        tokens_per_block=kv.tokens_per_block,
+        store_max_bytes=kv.max_bytes if kv.prefix_reuse else 0,
+        kv_dtype=kv.dtype,
+        precision=precision,
+        threads=recipe.scheduler.intra_op_threads,
+    )
+    config = SchedulerConfig.from_recipe(recipe, info.eos_token_ids)
+    tokenizer = Tokenizer.from_file(str(tok_file)) if tok_file is not None else None
+    return LLMEngine(config, runner, tokenizer, recipe, engine_dir=folder.path)
