@@ -11,9 +11,10 @@ import itertools
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 
@@ -21,7 +22,8 @@ from llmkiln.errors import KilnError
 from llmkiln.recipe import Recipe
 from llmkiln.runtime import metrics as metrics_mod
 from llmkiln.runtime.handle import RequestHandle, push_events
-from llmkiln.runtime.kv_blocks import BlockStore
+from llmkiln.runtime.kv_blocks import BlockStore, Reservation
+from llmkiln.runtime.kv_quant import BlockData
 from llmkiln.runtime.profile import Profiler, StepTrace, now_ns
 from llmkiln.runtime.request import (
     BadRequestParams,
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
 
 
 _EMA = 0.25  # weight of the newest step in the step-cost estimates
+T = TypeVar("T")
 
 
 class EngineClosed(KilnError):
@@ -98,7 +101,8 @@ class LLMEngine:
         self.scheduler = Scheduler(config, store)
         self.stats = metrics_mod.StepStats()
         self._lock = threading.Condition()
-        self._inbox: list[tuple[Request, RequestHandle]] = []
+        self._inbox: list[tuple[Request, RequestHandle, Reservation | None]] = []
+        self._calls: list[tuple[Callable[[], object], Future[object]]] = []
         self._cancels: list[str] = []
         self._handles: dict[str, RequestHandle] = {}
         self._rngs: dict[str, np.random.Generator] = {}
@@ -223,8 +227,13 @@ class LLMEngine:
         params: SamplingParams | None = None,
         priority: int = 0,
         request_id: str | None = None,
+        kv_import: Reservation | None = None,
     ) -> RequestHandle:
-        """Queue a request; raises QueueFull / PromptTooLong / BadRequestParams at once. Never blocks."""
+        """Queue a request; raises QueueFull / PromptTooLong / BadRequestParams at once. Never blocks.
+
+        kv_import: blocks of this prompt filled from another engine (`reserve_import`): the scheduler thread
+        publishes them right before it queues the request, so its admission finds them as a cached prefix. A
+        submission refused here gives them back."""
         arrival = time.time_ns()
         params = params if params is not None else SamplingParams()
         try:
@@ -233,7 +242,25 @@ class LLMEngine:
         except Exception:
             with self._lock:
                 self.stats.requests_rejected += 1
+            if kv_import is not None:
+                self.end_import(kv_import, filled=False)
             raise
+        try:
+            return self._submit(prompt_ids, params, priority, request_id, arrival, kv_import)
+        except Exception:
+            if kv_import is not None:
+                self.end_import(kv_import, filled=False)
+            raise
+
+    def _submit(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        priority: int,
+        request_id: str | None,
+        arrival: int,
+        kv_import: Reservation | None,
+    ) -> RequestHandle:
         with self._lock:
             if self._failure is not None:
                 raise EngineFailed(f"the engine failed and serves no more requests: {self._failure}")
@@ -256,7 +283,7 @@ class LLMEngine:
             handle = RequestHandle(request, self.cancel)
             self._handles[rid] = handle
             self._rngs[rid] = make_rng(params.seed)
-            self._inbox.append((request, handle))
+            self._inbox.append((request, handle, kv_import))
             self._num_queued += 1
             self.stats.requests_submitted += 1
             self._lock.notify_all()
@@ -269,6 +296,62 @@ class LLMEngine:
         self.start()
         handles = [self.submit(p, params) for p in prompts]
         return [h.result() for h in handles]
+
+    # ------------------------------------------------------------------ scheduler-thread calls (KV hand-off)
+    def call(self, fn: Callable[[], T]) -> Future[T]:
+        """Run fn on the scheduler thread between two steps (the thread that owns the scheduler and the block
+        store); its result or exception arrives in the future. After shutdown or a failure the future holds
+        EngineClosed. Keep fn short: every step waits for it."""
+        fut: Future[T] = Future()
+        with self._lock:
+            if self._failure is not None or self._closed:
+                fut.set_exception(EngineClosed(f"the engine is not running ({self._failure or 'shut down'})"))
+                return fut
+            self._calls.append((fn, fut))  # type: ignore[arg-type]
+            self._lock.notify_all()
+        return fut
+
+    @property
+    def block_data(self) -> BlockData | None:
+        """The arrays behind the prefix store's block ids (None: no store, or a runner without one)."""
+        data = getattr(self.runner, "blocks", None)
+        return data if self.block_store is not None and isinstance(data, BlockData) else None
+
+    def _handoff_keys(self, token_ids: Sequence[int]) -> tuple[list[int], list[int]]:
+        store = self.block_store
+        if store is None:
+            raise EngineClosed("this engine has no prefix store (kv_cache.prefix_reuse is off)")
+        ids = [int(t) for t in token_ids]
+        usable = max(0, len(ids) - 1) // store.tokens_per_block  # a request computes at least its last token
+        return store.block_keys(ids, usable), ids
+
+    def export_prefix(self, token_ids: Sequence[int]) -> Future[list[int]]:
+        """Pin the longest stored prefix of this prompt that another engine's request for it could use (whole
+        blocks, at most len - 1 tokens): its block ids, pinned until `release_blocks`."""
+        keys, ids = self._handoff_keys(token_ids)
+        store = self.block_store
+        assert store is not None
+        return self.call(lambda: store.pin_prefix(keys, ids, len(ids) - 1))
+
+    def release_blocks(self, block_ids: Sequence[int]) -> Future[None]:
+        """Unpin blocks pinned by `export_prefix`."""
+        store = self.block_store
+        assert store is not None
+        return self.call(lambda: store.unpin(list(block_ids)))
+
+    def reserve_import(self, token_ids: Sequence[int], num_blocks: int) -> Future[Reservation]:
+        """Hold room for the first `num_blocks` blocks of this prompt, to be filled from another engine
+        (BlockStore.reserve_chain); then `submit(..., kv_import=reservation)`, or `end_import(res, False)`."""
+        keys, ids = self._handoff_keys(token_ids)
+        store = self.block_store
+        assert store is not None
+        return self.call(lambda: store.reserve_chain(keys[:num_blocks], ids))
+
+    def end_import(self, reservation: Reservation, filled: bool) -> Future[None]:
+        """Publish (filled) or give back a reservation's blocks, without a request."""
+        store = self.block_store
+        assert store is not None
+        return self.call(lambda: store.end_reservation(reservation, filled))
 
     def cancel(self, request_id: str) -> None:
         """Cancel a request: it finishes with reason 'cancelled'; its slot and blocks are freed next step."""
@@ -327,6 +410,10 @@ class LLMEngine:
         with self._lock:
             self._failure = reason
             self._inbox.clear()
+            calls, self._calls = self._calls, []
+        for _fn, fut in calls:
+            fut.set_exception(EngineClosed(f"the engine failed: {reason}"))
+        with self._lock:
             handles = list(self._handles.values())
             self._handles.clear()
             self._rngs.clear()
@@ -339,7 +426,8 @@ class LLMEngine:
         while True:
             with self._lock:
                 stopping = self._stop
-                if not stopping and not self._inbox and not self._cancels and not self.scheduler.has_work():
+                idle = not self._inbox and not self._cancels and not self._calls
+                if not stopping and idle and not self.scheduler.has_work():
                     self._lock.wait()
                     continue
             if stopping:
@@ -348,7 +436,7 @@ class LLMEngine:
             if not self.step():
                 wake = self.scheduler.next_wakeup_ns()
                 with self._lock:
-                    if self._stop or self._inbox or self._cancels:
+                    if self._stop or self._inbox or self._cancels or self._calls:
                         continue
                     timeout = None if wake is None else max(0.0, (wake - time.time_ns()) / 1e9)
                     if timeout is None and not self.scheduler.has_work():
@@ -453,7 +541,15 @@ class LLMEngine:
         with self._lock:
             inbox, self._inbox = self._inbox, []
             cancels, self._cancels = self._cancels, []
-        for request, _handle in inbox:
+            calls, self._calls = self._calls, []
+        for fn, fut in calls:
+            try:
+                fut.set_result(fn())
+            except Exception as exc:  # the caller's to handle; the scheduler thread goes on
+                fut.set_exception(exc)
+        for request, _handle, kv_import in inbox:
+            if kv_import is not None and self.block_store is not None:
+                self.block_store.end_reservation(kv_import, filled=True)  # visible to this request's admission
             self.scheduler.add_request(request)
         for rid in cancels:
             self._cancel_now(rid)
