@@ -10,6 +10,9 @@ address; only the address in discovery follows DYN_EVENT_PLANE_HOST (docs/serve.
 
 Each worker's onnxruntime intra-op threads are capped to its share of the cores (cores // workers, at least
 one), so N workers on a few cores do not oversubscribe them.
+
+Prefill/decode separation (`prefill_workers` P and `decode_workers` D, both ≥ 1): workers 0..P-1 run `--role
+prefill`, P..P+D-1 `--role decode` (llmkiln.host.roles); `workers` is then P + D, each with its core share.
 """
 
 from __future__ import annotations
@@ -68,8 +71,31 @@ class ClusterSpec:
     # holds their prefix under a burst (measured: kv-2w hit rate 0.84 with it, 0.96 without, = one worker holding
     # every prompt; bench/results/scaleout). Off by default; load is still balanced by prefill tokens in flight.
     track_active_blocks: bool = False
+    prefill_workers: int = 0  # with decode_workers: prefill/decode separation (workers = the two added)
+    decode_workers: int = 0
+    kv_export_timeout_s: float = 30.0  # prefill workers release KV no decode worker read after this long
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.prefill_workers > 0 or self.decode_workers > 0
+
+    def worker_role(self, index: int) -> str:
+        """aggregated, prefill or decode (llmkiln.host.roles.WorkerRole values)."""
+        if not self.disaggregated:
+            return "aggregated"
+        return "prefill" if index < self.prefill_workers else "decode"
 
     def check(self) -> None:
+        if self.disaggregated:
+            if self.prefill_workers < 1 or self.decode_workers < 1:
+                raise BadInput(
+                    f"--prefill-workers {self.prefill_workers} --decode-workers {self.decode_workers}: "
+                    "prefill/decode separation needs at least one of each"
+                )
+            if self.workers != self.prefill_workers + self.decode_workers:
+                raise ValueError(f"workers {self.workers} != prefill + decode workers")
+            if self.kv_export_timeout_s <= 0:
+                raise BadInput(f"--kv-export-timeout must be > 0, got {self.kv_export_timeout_s}")
         if self.workers < 1:
             raise BadInput(f"--workers must be at least 1, got {self.workers}")
         if self.router_mode not in ROUTER_MODES:
@@ -166,7 +192,7 @@ class ClusterSpec:
         )
         return env
 
-    def worker_args(self) -> list[str]:
+    def worker_args(self, index: int = 0) -> list[str]:
         args = [
             "--engine",
             str(self.engine),
@@ -183,10 +209,17 @@ class ClusterSpec:
             args += ["--served-model-name", self.served_model_name]
         if not self.kv_events:
             args.append("--no-kv-events")
+        if self.disaggregated:
+            args += [
+                "--role",
+                self.worker_role(index),
+                "--kv-export-timeout",
+                f"{self.kv_export_timeout_s:g}",
+            ]
         return args
 
-    def worker_commandline(self) -> list[str]:
-        return [*self.worker_command, *self.worker_args()]
+    def worker_commandline(self, index: int = 0) -> list[str]:
+        return [*self.worker_command, *self.worker_args(index)]
 
     def status_url(self, index: int) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host

@@ -226,7 +226,9 @@ class KvTransfer:
             raise TransferFailed(f"not an llmkiln KV handle: {exc!r}") from None
         if params.get("kind") != PARAMS_KIND or layout != self.data.layout():
             self._tell(peer_name, metadata, f"failed:{export_id}")
-            raise TransferFailed(f"the prefill worker's store has another layout: {layout} (here {self.data.layout()})")
+            raise TransferFailed(
+                f"the prefill worker's store has another layout: {layout} (here {self.data.layout()})"
+            )
         if [s for _, s in arrays] != [s for _, s in self._arrays]:
             self._tell(peer_name, metadata, f"failed:{export_id}")
             raise TransferFailed("the prefill worker's blocks have another size")
@@ -244,7 +246,9 @@ class KvTransfer:
             self._forget_peer(peer_name)
             raise TransferFailed(f"the KV read from {peer_name} failed: {exc}") from None
         seconds = time.perf_counter() - t0
-        stats = PullStats(len(remote_ids), len(fill), nbytes, seconds, len(res.block_ids) * self.tokens_per_block)
+        stats = PullStats(
+            len(remote_ids), len(fill), nbytes, seconds, len(res.block_ids) * self.tokens_per_block
+        )
         self.metrics.add("kv_imports")
         self.metrics.add("kv_import_blocks", len(fill))
         self.metrics.add("kv_import_bytes", nbytes)

@@ -105,10 +105,14 @@ FAMILIES: dict[str, Family] = {
     ),
     # prefill/decode hosts (llmkiln.host.kv_transfer); 0 on an aggregated host
     "kv_registrations": Family(
-        "llmkiln_kv_transfer_registrations", "NIXL memory registrations held (prefix-store arrays)", Kind.GAUGE
+        "llmkiln_kv_transfer_registrations",
+        "NIXL memory registrations held (prefix-store arrays)",
+        Kind.GAUGE,
     ),
     "kv_exports_open": Family(
-        "llmkiln_kv_transfer_exports_open", "Prompt KV exports a decode worker has not released yet", Kind.GAUGE
+        "llmkiln_kv_transfer_exports_open",
+        "Prompt KV exports a decode worker has not released yet",
+        Kind.GAUGE,
     ),
     "kv_export_blocks": Family(
         "llmkiln_kv_transfer_export_blocks", "KV blocks pinned by open exports", Kind.GAUGE
@@ -120,7 +124,9 @@ FAMILIES: dict[str, Family] = {
         Kind.COUNTER,
     ),
     "kv_imports": Family(
-        "llmkiln_kv_transfer_imports_total", "Requests whose prompt KV was pulled from a prefill worker", Kind.COUNTER
+        "llmkiln_kv_transfer_imports_total",
+        "Requests whose prompt KV was pulled from a prefill worker",
+        Kind.COUNTER,
     ),
     "kv_import_blocks": Family(
         "llmkiln_kv_transfer_import_blocks_total", "KV blocks read from prefill workers", Kind.COUNTER
