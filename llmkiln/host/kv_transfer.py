@@ -238,6 +238,7 @@ class KvTransfer:
             self._tell(peer_name, metadata, f"failed:{export_id}")
             raise TransferFailed(f"no room for the blocks: {exc}") from None
         fill = [i for i in res.fill if i < len(remote_ids)]
+        self.metrics.add("kv_pulls_active", 1)
         try:
             nbytes = self._read(peer_name, metadata, export_id, res, fill, remote_ids, arrays)
         except Exception as exc:
@@ -245,6 +246,8 @@ class KvTransfer:
             self._tell(peer_name, metadata, f"failed:{export_id}")
             self._forget_peer(peer_name)
             raise TransferFailed(f"the KV read from {peer_name} failed: {exc}") from None
+        finally:
+            self.metrics.add("kv_pulls_active", -1)
         seconds = time.perf_counter() - t0
         stats = PullStats(
             len(remote_ids), len(fill), nbytes, seconds, len(res.block_ids) * self.tokens_per_block

@@ -26,6 +26,7 @@ Prometheus text on its status port (`exposition`); `kiln diagnose` reads either 
   llmkiln_kv_transfer_export_blocks       gauge      prefill: KV blocks those exports pin
   llmkiln_kv_transfer_exports_total       counter    prefill: exports handed out
   llmkiln_kv_transfer_exports_expired_total counter  prefill: exports released by timeout
+  llmkiln_kv_transfer_pulls_active        gauge      decode: pulls in progress
   llmkiln_kv_transfer_imports_total       counter    decode: requests whose KV was pulled
   llmkiln_kv_transfer_import_blocks_total counter    decode: blocks read
   llmkiln_kv_transfer_import_bytes_total  counter    decode: bytes read
@@ -122,6 +123,9 @@ FAMILIES: dict[str, Family] = {
         "llmkiln_kv_transfer_exports_expired_total",
         "Exports released by timeout (the decode side never answered)",
         Kind.COUNTER,
+    ),
+    "kv_pulls_active": Family(
+        "llmkiln_kv_transfer_pulls_active", "Pulls of prompt KV in progress on this decode worker", Kind.GAUGE
     ),
     "kv_imports": Family(
         "llmkiln_kv_transfer_imports_total",
