@@ -338,7 +338,9 @@ def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> Clust
         )
     recipe = folder.recipe()
     serve = recipe.serve
-    if (opts.prefill_workers or opts.decode_workers) and not recipe.kv_cache.prefix_reuse:
+    if (opts.prefill_workers or opts.decode_workers) and not folder.recipe(
+        opts.overrides or None
+    ).kv_cache.prefix_reuse:
         raise BadInput(
             f"{folder.path}: prefill/decode separation moves the prompt's KV through the prefix store: the recipe "
             "has kv_cache.prefix_reuse off"
