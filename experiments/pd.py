@@ -173,6 +173,7 @@ def _kv(m: dict[str, float], b: dict[str, float]) -> dict[str, float]:
         "fallbacks": d("kv_transfer_fallbacks_total"),
         "bytes_per_request": d("kv_transfer_import_bytes_total") / n if n else 0.0,
         "ms_per_request": 1e3 * d("kv_transfer_import_seconds_total") / n if n else 0.0,
+        "read_ms_per_request": 1e3 * d("kv_transfer_import_read_seconds_total") / n if n else 0.0,
     }
 
 
@@ -245,6 +246,7 @@ def _probe(
                 "prompt_tokens": req.num_prompt_tokens,
                 "prefill_ms": prefill_ms,
                 "transfer_ms": kv["ms_per_request"],
+                "read_ms": kv["read_ms_per_request"],
                 "transfer_bytes": kv["bytes_per_request"],
                 "ratio": kv["ms_per_request"] / prefill_ms if prefill_ms else None,
             }
@@ -408,7 +410,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         f"{summary['loadavg_end']} at the end; whole run {summary['wall_s'] / 60:.1f} min.",
         "",
         "| run | setup | class | TTFT p50 | p95 | p99 ms | ITL p50 | p95 | p99 ms | out tok/s | KV/request | "
-        "transfer ms/request | fallbacks | prompt tokens per worker | errors |",
+        "transfer ms/request (read) | fallbacks | prompt tokens per worker | errors |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     runs = sorted({r for s in setups.values() for r in s["runs"]})
@@ -427,7 +429,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
                     f"{_f(c['ttft_ms']['p99'])} | {_f(c['itl_ms']['p50'], '.1f')} | {_f(c['itl_ms']['p95'], '.1f')} | "
                     f"{_f(c['itl_ms']['p99'], '.1f')} | {_f(r['output_tok_s'], '.1f')} | "
                     f"{(_f(kv['bytes_per_request'] / 2**20, '.1f') + ' MiB') if kv else '-'} | "
-                    f"{_f(kv['ms_per_request'], '.1f') if kv else '-'} | {int(kv['fallbacks']) if kv else '-'} | "
+                    f"{(_f(kv['ms_per_request'], '.1f') + ' (' + _f(kv.get('read_ms_per_request'), '.1f') + ')') if kv else '-'} | "
+                    f"{int(kv['fallbacks']) if kv else '-'} | "
                     f"{' / '.join(str(int(t)) for t in r.get('prompt_tokens_per_worker', []))} | {r['errors']} |"
                 )
     probes = [(n, s["probe"]) for n, s in setups.items() if s.get("probe")]
@@ -436,13 +439,15 @@ def summary_markdown(summary: dict[str, Any]) -> str:
             "",
             "## Transfer probe (one long prompt at a time, idle workers)",
             "",
-            "| setup | prompt tokens | prefill ms (prefill worker TTFT) | transfer ms | KV MiB | transfer / prefill |",
+            "| setup | prompt tokens | prefill ms (prefill worker TTFT) | transfer ms (NIXL read) | KV MiB | "
+            "transfer / prefill |",
             "|---|---:|---:|---:|---:|---:|",
         ]
         for sname, probe in probes:
             for row in probe["rows"]:
                 lines.append(
-                    f"| {sname} | {row['prompt_tokens']} | {_f(row['prefill_ms'])} | {_f(row['transfer_ms'], '.1f')} | "
+                    f"| {sname} | {row['prompt_tokens']} | {_f(row['prefill_ms'])} | {_f(row['transfer_ms'], '.1f')} "
+                    f"({_f(row.get('read_ms'), '.1f')}) | "
                     f"{row['transfer_bytes'] / 2**20:.1f} | {_f(row['ratio'], '.3f')} |"
                 )
     lines += ["", "## Targets", ""]

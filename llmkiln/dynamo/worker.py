@@ -330,7 +330,12 @@ class KilnWorker(DynamoEngine):
         if role is WorkerRole.DECODE and not probe:
             kv_import = await self._pull(host, request, token_ids)
         try:
-            handle = engine.submit(token_ids, params, request_id=rid, kv_import=kv_import)
+            handoff: dict[str, Any] = {}  # LLMEngine's hand-off arguments (the roles run only on it)
+            if kv_import is not None:
+                handoff["kv_import"] = kv_import
+            if role is WorkerRole.PREFILL and not probe:
+                handoff["export_prefix"] = True
+            handle = engine.submit(token_ids, params, request_id=rid, **handoff)
         except RequestRejected as exc:
             host.metrics.add("rejected")
             raise InvalidArgument(str(exc)) from None
@@ -366,8 +371,11 @@ class KilnWorker(DynamoEngine):
                     "finish_reason": event.finish_reason or "stop",
                     "completion_usage": usage(len(token_ids), n_out, handle.num_cached_tokens),
                 }
-                if role is WorkerRole.PREFILL and not probe and host.kv is not None:
-                    exported = await asyncio.to_thread(host.kv.export, token_ids)
+                if getattr(handle, "exported", None) is not None and host.kv is not None:
+                    pinned = await asyncio.wrap_future(
+                        handle.exported
+                    )  # set right after the request's last step
+                    exported = host.kv.open_export(pinned)
                     last["disaggregated_params"] = exported or {}  # type: ignore[typeddict-unknown-key]
                 yield last
                 return

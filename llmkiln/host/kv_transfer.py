@@ -13,7 +13,8 @@ keys) is the same for every request and travels in `disaggregated_params`, base6
 metadata, the export id, the store layout, and the exported block ids with each array's base address and block
 stride, from which the decode side computes the remote descriptors.
 
-Life of an export (prefill side): `export` pins the blocks (LLMEngine.export_prefix, on the scheduler thread) and
+Life of an export (prefill side): the blocks are pinned on the scheduler thread (a request submitted with
+`export_prefix=True` gets them pinned right after its last step; `export` asks for it later) and `open_export`
 opens an export; it is released — the blocks unpinned — when the decode side's READ completes (its NIXL
 notification `release:<id>` arrives with the data), when the decode side says it gave up (`failed:<id>`), or after
 `export_timeout_s` (a decode worker that died mid-transfer never says anything). The release notifications are
@@ -66,13 +67,15 @@ class Export:
 
 @dataclass(frozen=True)
 class PullStats:
-    """One pull: blocks the handle offered, blocks read (the rest were stored here already), bytes, seconds."""
+    """One pull: blocks the handle offered, blocks read (the rest were stored here already), bytes, seconds in
+    all (reserve on the scheduler thread + read + hand-back) and of the NIXL read alone."""
 
     offered_blocks: int
     read_blocks: int
     nbytes: int
     seconds: float
     tokens: int
+    read_seconds: float = 0.0
 
 
 def _nixl() -> Any:
@@ -132,8 +135,15 @@ class KvTransfer:
 
     # ------------------------------------------------------------------ prefill side
     def export(self, token_ids: Sequence[int]) -> dict[str, Any] | None:
-        """Pin the prompt's stored blocks for a decode host; the JSON handle (None: no whole block stored)."""
-        ids = self.engine.export_prefix(token_ids).result(ENGINE_CALL_S)
+        """Pin the prompt's stored blocks for a decode host; the JSON handle (None: no whole block stored).
+        Runs a scheduler-thread call (it waits for the step in progress); a request submitted with
+        `export_prefix=True` has its blocks pinned at its end already: `open_export(handle.exported)`."""
+        return self.open_export(self.engine.export_prefix(token_ids).result(ENGINE_CALL_S))
+
+    def open_export(self, block_ids: Sequence[int]) -> dict[str, Any] | None:
+        """Export blocks pinned for it (LLMEngine.export_prefix, or a request's `exported`): the JSON handle;
+        None (and nothing pinned) when there are none."""
+        ids = [int(b) for b in block_ids]
         if not ids:
             return None
         export = Export(uuid.uuid4().hex, list(ids), time.monotonic())
@@ -240,7 +250,7 @@ class KvTransfer:
         fill = [i for i in res.fill if i < len(remote_ids)]
         self.metrics.add("kv_pulls_active", 1)
         try:
-            nbytes = self._read(peer_name, metadata, export_id, res, fill, remote_ids, arrays)
+            nbytes, read_s = self._read(peer_name, metadata, export_id, res, fill, remote_ids, arrays)
         except Exception as exc:
             self.engine.end_import(res, filled=False)
             self._tell(peer_name, metadata, f"failed:{export_id}")
@@ -249,13 +259,13 @@ class KvTransfer:
         finally:
             self.metrics.add("kv_pulls_active", -1)
         seconds = time.perf_counter() - t0
-        stats = PullStats(
-            len(remote_ids), len(fill), nbytes, seconds, len(res.block_ids) * self.tokens_per_block
-        )
+        tokens = len(res.block_ids) * self.tokens_per_block
+        stats = PullStats(len(remote_ids), len(fill), nbytes, seconds, tokens, read_s)
         self.metrics.add("kv_imports")
         self.metrics.add("kv_import_blocks", len(fill))
         self.metrics.add("kv_import_bytes", nbytes)
         self.metrics.add("kv_import_seconds", seconds)
+        self.metrics.add("kv_import_read_seconds", read_s)
         return res, stats
 
     def _read(
@@ -267,17 +277,18 @@ class KvTransfer:
         fill: list[int],
         remote_ids: list[int],
         arrays: list[tuple[int, int]],
-    ) -> int:
+    ) -> tuple[int, float]:
         peer = self._peer(peer_name, metadata)
         delay = float(os.environ.get(PULL_DELAY_ENV) or 0)
         if delay:
             time.sleep(delay)
         if not fill:  # every block is stored here already: nothing to read, release the export
             self._notify(peer, f"release:{export_id}")
-            return 0
+            return 0, 0.0
         local = self.data.spans([res.block_ids[i] for i in fill])
         remote = [(base + remote_ids[i] * step, step) for base, step in arrays for i in fill]
         nbytes = sum(n for _, n in local)
+        t0 = time.perf_counter()
         with self._agent_lock:
             local_d = self.agent.get_xfer_descs([(a, n, 0) for a, n in local], "DRAM")
             remote_d = self.agent.get_xfer_descs([(a, n, 0) for a, n in remote], "DRAM")
@@ -295,13 +306,14 @@ class KvTransfer:
                     state = self.agent.check_xfer_state(handle)
             if state != "DONE":
                 raise OSError(f"transfer state {state}")
+            read_s = time.perf_counter() - t0
         finally:
             with self._agent_lock:
                 try:
                     self.agent.release_xfer_handle(handle)
                 except Exception:  # a transfer still posted cannot be released: the agent keeps it
                     pass
-        return nbytes
+        return nbytes, read_s
 
     def _peer(self, name: str, metadata: bytes) -> str:
         with self._agent_lock:

@@ -31,6 +31,7 @@ Prometheus text on its status port (`exposition`); `kiln diagnose` reads either 
   llmkiln_kv_transfer_import_blocks_total counter    decode: blocks read
   llmkiln_kv_transfer_import_bytes_total  counter    decode: bytes read
   llmkiln_kv_transfer_import_seconds_total counter   decode: seconds pulling (reserve + read)
+  llmkiln_kv_transfer_import_read_seconds_total counter decode: of those, seconds in the NIXL read itself
   llmkiln_kv_transfer_fallbacks_total     counter    decode: failed transfers, prompt prefilled locally
   llmkiln_engine{metric="<name>"}         gauge      every LLMEngine.metrics() value (names: runtime.metrics.
                                                      EngineMetric), e.g. mean_queue_time_ms, num_running
@@ -140,6 +141,9 @@ FAMILIES: dict[str, Family] = {
     ),
     "kv_import_seconds": Family(
         "llmkiln_kv_transfer_import_seconds_total", "Time spent pulling KV (reserve + read)", Kind.COUNTER
+    ),
+    "kv_import_read_seconds": Family(
+        "llmkiln_kv_transfer_import_read_seconds_total", "Time spent in NIXL reads of KV", Kind.COUNTER
     ),
     "kv_fallbacks": Family(
         "llmkiln_kv_transfer_fallbacks_total",

@@ -103,6 +103,7 @@ class LLMEngine:
         self._lock = threading.Condition()
         self._inbox: list[tuple[Request, RequestHandle, Reservation | None]] = []
         self._calls: list[tuple[Callable[[], object], Future[object]]] = []
+        self._exports: dict[str, Future[list[int]]] = {}  # submit(export_prefix=True), until the request ends
         self._cancels: list[str] = []
         self._handles: dict[str, RequestHandle] = {}
         self._rngs: dict[str, np.random.Generator] = {}
@@ -228,12 +229,16 @@ class LLMEngine:
         priority: int = 0,
         request_id: str | None = None,
         kv_import: Reservation | None = None,
+        export_prefix: bool = False,
     ) -> RequestHandle:
         """Queue a request; raises QueueFull / PromptTooLong / BadRequestParams at once. Never blocks.
 
         kv_import: blocks of this prompt filled from another engine (`reserve_import`): the scheduler thread
         publishes them right before it queues the request, so its admission finds them as a cached prefix. A
-        submission refused here gives them back."""
+        submission refused here gives them back.
+        export_prefix: when the request ends normally, the scheduler thread pins the prompt's stored blocks right
+        after its last step published them (no extra step): `handle.exported` gives their ids (release them with
+        `release_blocks`); [] when it ended otherwise."""
         arrival = time.time_ns()
         params = params if params is not None else SamplingParams()
         try:
@@ -246,7 +251,7 @@ class LLMEngine:
                 self.end_import(kv_import, filled=False)
             raise
         try:
-            return self._submit(prompt_ids, params, priority, request_id, arrival, kv_import)
+            return self._submit(prompt_ids, params, priority, request_id, arrival, kv_import, export_prefix)
         except Exception:
             if kv_import is not None:
                 self.end_import(kv_import, filled=False)
@@ -260,6 +265,7 @@ class LLMEngine:
         request_id: str | None,
         arrival: int,
         kv_import: Reservation | None,
+        export_prefix: bool = False,
     ) -> RequestHandle:
         with self._lock:
             if self._failure is not None:
@@ -281,6 +287,9 @@ class LLMEngine:
                 )
             request = Request(rid, prompt_ids, params, priority, timings=RequestTimings(arrival_ns=arrival))
             handle = RequestHandle(request, self.cancel)
+            if export_prefix and self.block_store is not None:
+                handle.exported = Future()
+                self._exports[rid] = handle.exported
             self._handles[rid] = handle
             self._rngs[rid] = make_rng(params.seed)
             self._inbox.append((request, handle, kv_import))
@@ -328,10 +337,8 @@ class LLMEngine:
     def export_prefix(self, token_ids: Sequence[int]) -> Future[list[int]]:
         """Pin the longest stored prefix of this prompt that another engine's request for it could use (whole
         blocks, at most len - 1 tokens): its block ids, pinned until `release_blocks`."""
-        keys, ids = self._handoff_keys(token_ids)
-        store = self.block_store
-        assert store is not None
-        return self.call(lambda: store.pin_prefix(keys, ids, len(ids) - 1))
+        ids = [int(t) for t in token_ids]
+        return self.call(lambda: self._pin_prompt(ids))
 
     def release_blocks(self, block_ids: Sequence[int]) -> Future[None]:
         """Unpin blocks pinned by `export_prefix`."""
@@ -413,6 +420,9 @@ class LLMEngine:
             calls, self._calls = self._calls, []
         for _fn, fut in calls:
             fut.set_exception(EngineClosed(f"the engine failed: {reason}"))
+        exports, self._exports = self._exports, {}
+        for export in exports.values():
+            export.set_result([])
         with self._lock:
             handles = list(self._handles.values())
             self._handles.clear()
@@ -482,6 +492,13 @@ class LLMEngine:
         t_emit = now_ns()
         with self._lock:
             self.stats.record_step(plan, elapsed, len(sampled))
+        exports = [
+            (request, fut)
+            for request, event in events
+            if event.finished
+            and event.finish_reason in (FinishReason.STOP.value, FinishReason.LENGTH.value)
+            and (fut := self._exports.pop(request.request_id, None)) is not None
+        ]
         batch: list[tuple[RequestHandle, TokenEvent]] = []
         for request, event in events:
             if event.finished:
@@ -493,6 +510,8 @@ class LLMEngine:
         push_events(batch)
         if saves:
             self._save(saves, trace)
+        for request, fut in exports:  # after the save: the prompt's last blocks are published now
+            fut.set_result(self._pin_prompt(request.prompt_ids))
         if trace is not None and prof is not None:
             t_end = now_ns()
             trace.schedule_ns = t0 - t_start
@@ -568,7 +587,15 @@ class LLMEngine:
             request_id, TokenEvent(None, len(request.output_ids), True, FinishReason.CANCELLED.value)
         )
 
+    def _pin_prompt(self, prompt_ids: Sequence[int]) -> list[int]:
+        keys, ids = self._handoff_keys(prompt_ids)
+        assert self.block_store is not None
+        return self.block_store.pin_prefix(keys, ids, len(ids) - 1)
+
     def _finish_handle(self, request_id: str, event: TokenEvent, error: str | None = None) -> None:
+        fut = self._exports.pop(request_id, None)
+        if fut is not None:  # it did not end normally (the normal end is taken in step()): nothing to export
+            fut.set_result([])
         with self._lock:
             handle = self._handles.pop(request_id, None)
             self._rngs.pop(request_id, None)

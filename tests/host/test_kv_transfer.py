@@ -47,11 +47,13 @@ def hosts(request, engine_factory):
         assert h.metrics.values["kv_registrations"] == 0
 
 
-def prefill(pre: EngineHost, ids: list[int]) -> dict:
-    h = pre.engine.submit(ids, SamplingParams(max_tokens=1, temperature=0.0))
-    h.result()
+def prefill(pre: EngineHost, ids: list[int], later: bool = False) -> dict:
+    """Run the prompt on the prefill host and export its blocks: pinned at the request's end (export_prefix)
+    or, later=True, by a scheduler-thread call afterwards (KvTransfer.export)."""
     assert pre.kv is not None
-    params = pre.kv.export(ids)
+    h = pre.engine.submit(ids, SamplingParams(max_tokens=1, temperature=0.0), export_prefix=not later)
+    h.result()
+    params = pre.kv.export(ids) if later else pre.kv.open_export(h.exported.result(10))
     assert params is not None
     return params
 
@@ -65,11 +67,12 @@ def test_decode_output_equals_aggregated_and_export_released(hosts) -> None:
     assert pre.kv.num_open_exports == 1 and pinned(pre) == len(params["block_ids"])
     res, stats = dec.kv.pull(params, ids)
     assert stats.read_blocks == len(params["block_ids"]) > 0 and stats.nbytes > 0
+    assert 0 < stats.read_seconds <= stats.seconds
     handle = dec.engine.submit(ids, GREEDY, kv_import=res)
     assert handle.result() == expected
     bs = dec.engine.block_store.tokens_per_block
     assert handle.num_cached_tokens >= len(params["block_ids"]) * bs
-    wait_for(lambda: pre.kv.num_open_exports == 0)  # the READ's notification released it
+    wait_for(lambda: pre.kv.num_open_exports == 0 and pinned(pre) == 0)  # the READ's notification released it
     assert pinned(pre) == 0 and pinned(dec) == 0
     assert pre.metrics.values["kv_exports_expired"] == 0
     # the same prompt again: the decode store has the blocks, nothing is read, the export is still released
@@ -77,7 +80,7 @@ def test_decode_output_equals_aggregated_and_export_released(hosts) -> None:
     res, stats = dec.kv.pull(params, ids)
     assert stats.read_blocks == 0
     assert dec.engine.submit(ids, GREEDY, kv_import=res).result() == expected
-    wait_for(lambda: pre.kv.num_open_exports == 0)
+    wait_for(lambda: pre.kv.num_open_exports == 0 and pinned(pre) == 0)
     assert pinned(pre) == 0 and pinned(dec) == 0
 
 
@@ -88,16 +91,16 @@ def test_failed_pull_gives_everything_back(hosts) -> None:
     bad = {**params, "layout": {**params["layout"], "dtype": "other"}}
     with pytest.raises(TransferFailed):
         dec.kv.pull(bad, ids)
-    wait_for(lambda: pre.kv.num_open_exports == 0)  # the decode side said it failed
+    wait_for(lambda: pre.kv.num_open_exports == 0 and pinned(pre) == 0)  # the decode side said it failed
     assert pinned(pre) == 0 and pinned(dec) == 0
 
 
 def test_unanswered_export_expires(hosts) -> None:
     _agg, pre, dec = hosts
     ids = pre.engine.encode("A dog ran. " * 12)
-    prefill(pre, ids)  # nobody pulls it
+    prefill(pre, ids, later=True)  # nobody pulls it
     assert pre.kv.num_open_exports == 1 and pinned(pre) > 0
-    wait_for(lambda: pre.kv.num_open_exports == 0, timeout_s=5.0)
+    wait_for(lambda: pre.kv.num_open_exports == 0 and pinned(pre) == 0, timeout_s=5.0)
     assert pinned(pre) == 0
     assert pre.metrics.values["kv_exports_expired"] >= 1
     assert pre.metrics.values["kv_export_blocks"] == 0
