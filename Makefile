@@ -38,6 +38,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 serve: setup
 	$(VENV)/bin/kiln serve $(ENGINES)/$(RECIPE)

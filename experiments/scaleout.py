@@ -38,12 +38,12 @@ from llmkiln.bench.stats import Slo
 from llmkiln.bench.workloads import Workload, WorkloadSpec, build_workload, load_tokenizer
 from llmkiln.cli.main import run_command
 from llmkiln.cli.options import engines_dir_option
-from llmkiln.dynamo.cluster import available_cores
+from llmkiln.dynamo.cluster import RouterMode, available_cores
 from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, make_spec
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.runtime.kv_quant import bytes_per_block
-from llmkiln.serve.server import free_ports
+from llmkiln.serve.ports import free_ports
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Setup:
 
     name: str
     workers: int
-    router_mode: str
+    router_mode: RouterMode
     prompts_per_store: int  # system prompts a worker's prefix store has room for (plus the user-turn slack)
     open_loop: bool = True
 

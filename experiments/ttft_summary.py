@@ -188,10 +188,10 @@ def summarize_experiment(
     md += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     md += ["## Full tables", ""]
     for recipe, reps in reports.items():
-        for name, rep in reps.items():
-            md += [f"### {recipe}: {name}", "", markdown_table(rep), ""]
-    for name, rep in peers.items():
-        md += [f"### peer {name}", "", markdown_table(rep), ""]
+        for wl_name, rep in reps.items():
+            md += [f"### {recipe}: {wl_name}", "", markdown_table(rep), ""]
+    for peer, rep in peers.items():
+        md += [f"### peer {peer}", "", markdown_table(rep), ""]
     summary["plots"] = plots
     return summary, "\n".join(md) + "\n"
 

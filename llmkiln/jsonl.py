@@ -1,4 +1,5 @@
-"""Reading JSONL files (one JSON value per line) with errors that name the file and line."""
+"""Reading JSON with bounded nesting (loads_json) and JSONL files (one JSON value per line) with errors that
+name the file and line."""
 
 from __future__ import annotations
 
@@ -8,6 +9,25 @@ from pathlib import Path
 from typing import Any
 
 from llmkiln.errors import BadInput
+
+MAX_JSON_DEPTH = 64  # arrays/objects inside each other in a file a user hands us
+
+
+def loads_json(text: str | bytes) -> Any:
+    """json.loads whose nesting is bounded (MAX_JSON_DEPTH): a deeper document is a ValueError like any other
+    JSON error (json.loads itself ends in a RecursionError at about 1,000 levels)."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep") from None
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return data
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
@@ -25,9 +45,10 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
+            obj = loads_json(line)
+        except ValueError as exc:
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
             raise BadInput(
-                f"{path}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object"
+                f"{path}:{lineno}: not valid JSON ({msg}); each line must be one JSON object"
             ) from None
         yield lineno, obj

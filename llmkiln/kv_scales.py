@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import numpy as np
 
 from llmkiln.atomic import write_text_atomic
 from llmkiln.errors import BadInput
+from llmkiln.jsonl import loads_json
 
 KvDtype = Literal["int8", "fp8"]
 FILE_NAME = "kv_scales.json"  # in an engine folder: calibration/kv_scales.json
@@ -27,7 +28,7 @@ QMAX: dict[str, float] = {"int8": 127.0, "fp8": 448.0}
 MIN_ABSMAX = 1e-6
 
 
-def is_quantized(dtype: str) -> bool:
+def is_quantized(dtype: object) -> TypeGuard[KvDtype]:
     """True for the 8-bit KV dtypes that need scales."""
     return dtype in QMAX
 
@@ -46,13 +47,13 @@ class KvScales:
         cls, dtype: str, k_absmax: np.ndarray, v_absmax: np.ndarray, **provenance: Any
     ) -> KvScales:
         """Scales from [layers, kv_heads] ranges of K and V (floored at MIN_ABSMAX)."""
-        if dtype not in QMAX:
+        if not is_quantized(dtype):
             raise BadInput(f"KV scale dtype must be one of {sorted(QMAX)}, got {dtype!r}")
         qmax = QMAX[dtype]
         k = np.maximum(np.asarray(k_absmax, dtype=np.float64), MIN_ABSMAX)
         v = np.maximum(np.asarray(v_absmax, dtype=np.float64), MIN_ABSMAX)
         prov = {"k_absmax": k.tolist(), "v_absmax": v.tolist(), "qmax": qmax, **provenance}
-        return cls(dtype, np.stack((k / qmax, v / qmax), axis=1), prov)  # type: ignore[arg-type]
+        return cls(dtype, np.stack((k / qmax, v / qmax), axis=1), prov)
 
     @property
     def num_layers(self) -> int:
@@ -89,11 +90,11 @@ class KvScales:
         """Read and check a kv_scales.json; BadInput naming the file and field on a bad file (and on a layer or
         head count other than the model's, when given)."""
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            data = loads_json(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise BadInput(f"{path}: cannot read KV scales: {exc}") from None
         dtype = data.get("dtype") if isinstance(data, dict) else None
-        if dtype not in QMAX:
+        if not is_quantized(dtype):
             raise BadInput(f"{path}: field 'dtype': {dtype!r}; expected 'int8' or 'fp8'")
         layers = data.get("layers")
         if (
@@ -110,8 +111,12 @@ class KvScales:
             pair = []
             for name in ("k_scale", "v_scale"):
                 values = layer.get(name) if isinstance(layer, dict) else None
-                ok = isinstance(values, list) and values and (heads is None or len(values) == heads)
-                if not ok or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in values):
+                if (
+                    not isinstance(values, list)
+                    or not values
+                    or (heads is not None and len(values) != heads)
+                    or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in values)
+                ):
                     want = f"{heads} floats" if heads is not None else "a list of floats, one per KV head"
                     raise BadInput(f"{path}: field 'layers.{i}.{name}': expected {want}, got {values!r}")
                 arr = np.asarray(values, np.float64)

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 
 from llmkiln.capabilities import (
     BACKEND_PRECISIONS,
@@ -273,10 +274,15 @@ class Warmup(Strict):
         return len(self.texts()) * self.count
 
 
+# A Triton model name is a folder name in the model repository and a URL path segment: letters, digits, '_', '.'
+# and '-', not starting with '.' or '-' (so never '.', '..' or a hidden folder), at most 128 characters.
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+
+
 class Serve(Strict):
     """Triton serving settings."""
 
-    model_name: str = Field("llmkiln", pattern=r"^[A-Za-z0-9_.-]+$", description="Triton model name.")
+    model_name: str = Field("llmkiln", pattern=MODEL_NAME_PATTERN, description="Triton model name.")
     http_port: Port = 8000
     grpc_port: Port = 8001
     metrics_port: Port = 8002
@@ -479,31 +485,49 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+MAX_EXTENDS = 32  # recipes in one `extends:` chain (the bundled ones use 3)
+
+
 def load_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """The merged mapping of `path` over its `extends:` chain (not yet validated). The parent is looked up
-    next to the file first, then in the recipe folders."""
-    if path in _seen:
-        chain = " -> ".join(str(p.name) for p in (*_seen, path))
-        raise RecipeError(f"{path}: field 'extends': cycle {chain}")
-    data = _read_yaml(path)
-    parent = data.pop("extends", None)
-    if parent is None:
-        return data
-    if not isinstance(parent, str) or not parent or "/" in parent:
-        raise RecipeError(f"{path}: field 'extends' must be a recipe name, got {parent!r}")
-    parent_path = _find(parent, first=path.parent)
-    if parent_path is None:
-        raise RecipeError(
-            f"{path}: field 'extends': no recipe {parent!r} next to it or in the recipe folders"
-        )
-    base = load_raw(parent_path.resolve(), (*_seen, path))
-    # A child's name is its own, never inherited.
-    base.pop("name", None)
-    base.pop("description", None)
-    return merge(base, data)
+    next to the file first, then in the recipe folders. The chain is followed in a loop (a 1,200-deep chain was
+    a RecursionError) and may hold at most MAX_EXTENDS recipes."""
+    chain: list[dict[str, Any]] = []  # the file first, its root last
+    seen = list(_seen)
+    current = path
+    while True:
+        if current in seen:
+            cycle = " -> ".join(str(p.name) for p in (*seen, current))
+            raise RecipeError(f"{current}: field 'extends': cycle {cycle}")
+        if len(chain) == MAX_EXTENDS:
+            raise RecipeError(
+                f"{path}: field 'extends': a chain of more than {MAX_EXTENDS} recipes (at {current.name}); "
+                "extend a recipe that is closer to the base"
+            )
+        data = _read_yaml(current)
+        parent = data.pop("extends", None)
+        chain.append(data)
+        seen.append(current)
+        if parent is None:
+            break
+        if not isinstance(parent, str) or not parent or "/" in parent:
+            raise RecipeError(f"{current}: field 'extends' must be a recipe name, got {_short(parent)}")
+        parent_path = _find(parent, first=current.parent)
+        if parent_path is None:
+            raise RecipeError(
+                f"{current}: field 'extends': no recipe {parent!r} next to it or in the recipe folders"
+            )
+        current = parent_path.resolve()
+    merged = chain.pop()
+    while chain:
+        # A child's name is its own, never inherited.
+        merged.pop("name", None)
+        merged.pop("description", None)
+        merged = merge(merged, chain.pop())
+    return merged
 
 
-def _describe(err: dict[str, Any]) -> str:
+def _describe(err: ErrorDetails) -> str:
     if not err["loc"] and str(err["msg"]).startswith("Value error, "):  # a check across fields: it names them
         return str(err["msg"])[len("Value error, ") :]
     loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
@@ -561,9 +585,10 @@ def resolve_model_path(recipe: Recipe, recipe_file: Path) -> Path | None:
     return p
 
 
-def list_recipes() -> list[tuple[str, str, Path]]:
+def list_recipes(errors: list[str] | None = None) -> list[tuple[str, str, Path]]:
     """(name, description, file) of every recipe in the recipe folders (the first of a name wins); files
-    starting with '_' are bases, not listed."""
+    starting with '_' are bases, not listed. A file that cannot be read is listed as "(unreadable: ...)" and its
+    error appended to `errors` when given."""
     seen: dict[str, tuple[str, str, Path]] = {}
     for d in recipe_dirs():
         for p in sorted(d.glob("*.yaml")):
@@ -573,5 +598,7 @@ def list_recipes() -> list[tuple[str, str, Path]]:
                 desc = str(_read_yaml(p).get("description", ""))
             except RecipeError as exc:
                 desc = f"(unreadable: {exc})"
+                if errors is not None:
+                    errors.append(str(exc))
             seen[p.stem] = (p.stem, desc, p)
     return sorted(seen.values())

@@ -1,6 +1,7 @@
-"""YAML loading with limits: a recipe may use aliases only a few times and expand to a bounded number of values,
-so a few hundred bytes of nested aliases (a "billion laughs" file) is a short error, not a huge value, a huge
-error message or a hang."""
+"""YAML loading with limits: a recipe may use aliases only a few times, expand to a bounded number of values and
+nest a bounded number of levels, so a few hundred bytes of nested aliases (a "billion laughs" file) or 5,000 `[`
+is a short yaml.YAMLError naming the line, not a huge value, a hang or a RecursionError traceback. (JSON:
+llmkiln.jsonl.loads_json.)"""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import yaml
 
 MAX_YAML_ALIASES = 64
+MAX_DEPTH = 64  # mappings/sequences inside each other; a recipe needs 4
 
 
 class _LimitedLoader(yaml.SafeLoader):
@@ -18,6 +20,7 @@ class _LimitedLoader(yaml.SafeLoader):
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._aliases = 0
+        self._depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -28,7 +31,15 @@ class _LimitedLoader(yaml.SafeLoader):
                     f"more than {MAX_YAML_ALIASES} YAML aliases (*name) at line {mark.line + 1}: "
                     "recipes may reuse a value only a few times"
                 )
-        return super().compose_node(parent, index)
+        # the composer (and the constructor after it) recurse once per level: bound it before Python does
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise yaml.YAMLError(f"nested more than {MAX_DEPTH} levels deep at line {mark.line + 1}")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 MAX_YAML_VALUES = 100_000

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmkiln import backends, hashing
+from llmkiln import backends
 from llmkiln.backends import STAGES
 from llmkiln.backends import build as build_engine
 from llmkiln.build import weights
@@ -226,22 +226,16 @@ def test_dry_run_writes_nothing(tmp_path: Path, stories_dir: Path) -> None:
     assert not engines.exists()
 
 
-def test_hash_cache_skips_unchanged_files(tmp_path: Path, monkeypatch) -> None:
+def test_source_hashes_read_every_file_every_time(tmp_path: Path, monkeypatch) -> None:
     src = tmp_path / "model"
     src.mkdir()
     (src / "model.safetensors").write_bytes(b"\x00" * 1000)
     (src / "config.json").write_text("{}")
-    cache_file = tmp_path / "hashes.json"
-    first = weights.hash_model_dir(src, cache := weights.HashCache(cache_file))
-    cache.save()
+    first = weights.hash_model_dir(src)
     calls = []
-    real = hashing.sha256_file
-    monkeypatch.setattr(hashing, "sha256_file", lambda p: calls.append(p) or real(p))
-    again = weights.hash_model_dir(src, weights.HashCache(cache_file))
-    assert again == first and calls == []
-    (src / "config.json").write_text('{"changed": true}')
-    changed = weights.hash_model_dir(src, weights.HashCache(cache_file))
-    assert changed["config.json"] != first["config.json"] and [p.name for p in calls] == ["config.json"]
+    real = weights.sha256_file
+    monkeypatch.setattr(weights, "sha256_file", lambda p: calls.append(p.name) or real(p))
+    assert weights.hash_model_dir(src) == first and sorted(calls) == ["config.json", "model.safetensors"]
     assert first["model.safetensors"] == hashlib.sha256(b"\x00" * 1000).hexdigest()
 
 

@@ -185,7 +185,7 @@ def test_refuses_to_overwrite_a_different_folder(tmp_path: Path, tiny: Path) -> 
 
 def test_bad_kind_and_seed_are_bad_input(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="tiny-llama"):
-        generate_model("huge-llama", tmp_path / "x")  # type: ignore[arg-type]
+        generate_model("huge-llama", tmp_path / "x")  # type: ignore[arg-type]  # deliberately not a ModelKind
     with pytest.raises(BadInput, match="seed"):
         generate_model("tiny-llama", tmp_path / "x", seed=-1)
     assert not (tmp_path / "x").exists()

@@ -4,6 +4,7 @@ source-hash cache never trust changed bytes."""
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from test_build import write_variant
 from llmkiln.backends import build as build_engine
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import IntegrityError
+from llmkiln.hashing import sha256_file
 
 pytestmark = pytest.mark.slow
 
@@ -58,15 +60,92 @@ def test_flipped_byte_is_refused_by_generate_and_verify(engine_copy: Path) -> No
     assert missing.returncode == 2
 
 
-def test_fast_path_skips_unchanged_files_and_full_rehashes(engine_copy: Path) -> None:
+def test_verify_rehashes_every_file_every_time(engine_copy: Path) -> None:
     folder = EngineDir(engine_copy)
     first = folder.verify()
-    again = folder.verify()
-    assert first.hashed == first.files and again.hashed == 0
-    assert folder.verify(full=True).hashed == first.files
+    total = sum((engine_copy / rel).stat().st_size for rel in folder.require_manifest().engine_files)
+    assert first.bytes == total and folder.verify().bytes == total  # no stamp shortcut on the second check
     (engine_copy / "tokenizer.json").unlink()
     with pytest.raises(IntegrityError, match="tokenizer.json: missing"):
         folder.verify()
+
+
+class MappedWriter:
+    """A writer holding a shared writable mmap of `path` whose pages it has already dirtied (each rewritten with
+    its own bytes, which is when Linux updates the mtime): its later writes change the file's bytes while its
+    size, mtime, ctime and inode stay as they were (issue 21, finding 6; no root, no clock change)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR)
+        self.map = mmap.mmap(self.fd, 0, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.map[:] = self.map[:]  # no msync: writeback would write-protect the pages again
+
+    def stamp(self) -> tuple[int, int, int, int]:
+        st = self.path.stat()
+        return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+    def flip_byte(self) -> None:
+        before = self.stamp()
+        mid = len(self.map) // 2
+        self.map[mid] = self.map[mid] ^ 0x01
+        assert self.stamp() == before  # the premise: nothing stat() shows has changed
+
+    def close(self) -> None:
+        self.map.close()
+        os.close(self.fd)
+
+
+def test_mmap_rewrite_is_refused_by_generate_serve_and_dynamo(engine_copy: Path, tmp_path: Path) -> None:
+    from llmkiln.dynamo.launcher import DynamoOptions, make_spec
+    from llmkiln.serve.launch import ServeOptions, serve_engine
+
+    writer = MappedWriter(engine_copy / "model.onnx.data")
+    try:
+        EngineDir(engine_copy).verify()  # checked once with the pages already dirty (and the bytes intact)
+        writer.flip_byte()
+        gen = kiln("generate", str(engine_copy), "Once upon a time", "--max-tokens", "4")
+        assert gen.returncode == 1 and gen.stdout == "", gen.stdout
+        assert "model.onnx.data" in gen.stderr and "does not match its manifest" in gen.stderr
+        with pytest.raises(IntegrityError, match="model.onnx.data"):
+            serve_engine(engine_copy, ServeOptions())  # before anything is started
+        with pytest.raises(IntegrityError, match="model.onnx.data"):
+            make_spec(engine_copy, DynamoOptions(), tmp_path / "state")
+    finally:
+        writer.close()
+
+
+def test_mmap_rewritten_source_is_not_up_to_date(tmp_path: Path, stories_dir: Path) -> None:
+    src = tmp_path / "model"
+    shutil.copytree(stories_dir, src)
+    recipe = write_variant(tmp_path, "mmap", src)
+    engines = tmp_path / "engines"
+    build_engine(recipe, engines)
+    writer = MappedWriter(src / "model.safetensors")
+    try:
+        assert build_engine(recipe, engines).cached  # checked once with the pages already dirty
+        writer.flip_byte()
+        again = build_engine(recipe, engines)
+        assert not again.cached  # different weights are never "up to date"
+        recorded = json.loads((again.engine_dir / "manifest.json").read_text())["source"]["weights"]
+        assert recorded["model.safetensors"] == sha256_file(src / "model.safetensors")  # not a stale sha256
+    finally:
+        writer.close()
+
+
+def test_mmap_rewritten_engine_is_rebuilt(tmp_path: Path, stories_dir: Path) -> None:
+    recipe = write_variant(tmp_path, "mmap-engine", stories_dir)
+    engines = tmp_path / "engines"
+    first = build_engine(recipe, engines)
+    writer = MappedWriter(first.engine_dir / "model.onnx.data")
+    try:
+        assert build_engine(recipe, engines).cached
+        writer.flip_byte()
+    finally:
+        writer.close()
+    rebuilt = build_engine(recipe, engines)
+    assert not rebuilt.cached
+    EngineDir(rebuilt.engine_dir).verify()
 
 
 def test_build_is_not_up_to_date_with_a_corrupted_engine(tmp_path: Path, stories_dir: Path) -> None:
@@ -77,7 +156,7 @@ def test_build_is_not_up_to_date_with_a_corrupted_engine(tmp_path: Path, stories
     flip_byte(first.engine_dir / "model.onnx.data")
     rebuilt = build_engine(recipe, engines)
     assert not rebuilt.cached
-    EngineDir(rebuilt.engine_dir).verify(full=True)
+    EngineDir(rebuilt.engine_dir).verify()
 
 
 def test_corrupted_stage_cache_is_rebuilt_not_copied(tmp_path: Path, stories_dir: Path) -> None:
@@ -96,26 +175,8 @@ def test_corrupted_stage_cache_is_rebuilt_not_copied(tmp_path: Path, stories_dir
     manifest = json.loads((b.engine_dir / "manifest.json").read_text())
     assert manifest["engine_files"]["model.onnx.data"] == good
     assert next(s for s in manifest["stages"] if s["name"] == "export")["cached"] is False
-    EngineDir(b.engine_dir).verify(full=True)
+    EngineDir(b.engine_dir).verify()
     assert not dead.exists()
-
-
-def test_force_rehashes_the_sources(tmp_path: Path, stories_dir: Path) -> None:
-    src = tmp_path / "model"
-    shutil.copytree(stories_dir, src)
-    recipe = write_variant(tmp_path, "force", src)
-    engines = tmp_path / "engines"
-    first = build_engine(recipe, engines)
-    true_sha = json.loads((first.engine_dir / "manifest.json").read_text())["source"]["weights"]
-    # a stale cache entry whose stamp still matches (what a size+mtime cache believes after an in-place rewrite)
-    cache_file = engines / ".cache" / "hashes.json"
-    entries = json.loads(cache_file.read_text())
-    key = str((src / "model.safetensors").resolve())
-    entries[key][4] = "0" * 64
-    cache_file.write_text(json.dumps(entries))
-    forced = build_engine(recipe, engines, force=True)
-    assert json.loads((forced.engine_dir / "manifest.json").read_text())["source"]["weights"] == true_sha
-    assert json.loads(cache_file.read_text())[key][4] == true_sha["model.safetensors"]
 
 
 def test_changed_source_with_restored_mtime_is_rehashed(tmp_path: Path, stories_dir: Path) -> None:

@@ -143,6 +143,56 @@ def test_non_utf8_files_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureF
         list(read_jsonl(data))
 
 
+DEEP = [  # issue 21, finding 10: each was a RecursionError traceback and exit 1
+    pytest.param("name: deep\nx: " + "[" * 5000 + "\n", id="5000-brackets"),
+    pytest.param("name: deep\nx: " + "{" * 3000 + "\n", id="3000-braces"),
+    pytest.param(
+        "name: deep\nx:\n" + "".join("  " * i + "- \n" for i in range(1, 400)), id="block-sequences"
+    ),
+]
+
+
+@pytest.mark.parametrize("text", DEEP)
+def test_deeply_nested_yaml_is_exit_2_naming_the_file(
+    text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipe = tmp_path / "deep.yaml"
+    recipe.write_text(text)
+    for argv in (["build", str(recipe), "--dry-run"], ["recipe", "show", str(recipe)]):
+        code, output = _run(argv, capsys)
+        assert code == 2 and "deep.yaml" in output and "nested more than" in output, output[-2000:]
+        assert "Traceback" not in output and "RecursionError" not in output
+    # `kiln recipes` with such a file in the recipe folder: the others are listed, exit 2 names the file
+    monkeypatch.setenv("LLMKILN_RECIPES", str(tmp_path))
+    code, output = _run(["recipes"], capsys)
+    assert code == 2 and "deep.yaml" in output and "stories-fp32" in output and "Traceback" not in output
+
+
+def test_a_1200_deep_extends_chain_is_exit_2_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "r0.yaml").write_text("name: r0\nmodel: {generated: tiny-llama}\n")
+    for i in range(1, 1201):
+        (tmp_path / f"r{i}.yaml").write_text(f"name: r{i}\nextends: r{i - 1}\n")
+    code, output = _run(["build", str(tmp_path / "r1200.yaml"), "--dry-run"], capsys)
+    assert code == 2 and "r1200.yaml" in output and "a chain of more than" in output, output[-2000:]
+    assert "Traceback" not in output and len(output) < 2000
+    # a chain within the limit still merges, child over parent
+    (tmp_path / "short.yaml").write_text("name: short\nextends: r20\nprecision: int8\n")
+    recipe, _ = load_recipe(tmp_path / "short.yaml")
+    assert recipe.name == "short" and recipe.precision == "int8" and recipe.model.generated == "tiny-llama"
+
+
+def test_deeply_nested_json_is_bad_input(tmp_path: Path) -> None:
+    data = tmp_path / "deep.jsonl"
+    data.write_text('{"text": "ok"}\n' + "[" * 5000 + "\n")
+    with pytest.raises(BadInput, match=r"deep.jsonl:2: not valid JSON \(nested more than"):
+        list(read_jsonl(data))
+    data.write_text('{"a": ' * 80 + "1" + "}" * 80 + "\n")
+    with pytest.raises(BadInput, match=r"deep.jsonl:1: not valid JSON \(nested more than"):
+        list(read_jsonl(data))
+
+
 @pytest.mark.parametrize("port", ["70000", "0", "-1"])
 def test_out_of_range_ports_exit_2(port: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, output = _run(["serve", "stories-fp32", "--http-port", port], capsys)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -158,7 +159,7 @@ async def run_one(
     rec = RequestRecord(index=req.index, group=req.group, send_ns=0, num_prompt_tokens=req.num_prompt_tokens)
     inputs = build_inputs(io, req)
 
-    async def requests():
+    async def requests() -> AsyncIterator[dict[str, object]]:
         yield {
             "model_name": model,
             "inputs": inputs,

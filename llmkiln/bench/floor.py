@@ -22,13 +22,12 @@ from pydantic import BaseModel, ConfigDict
 
 from llmkiln.bench.stats import Dist, RequestRecord, summarize
 from llmkiln.bench.workloads import BenchRequest
-from llmkiln.runtime.engine import LLMEngine
+from llmkiln.runtime.engine import LLMEngine, Runner
 from llmkiln.runtime.loader import load_engine
-from llmkiln.runtime.runner import OnnxRunner
 from llmkiln.runtime.scheduler import PrefillChunk, SchedulerOutput
 
 
-def fill_slot(runner: OnnxRunner, slot: int, token_ids: Sequence[int], chunk: int) -> None:
+def fill_slot(runner: Runner, slot: int, token_ids: Sequence[int], chunk: int) -> None:
     """Prefill `token_ids` into `slot` from position 0 in chunks of at most `chunk` tokens (nothing sampled)."""
     for start in range(0, len(token_ids), chunk):
         part = tuple(token_ids[start : start + chunk])

@@ -74,8 +74,8 @@ async def run_one(
             "POST", url + path, json=request_body(model, req, api), timeout=timeout_s
         ) as r:
             if r.status_code != 200:
-                text = (await r.aread()).decode("utf-8", "replace")
-                rec.error = f"HTTP {r.status_code}: {text[:300]}"
+                body = (await r.aread()).decode("utf-8", "replace")
+                rec.error = f"HTTP {r.status_code}: {body[:300]}"
                 return rec
             async for line in r.aiter_lines():
                 if not line.startswith("data:"):

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -75,7 +76,7 @@ def run_og_generator(
         return rec
 
     def worker() -> list[RequestRecord]:
-        out = []
+        out: list[RequestRecord] = []
         while True:
             with lock:
                 if not pending:
@@ -114,7 +115,7 @@ def run_og_engine(
     prompts = _ids(engine_dir, requests)
     buf = engine.create_event_buffer(max(256, 4 * concurrency))
     queue = list(range(len(requests)))
-    live: dict[int, tuple[object, RequestRecord]] = {}  # id(og request) -> (request, record)
+    live: dict[int, tuple[Any, RequestRecord]] = {}  # id(og request) -> (og.Request, record)
     done: list[RequestRecord] = []
 
     def submit() -> None:

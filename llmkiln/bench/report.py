@@ -9,7 +9,7 @@ import tempfile
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
@@ -19,7 +19,7 @@ from llmkiln.bench.profile import LevelProfile
 from llmkiln.bench.stats import Dist, LevelStats, RequestRecord
 from llmkiln.errors import BadInput
 
-SCHEMA = "llmkiln.bench/1"
+SCHEMA: Final = "llmkiln.bench/1"
 
 
 class RunInfo(BaseModel):
@@ -60,7 +60,7 @@ class BenchReport(BaseModel):
 
 def machine_info() -> dict[str, Any]:
     """CPU count, platform and the versions that matter for the numbers."""
-    versions = {}
+    versions: dict[str, str | None] = {}
     for pkg in (
         "llmkiln",
         "onnxruntime",
@@ -170,7 +170,7 @@ def _ms(d: Dist, stat: str) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-CONSOLE_COLUMNS = (
+CONSOLE_COLUMNS: tuple[str, ...] = (
     "conc",
     "ok/err",
     "TTFT p50",

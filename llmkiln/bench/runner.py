@@ -20,7 +20,7 @@ from llmkiln.bench.arrivals import Send, closed_loop, open_loop
 from llmkiln.bench.client import check_loopback, fetch_model_io
 from llmkiln.bench.report import BenchReport, RunInfo, make_report
 from llmkiln.bench.stats import RequestRecord, Slo, level_stats
-from llmkiln.bench.workloads import Workload
+from llmkiln.bench.workloads import BenchRequest, Workload
 from llmkiln.errors import BadInput
 
 Api = Literal["triton", "chat", "completions"]
@@ -116,7 +116,7 @@ async def _sender(cfg: BenchConfig) -> AsyncIterator[Send]:
             await triton_client.wait_ready(grpc, cfg.model, cfg.ready_timeout_s)
             io = await fetch_model_io(grpc, cfg.model)
 
-            async def send_triton(req):
+            async def send_triton(req: BenchRequest) -> RequestRecord:
                 return await triton_client.run_one(grpc, cfg.model, io, req, cfg.timeout_s)
 
             yield send_triton
@@ -129,7 +129,7 @@ async def _sender(cfg: BenchConfig) -> AsyncIterator[Send]:
     async with httpx.AsyncClient(limits=limits, timeout=cfg.timeout_s) as http:
         await openai_client.wait_ready(http, url, cfg.model, cfg.ready_timeout_s)
 
-        async def send_openai(req):
+        async def send_openai(req: BenchRequest) -> RequestRecord:
             return await openai_client.run_one(http, url, cfg.model, req, api, cfg.timeout_s)
 
         yield send_openai

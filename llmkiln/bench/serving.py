@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from llmkiln.engine_dir import EngineDir
+from llmkiln.serve.ports import free_ports
 from llmkiln.serve.repository import spec_from_engine, write_repository
-from llmkiln.serve.server import ServerConfig, TritonServer, free_ports
+from llmkiln.serve.server import ServerConfig, TritonServer
 
 
 @dataclass(frozen=True)

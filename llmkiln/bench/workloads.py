@@ -318,19 +318,20 @@ _BUILDERS = {
     "shared-prefix": shared_prefix,
     "unique": unique,
     "mixed-long-short": mixed_long_short,
-    "jsonl": from_jsonl,
 }
 
 
 def build_workload(tok: Tokenizer | None, spec: WorkloadSpec) -> Workload:
     """The workload `spec.name` with `spec.num_requests` requests (synthetic ones need a tokenizer)."""
-    if spec.name not in _BUILDERS:
+    if spec.name not in WORKLOADS:
         raise BadInput(f"unknown workload {spec.name!r}; choose one of: {', '.join(WORKLOADS)}")
     if spec.num_requests <= 0:
         raise BadInput(f"number of requests must be positive, got {spec.num_requests}")
     if spec.output_tokens <= 0:
         raise BadInput(f"output tokens must be positive, got {spec.output_tokens}")
-    if tok is None and spec.name != "jsonl":
+    if spec.name == "jsonl":
+        return Workload(spec.name, spec.seed, spec.params(), from_jsonl(tok, spec))
+    if tok is None:
         raise BadInput(
             f"workload {spec.name!r} builds prompts of exact token lengths: give --tokenizer (engine folder)"
         )

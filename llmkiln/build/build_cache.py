@@ -22,7 +22,7 @@ from llmkiln.atomic import atomic_dir, remove_dir, write_json_atomic
 from llmkiln.build.manifest import hash_engine_files
 from llmkiln.build.stages import BuildContext, Stage
 from llmkiln.engine_dir import MANIFEST_FORMAT
-from llmkiln.hashing import HashCache, check_files, digest
+from llmkiln.hashing import check_files, digest
 from llmkiln.recipe import Recipe
 
 STAGE_META_NAME = "stage.json"
@@ -116,7 +116,7 @@ def _alive(pid: int) -> bool:
 def remove_dead_temp(folder: Path) -> list[Path]:
     """Remove `.tmp-*@PID-*` / `.old-*@PID-*` folders under `folder` whose writer process is gone (a killed
     build); folders of live builds (other recipes may share a stage cache) are left alone."""
-    removed = []
+    removed: list[Path] = []
     if not folder.is_dir():
         return removed
     for entry in folder.iterdir():
@@ -127,16 +127,13 @@ def remove_dead_temp(folder: Path) -> list[Path]:
     return removed
 
 
-def _check_cached(cache_dir: Path, meta: dict[str, Any], engines_root: Path) -> list[str]:
-    """Problems of a cached stage folder against the file hashes its stage.json lists (none: reuse it). Files
-    unchanged since their last check (size, mtime, ctime, inode; engines/.cache/stage-files.json) are not re-read."""
+def _check_cached(cache_dir: Path, meta: dict[str, Any]) -> list[str]:
+    """Problems of a cached stage folder against the file hashes its stage.json lists (none: reuse it); every
+    file is re-read (no stamp shortcut, llmkiln.hashing.check_files)."""
     files = meta.get("files")
     if not isinstance(files, dict) or not files:
         return [f"{cache_dir / STAGE_META_NAME}: lists no file hashes"]
-    cache = HashCache(engines_root / ".cache" / "stage-files.json")
-    problems = check_files(cache_dir, {str(k): str(v) for k, v in files.items()}, cache)
-    cache.save()
-    return problems
+    return check_files(cache_dir, {str(k): str(v) for k, v in files.items()}).problems
 
 
 def run_cached_stage(
@@ -148,7 +145,7 @@ def run_cached_stage(
     meta_path = cache_dir / STAGE_META_NAME
     meta = None if ctx.options.force else read_json(meta_path)
     if meta is not None:
-        problems = _check_cached(cache_dir, meta, ctx.engines_root)
+        problems = _check_cached(cache_dir, meta)
         if (
             problems
         ):  # a corrupted cache entry is never copied into an engine: drop it and run the stage again

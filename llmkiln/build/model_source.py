@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmkiln.atomic import atomic_dir, keep_existing
-from llmkiln.build.generate import generate_model
+from llmkiln.build.generate import ModelKind, generate_model
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe, resolve_model_path
 
@@ -57,7 +57,7 @@ def generated_model_dir(engines_root: Path, kind: str, seed: int) -> Path:
     return engines_root / ".models" / f"{kind}-seed{seed}"
 
 
-def ensure_generated(kind: str, seed: int, engines_root: Path) -> Path:
+def ensure_generated(kind: ModelKind, seed: int, engines_root: Path) -> Path:
     """The cached generated model folder, generating it (temp folder + rename) when absent."""
     target = generated_model_dir(engines_root, kind, seed)
     if (target / "config.json").is_file():
@@ -88,8 +88,8 @@ def resolve_source(
         if not create:
             return ModelLocation(generated_model_dir(engines_root, kind, seed), kind, seed)
         return ModelLocation(ensure_generated(kind, seed, engines_root), kind, seed)
-    path = resolve_model_path(recipe, recipe_file)
-    if path is None:  # unreachable: the schema requires path or generated
+    model_path = resolve_model_path(recipe, recipe_file)
+    if model_path is None:  # unreachable: the schema requires path or generated
         raise BadInput(f"{recipe_file}: field 'model': give model.path or model.generated")
-    check_hf_folder(path, "model.path", recipe_file)
-    return ModelLocation(path)
+    check_hf_folder(model_path, "model.path", recipe_file)
+    return ModelLocation(model_path)

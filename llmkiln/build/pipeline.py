@@ -3,7 +3,7 @@
 How a build runs (build_engine):
  1. Load and validate the recipe (RecipeError, exit 2), resolve the model folder (missing → BadInput naming
     `model.path`), run every stage's optional `check(ctx)`. Nothing is written before this point.
- 2. Hash the source files (sha256, cached by size+mtime in engines/.cache/hashes.json) and compute the whole-build
+ 2. Hash the source files (sha256 of every byte, every build: build/weights.py) and compute the whole-build
     key = recipe hash + source hashes + tool versions + stage names/versions. If engines/<recipe>/manifest.json
     carries the same key (and its files exist), the build is a no-op ("up to date"); `force=True` rebuilds.
  3. Run the backend's stages in order into a temp folder engines/.tmp-<recipe>@*/, write recipe.resolved.yaml and
@@ -43,7 +43,6 @@ from llmkiln.build.stages import BuildContext, BuildOptions, Stage, StageSource
 from llmkiln.build.weights import hash_model_dir
 from llmkiln.engine_dir import EngineDir, Manifest
 from llmkiln.errors import IntegrityError
-from llmkiln.hashing import HashCache
 from llmkiln.recipe import load_recipe
 from llmkiln.versions import tool_versions
 
@@ -80,7 +79,7 @@ def _remove_stale(engines_root: Path, name: str) -> None:
 
 def _current_manifest(engine_dir: Path, key: str, progress: BuildProgress | None = None) -> Manifest | None:
     """The engine's manifest when it carries this build key and its files match their recorded sha256 (up to
-    date), else None. Files unchanged since their last check (size, mtime, ctime, inode) are not re-read."""
+    date), else None. Every engine file is re-read (EngineDir.verify)."""
     folder = EngineDir(engine_dir)
     existing = folder.manifest()
     if existing is None or existing.build_key != key or not folder.files_present(existing):
@@ -135,10 +134,7 @@ def build_engine(
         return _dry_run(ctx, stages, t0)
 
     with _lock(engines_root, recipe.name):
-        # --force re-hashes the sources too (the size/mtime/ctime/inode cache is bypassed, then refreshed)
-        hash_cache = HashCache(engines_root / ".cache" / "hashes.json", refresh=force)
-        ctx.source_hashes = hash_model_dir(source.path, hash_cache)
-        hash_cache.save()
+        ctx.source_hashes = hash_model_dir(source.path)  # every byte, every build (no stamp shortcut)
         key = build_key(recipe, ctx.source_hashes, ctx.tool_versions, stages, ctx)
         existing = None if force else _current_manifest(engine_dir, key, progress)
         if not force and existing is not None:
@@ -207,7 +203,7 @@ def _dry_run(ctx: BuildContext, stages: list[Stage], t0: float) -> BuildResult:
     """Report what a build would do (stage keys, whether each is cached) without writing anything."""
     src = ctx.source.path
     if src.is_dir():
-        ctx.source_hashes = hash_model_dir(src, HashCache(ctx.engines_root / ".cache" / "hashes.json"))
+        ctx.source_hashes = hash_model_dir(src)
     key = build_key(ctx.recipe, ctx.source_hashes, ctx.tool_versions, stages, ctx)
     up_to_date = _current_manifest(ctx.engine_dir, key) is not None
     plan = []

@@ -1,7 +1,8 @@
-"""sha256 of source model files, with a small cache so unchanged big weights are not re-read.
+"""sha256 of source model files, every byte read on every build.
 
-The cache (llmkiln.hashing.HashCache) is keyed on size + mtime + ctime + inode, so a file rewritten with its mtime
-restored is re-hashed; `kiln build --force` re-hashes every source file (HashCache(refresh=True)).
+There is no cache keyed on file stamps: a rewrite through a shared mmap leaves size, mtime, ctime and inode as they
+were, so such a cache would give a stale sha256 (and an "up to date" build) for changed weights. Hashing runs at
+about 2 GB/s on one core (sha256 with SHA-NI): 0.25 s for bench-llama-125m's 500 MB, ~7-14 s for 14-28 GB of 7B.
 
 The hashes go into the engine manifest (proof the weights are untouched) and into the build-cache key.
 """
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmkiln.hashing import HashCache, list_files
+from llmkiln.hashing import list_files, sha256_file
 
-__all__ = ["HashCache", "hash_model_dir", "is_weight_file", "split_weight_hashes"]
+__all__ = ["hash_model_dir", "is_weight_file", "split_weight_hashes"]
 
 # Files whose bytes are model weights (the manifest lists them separately from config/tokenizer files).
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".npz")
@@ -22,10 +23,9 @@ def is_weight_file(name: str) -> bool:
     return name.endswith(WEIGHT_SUFFIXES)
 
 
-def hash_model_dir(model_dir: Path, cache: HashCache | None = None) -> dict[str, str]:
-    """{relative path: sha256} for every file of a source model folder."""
-    cache = cache or HashCache(None)
-    return {f.relative_to(model_dir).as_posix(): cache.sha256(f) for f in list_files(model_dir)}
+def hash_model_dir(model_dir: Path) -> dict[str, str]:
+    """{relative path: sha256} for every file of a source model folder (each read in full)."""
+    return {f.relative_to(model_dir).as_posix(): sha256_file(f) for f in list_files(model_dir)}
 
 
 def split_weight_hashes(hashes: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from llmkiln.calibration.modelopt_fp8 import META_NAME, STATE_NAME, load_fake_qu
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.runtime.simple import SimpleGenerator
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class Scorer(Protocol):
@@ -46,7 +49,7 @@ class HfScorer:
 
     kind = "hf-fp32"
 
-    def __init__(self, path: Path, model=None) -> None:
+    def __init__(self, path: Path, model: PreTrainedModel | None = None) -> None:
         from transformers import AutoTokenizer
 
         self.path = Path(path)
@@ -61,7 +64,9 @@ class HfScorer:
         return list(self.tokenizer(text).input_ids)
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        assert isinstance(text, str)  # a list of ids decodes to one text
+        return text
 
     def logits(self, ids: list[int]) -> np.ndarray:
         import torch

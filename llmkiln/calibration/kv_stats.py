@@ -18,13 +18,16 @@ from llmkiln.kv_scales import KvScales
 PERCENTILE = 99.99
 
 
+KvAlgorithm = Literal["max", "percentile"]  # the calibration.algorithm values that make KV scales
+
+
 @dataclass
 class KvAbsmax:
     """Running per-layer, per-KV-head statistics of |K| and |V|; arrays are [num_kv_heads, head_dim, ...]."""
 
     num_layers: int
     num_kv_heads: int
-    algorithm: Literal["max", "percentile"] = "max"
+    algorithm: KvAlgorithm = "max"
     k_max: np.ndarray = field(init=False)
     v_max: np.ndarray = field(init=False)
     _k_samples: list[list[np.ndarray]] = field(init=False, repr=False)

@@ -28,15 +28,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmkiln.atomic import atomic_dir
-from llmkiln.calibration.kv_stats import KvAbsmax
+from llmkiln.calibration.kv_stats import KvAbsmax, KvAlgorithm
 from llmkiln.errors import BadInput, BuildFailed
 from llmkiln.kv_scales import FILE_NAME as KV_SCALES_NAME
 from llmkiln.kv_scales import KvScales
 from llmkiln.tokenizer_files import copy_tokenizer_files
 from llmkiln.versions import package_versions
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 FP8_MAX = 448.0
 HF_DIR_NAME = "hf_checkpoint"
@@ -80,7 +83,7 @@ def rope_theta(hf_config: dict[str, Any]) -> float | None:
     return None
 
 
-def load_hf_model(hf_dir: Path):
+def load_hf_model(hf_dir: Path) -> PreTrainedModel:
     """The HF causal LM in fp32 on CPU, eval mode, with config.architectures set (ModelOpt's export needs it)."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -103,7 +106,9 @@ def tokenize(hf_dir: Path, texts: Sequence[str], max_seq_len: int) -> list[list[
     return [ids for ids in out if ids]
 
 
-def hf_kv_absmax(model, sequences: Sequence[Sequence[int]], algorithm: str = "max") -> KvAbsmax:
+def hf_kv_absmax(
+    model: PreTrainedModel, sequences: Sequence[Sequence[int]], algorithm: KvAlgorithm = "max"
+) -> KvAbsmax:
     """Per-layer, per-KV-head |K| (post-rotary, as cached) and |V| statistics of the HF model over `sequences`."""
     import torch
 
@@ -117,7 +122,7 @@ def hf_kv_absmax(model, sequences: Sequence[Sequence[int]], algorithm: str = "ma
     return stats
 
 
-def _quantizer_amax(model) -> dict[str, float]:
+def _quantizer_amax(model: PreTrainedModel) -> dict[str, float]:
     from modelopt.torch.quantization.nn import TensorQuantizer
 
     out = {}
@@ -131,7 +136,7 @@ def _quantizer_amax(model) -> dict[str, float]:
 FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
-def unify_fused_amax(model) -> int:
+def unify_fused_amax(model: PreTrainedModel) -> int:
     """Give each fused group the max of its weight amaxes (what both exports do when writing the checkpoint), so
     the saved fake-quant model computes exactly what the exported checkpoints hold. Returns groups changed."""
     import torch
@@ -139,9 +144,9 @@ def unify_fused_amax(model) -> int:
     changed = 0
     for _, module in model.named_modules():
         for group in FUSED_GROUPS:
-            linears = [getattr(module, n, None) for n in group]
-            quantizers = [getattr(lin, "weight_quantizer", None) for lin in linears]
-            if any(q is None or not q.is_enabled or q.amax is None for q in quantizers):
+            found = [getattr(getattr(module, n, None), "weight_quantizer", None) for n in group]
+            quantizers = [q for q in found if q is not None and q.is_enabled and q.amax is not None]
+            if len(quantizers) < len(group):
                 continue
             shared = torch.stack([q.amax.float().max() for q in quantizers]).max()
             for q in quantizers:
@@ -166,7 +171,7 @@ def fix_trtllm_config(trt_dir: Path, hf_config: dict[str, Any]) -> dict[str, Any
     return changed
 
 
-def trtllm_kv_cache_scales(model, trt_dir: Path) -> list[dict[str, float]]:
+def trtllm_kv_cache_scales(model: PreTrainedModel, trt_dir: Path) -> list[dict[str, float]]:
     """Per layer: the calibrated KV scales (k/v amax / 448, unclamped) and what the TRT-LLM export wrote."""
     from safetensors import safe_open
 
@@ -231,7 +236,7 @@ def calibrate_fp8(
     sequences = tokenize(hf_dir, texts, max_seq_len)
     stats = KvAbsmax(model.config.num_hidden_layers, model.config.num_key_value_heads)
 
-    def forward_loop(m) -> None:
+    def forward_loop(m: PreTrainedModel) -> None:
         with torch.no_grad():
             for ids in sequences:
                 out = m(torch.tensor([ids]), use_cache=True)
@@ -325,7 +330,7 @@ def _publish(tmp: Path, out_dir: Path) -> None:
     tmp.rmdir()
 
 
-def load_fake_quant_model(calib_dir: Path, source_hf_dir: Path | None = None):
+def load_fake_quant_model(calib_dir: Path, source_hf_dir: Path | None = None) -> PreTrainedModel:
     """The ModelOpt fake-quant model of a calibrate_fp8 output folder (mto.restore over the fp32 source)."""
     import modelopt.torch.opt as mto
     import modelopt.torch.quantization as mtq

@@ -6,8 +6,9 @@ experiments/ beside their results and drive the same library (docs/bench.md)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -42,8 +43,10 @@ from llmkiln.cli.options import (
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
 
+_Command = TypeVar("_Command", bound=Callable[..., Any])
 
-def _run_options(f):
+
+def _run_options(f: _Command) -> _Command:
     opts = [
         click.option(
             "--api",
@@ -150,7 +153,7 @@ def _do_run(**kw: Any) -> None:
 @click.group(invoke_without_command=True)
 @_run_options
 @click.pass_context
-def bench(ctx: click.Context, **kw: Any) -> None:
+def bench(ctx: click.Context, /, **kw: Any) -> None:
     """Benchmark a served model: TTFT/TPOT/ITL percentiles over a concurrency sweep.
 
     \b

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from llmkiln.cli.options import engines_dir_option
-from llmkiln.dynamo.cluster import ROUTER_MODES
+from llmkiln.dynamo.cluster import ROUTER_MODES, RouterMode
 from llmkiln.dynamo.deploy import DeployOptions, write_deployment
 
 
@@ -61,7 +61,7 @@ def dynamo(
     engine_pvc: str,
     name: str | None,
     namespace: str | None,
-    router_mode: str,
+    router_mode: RouterMode,  # click.Choice(ROUTER_MODES)
     migration_limit: int,
     engines_dir: Path,
     checkpoint: str | None,

@@ -30,7 +30,8 @@ from llmkiln.runtime.request import SamplingParams
     "--verify",
     "verify_full",
     is_flag=True,
-    help="Re-hash every engine file (default: files changed since their last check).",
+    hidden=True,
+    help="Kept for old scripts: every engine file is re-hashed before every load anyway.",
 )
 @engines_dir_option
 def generate(
@@ -55,7 +56,8 @@ def generate(
         ignore_eos=ignore_eos,
     )
     folder = resolve_engine(engine, engines_dir).require()
-    folder.verify(full=verify_full)  # a corrupted engine is never loaded (IntegrityError, exit 1)
+    del verify_full  # every load re-hashes every file
+    folder.verify()  # a corrupted engine is never loaded (IntegrityError, exit 1)
     manifest = folder.manifest()
     if manifest is not None and manifest.source.generated:
         click.secho(
@@ -69,7 +71,7 @@ def generate(
     try:
         prompt_ids = runtime.encode(prompt)
         handle = runtime.submit(prompt_ids, params)
-        detok = IncrementalDetokenizer(runtime.tokenizer, prompt_ids)
+        detok = IncrementalDetokenizer(runtime, prompt_ids)  # the engine decodes (encode() found a tokenizer)
         for event in handle:
             if event.token_id is not None and (piece := detok.push(event.token_id)):
                 sys.stdout.write(piece)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from llmkiln.build.generate import MODEL_KINDS, WEIGHTS_FILE, generate_model, summarize_model
+from llmkiln.build.generate import MODEL_KINDS, WEIGHTS_FILE, ModelKind, generate_model, summarize_model
 
 
 @click.group()
@@ -20,12 +20,12 @@ def model() -> None:
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Weight seed.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary instead of text.")
-def init(kind: str, out: Path, seed: int, as_json: bool) -> None:
+def init(kind: ModelKind, out: Path, seed: int, as_json: bool) -> None:  # kind: click.Choice(MODEL_KINDS)
     """Write a deterministic random Llama KIND (tiny-llama | bench-llama-125m | gpu-smoke-llama) into the folder OUT.
 
     Same KIND and seed give byte-identical files. OUT must not exist, be empty, or already hold exactly this model.
     """
-    summary = summarize_model(generate_model(kind, out, seed))  # type: ignore[arg-type]
+    summary = summarize_model(generate_model(kind, out, seed))
     if as_json:
         data = {
             "kind": kind,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from llmkiln.cli.options import (
 )
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
+from llmkiln.jsonl import loads_json
 
 
 def _overrides(items: tuple[str, ...]) -> dict[str, Any]:
@@ -33,8 +33,8 @@ def _overrides(items: tuple[str, ...]) -> dict[str, Any]:
         if not sep or len(parts) < 2 or not all(parts):
             raise BadInput(f"--set {item!r}: give SECTION.FIELD=VALUE, e.g. scheduler.tpot_slo_ms=50")
         try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
+            value = loads_json(raw)
+        except ValueError:
             value = raw
         node = out
         for p in parts[:-1]:

@@ -9,6 +9,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from llmkiln.errors import RecipeError
 from llmkiln.recipe import Recipe, list_recipes, load_recipe
 
 
@@ -17,9 +18,12 @@ from llmkiln.recipe import Recipe, list_recipes, load_recipe
 def recipes(paths: bool) -> None:
     """List the recipes (--recipes-dir / $LLMKILN_RECIPES, ./recipes, then the bundled ones) and what they do."""
     table = Table("recipe", "description", *(["file"] if paths else []), box=None)
-    for name, desc, file in list_recipes():
+    errors: list[str] = []
+    for name, desc, file in list_recipes(errors):
         table.add_row(name, desc, *([str(file)] if paths else []))
     Console().print(table)
+    if errors:  # listed above; exit 2 naming each file
+        raise RecipeError("recipe files that cannot be read:\n  " + "\n  ".join(errors))
 
 
 @click.group()

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from llmkiln.cli.options import engines_dir_option
-from llmkiln.dynamo.cluster import ROUTER_MODES
+from llmkiln.dynamo.cluster import ROUTER_MODES, RouterMode
 from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, serve_dynamo
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
@@ -114,7 +114,8 @@ def _check_trtllm(repo_dir: Path, upstream: Path | None, take: bool) -> None:
     "--verify",
     "verify_full",
     is_flag=True,
-    help="Re-hash every engine file before serving (default: files changed since their last check).",
+    hidden=True,
+    help="Kept for old scripts: every engine file is re-hashed before serving anyway.",
 )
 @click.option(
     "--dynamo",
@@ -190,7 +191,7 @@ def serve(
     prefill_workers: int,
     decode_workers: int,
     kv_export_timeout: float,
-    router_mode: str,
+    router_mode: RouterMode,  # click.Choice(ROUTER_MODES)
     migration_limit: int,
     threads_per_worker: int,
     grace_period: float,
@@ -221,6 +222,7 @@ def serve(
             )
         if not (prefill_workers and decode_workers):
             raise BadInput("--prefill-workers and --decode-workers go together (at least 1 each)")
+    del verify_full  # every start re-hashes every engine file
     if dynamo:
         return _serve_dynamo(
             engine,
@@ -237,7 +239,6 @@ def serve(
                 state_dir=state_dir,
                 grace_period_s=grace_period,
                 drain_timeout_s=None if exit_timeout is None else float(exit_timeout),
-                verify_full=verify_full,
                 engines_root=engines_dir,
             ),
         )
@@ -256,7 +257,6 @@ def serve(
         metrics_port,
         exit_timeout,
         log_verbose,
-        verify_full=verify_full,
         admin_key=os.environ.get(ADMIN_KEY_ENV) or None,
         engines_root=engines_dir,
     )

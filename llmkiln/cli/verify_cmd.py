@@ -19,5 +19,8 @@ def verify(engine: str, engines_dir: Path) -> None:
     Exit 0 when all match; 1 naming each missing or changed file; 2 when ENGINE is not an engine folder.
     """
     folder = resolve_engine(engine, engines_dir).require()
-    report = folder.verify(full=True)
-    click.echo(f"ok: {folder.path}: {report.files} files match the manifest ({report.seconds:.2f} s)")
+    report = folder.verify()
+    click.echo(
+        f"ok: {folder.path}: {report.files} files match the manifest "
+        f"({report.bytes / 1e6:.1f} MB hashed in {report.seconds:.2f} s)"
+    )

@@ -22,12 +22,12 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from llmkiln.errors import BadInput
 
 RouterMode = Literal["kv", "round-robin", "random"]
-ROUTER_MODES: tuple[str, ...] = ("kv", "round-robin", "random")
+ROUTER_MODES: tuple[str, ...] = get_args(RouterMode)
 DISCOVERY_DIR = "discovery"
 LOG_DIR = "logs"
 WORKER_MODULE = "llmkiln.dynamo.worker"
@@ -49,7 +49,10 @@ class ClusterSpec:
     state_dir: Path  # the launch's folder: discovery/ (wiped at start) and logs/
     workers: int = 2
     host: str = "127.0.0.1"
-    http_port: int = 8000
+    http_port: int = 8000  # the public port: llmkiln's OpenAI front (llmkiln.dynamo.openai_front)
+    frontend_port: int = (
+        0  # Dynamo's frontend, behind the front on loopback (0: no front, it takes http_port)
+    )
     router_mode: RouterMode = "kv"
     migration_limit: int = 3  # times a request whose worker died is moved to another one
     threads_per_worker: int = 0  # 0: available cores // workers (at least 1)
@@ -106,6 +109,8 @@ class ClusterSpec:
             raise BadInput(f"--threads-per-worker must be >= 0, got {self.threads_per_worker}")
         if not 0 <= self.http_port <= 65535:
             raise BadInput(f"--http-port {self.http_port} is out of range")
+        if self.frontend_port and self.frontend_port == self.http_port:
+            raise ValueError("the frontend port must differ from the public --http-port")
         if len(self.status_ports) != self.workers:
             raise ValueError(f"{self.workers} workers need as many status ports, got {self.status_ports}")
 
@@ -127,6 +132,12 @@ class ClusterSpec:
         """The OpenAI base URL (…/v1)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.http_port}/v1"
+
+    @property
+    def frontend_address(self) -> str:
+        """host:port of Dynamo's own frontend (behind the front when frontend_port is set)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.frontend_port or self.http_port}"
 
     # -- environment and commands ----------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -160,7 +171,7 @@ class ClusterSpec:
             "--http-host",
             self.host,
             "--http-port",
-            str(self.http_port),
+            str(self.frontend_port or self.http_port),
             "--namespace",
             self.namespace,
             "--router-mode",

@@ -44,6 +44,7 @@ import yaml
 
 from llmkiln.atomic import atomic_dir, replace_dir
 from llmkiln.capabilities import Backend
+from llmkiln.dynamo.cluster import RouterMode
 from llmkiln.engine_dir import HF_CHECKPOINT_DIR, EngineDir, default_engines_root
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe, load_recipe
@@ -80,7 +81,7 @@ class DeployOptions:
     engine_pvc: str = "llmkiln-engines"  # PVC holding the engines root (engines/<recipe>/ ...)
     name: str | None = None  # metadata.name; default llmkiln-<recipe>
     namespace: str | None = None
-    router_mode: str = "kv"
+    router_mode: RouterMode = "kv"
     migration_limit: int = 3
     http_port: int = 8000
     engines_root: Path | None = None  # to size memory from the built engine (optional)
@@ -169,10 +170,11 @@ def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) ->
             "resources": _cpu_resources("1", FRONTEND_MEMORY),
         },
     )
-    doc = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": {"components": [frontend]}}
+    components = [frontend]
+    doc = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": {"components": components}}
     if opts.disaggregated:
         for role in ROLES:
-            doc["spec"]["components"].append(
+            components.append(
                 trtllm_worker(recipe, image, opts, configmap_name(doc), role)
                 if trt
                 else cpu_worker(recipe, engine, image, opts, role)
@@ -183,7 +185,7 @@ def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) ->
         if trt
         else cpu_worker(recipe, engine, image, opts)
     )
-    doc["spec"]["components"].append(worker)
+    components.append(worker)
     return doc
 
 

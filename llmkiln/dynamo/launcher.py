@@ -1,11 +1,13 @@
 """Start, supervise and stop one Dynamo launch (llmkiln.dynamo.cluster): `kiln serve ENGINE --dynamo`.
 
-`DynamoLauncher.start()` wipes the launch's discovery folder, starts the frontend and the N workers (each in its
-own session, so a terminal's Ctrl-C reaches only kiln, which stops them in order), and `wait_ready()` returns
+`DynamoLauncher.start()` wipes the launch's discovery folder, starts llmkiln's OpenAI front on the public port
+(llmkiln.dynamo.openai_front: 429/503 + Retry-After, streaming or not), Dynamo's frontend behind it and the N
+workers (each in its own session, so a terminal's Ctrl-C reaches only kiln, which stops them in order), and
+`wait_ready()` returns
 once the frontend lists the model and N generate instances — a worker registers only after its warmup, so no
 request reaches a cold worker. `stop()` sends SIGTERM to every process (workers unregister, finish what is in
 flight, exit), SIGKILLs what is still alive after the timeout, and removes the discovery folder: no process and
-no discovery file is left. `serve_forever()` adds the signals and supervision: a worker that dies is restarted
+no discovery file is left; from its first moment the front answers new requests 503 + Retry-After. `serve_forever()` adds the signals and supervision: a worker that dies is restarted
 (up to `max_restarts` times), a frontend that dies ends the launch with an error.
 """
 
@@ -29,12 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from llmkiln.dynamo.cluster import ClusterSpec
+from llmkiln.dynamo.cluster import ClusterSpec, RouterMode
+from llmkiln.dynamo.openai_front import OpenAIFront
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.host.check import check_engine
 from llmkiln.host.metrics import parse_exposition
-from llmkiln.serve.server import port_free
+from llmkiln.serve.ports import free_ports, port_free
 
 STOP_MARGIN_S = 10.0
 
@@ -131,6 +134,7 @@ class DynamoLauncher:
             for i in range(spec.workers)
         ]
         self.stopping = threading.Event()
+        self.front: OpenAIFront | None = None
 
     @property
     def procs(self) -> list[Proc]:
@@ -144,6 +148,8 @@ class DynamoLauncher:
     def start(self) -> None:
         s = self.spec
         ports = [("--http-port", s.http_port)] + [("worker status port", p) for p in s.status_ports]
+        if s.frontend_port:
+            ports.append(("frontend port", s.frontend_port))
         for what, port in ports:
             if not port_free(s.host, port):
                 raise BadInput(f"{what} {port}: the port is already in use on {s.host}; pick another port")
@@ -151,6 +157,12 @@ class DynamoLauncher:
         shutil.rmtree(s.discovery_dir, ignore_errors=True)
         s.discovery_dir.mkdir(parents=True)
         s.log_dir.mkdir(parents=True, exist_ok=True)
+        if s.frontend_port:
+            self.front = OpenAIFront(s.host, s.http_port, s.frontend_address)
+            try:
+                self.front.start()
+            except OSError as exc:
+                raise BadInput(f"--http-port {s.http_port}: cannot listen on {s.host} ({exc})") from None
         for proc in self.procs:
             proc.start(self.echo)
 
@@ -209,6 +221,8 @@ class DynamoLauncher:
         Returns each process's exit code."""
         self.stopping.set()
         s = self.spec
+        if self.front is not None:
+            self.front.draining = True  # new requests: 503 + Retry-After from now on
         timeout_s = s.grace_period_s + s.drain_timeout_s + STOP_MARGIN_S if timeout_s is None else timeout_s
         for proc in self.procs:
             proc.signal(signal.SIGTERM)
@@ -219,6 +233,9 @@ class DynamoLauncher:
                 proc.signal(signal.SIGKILL)
                 proc.wait(10)
         shutil.rmtree(s.discovery_dir, ignore_errors=True)
+        if self.front is not None:
+            self.front.stop()
+            self.front = None
         return {p.name: p.returncode() for p in self.procs}
 
     def leftover_pids(self) -> list[int]:
@@ -303,7 +320,7 @@ class DynamoOptions:
     workers: int = 2
     host: str = "127.0.0.1"
     http_port: int | None = None  # the recipe's serve.http_port
-    router_mode: str = "kv"
+    router_mode: RouterMode = "kv"  # ClusterSpec.check refuses other values (a caller may pass any str)
     migration_limit: int = 3
     threads_per_worker: int = 0  # available cores // workers
     state_dir: Path | None = None  # a fresh temp folder, removed after a clean stop
@@ -312,7 +329,6 @@ class DynamoOptions:
     overrides: dict[str, Any] = field(default_factory=dict)
     engines_root: Path | None = None
     frontend_args: tuple[str, ...] = ()  # more dynamo.frontend flags
-    verify_full: bool = False  # re-hash every engine file before starting (default: the fast path)
     prefill_workers: int = 0  # with decode_workers: prefill/decode separation (replaces workers)
     decode_workers: int = 0
     kv_export_timeout_s: float = 30.0
@@ -352,13 +368,14 @@ def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> Clust
         workers=n,
         host=opts.host,
         http_port=serve.http_port if opts.http_port is None else opts.http_port,
-        router_mode=opts.router_mode,  # type: ignore[arg-type]  # checked by ClusterSpec.check
+        router_mode=opts.router_mode,
         migration_limit=opts.migration_limit,
         threads_per_worker=opts.threads_per_worker,
         overrides=dict(opts.overrides),
         grace_period_s=opts.grace_period_s,
         drain_timeout_s=float(serve.exit_timeout_s if opts.drain_timeout_s is None else opts.drain_timeout_s),
         status_ports=tuple(status_ports(n, opts.host)),
+        frontend_port=free_ports(1, opts.host)[0],
         frontend_args=tuple(opts.frontend_args),
         prefill_workers=opts.prefill_workers,
         decode_workers=opts.decode_workers,
@@ -395,7 +412,7 @@ def serve_dynamo(
     """Serve `engine` through Dynamo until SIGINT/SIGTERM. A temp state folder is removed after a clean stop
     (kept, with the logs, after a failure). The engine is checked first, as `kiln serve` checks it (a corrupted
     engine is never served: IntegrityError, exit 1); each worker's host checks it again before it loads."""
-    check_engine(engine, opts.engines_root, opts.verify_full)
+    check_engine(engine, opts.engines_root)
     own = opts.state_dir is None
     state = Path(tempfile.mkdtemp(prefix="llmkiln-dynamo-")) if own else Path(opts.state_dir or ".")
     launcher = DynamoLauncher(make_spec(engine, opts, state), echo=echo)

@@ -1,7 +1,7 @@
 """The Dynamo front door: a protocol adapter on the engine host (llmkiln.host), behind Dynamo's frontend.
 
     python -m llmkiln.dynamo.worker --engine engines/NAME [--threads 1] [--overrides JSON] [--no-kv-events]
-                                    [--verify] [--role aggregated|prefill|decode] [--kv-export-timeout 30]
+                                    [--role aggregated|prefill|decode] [--kv-export-timeout 30]
 
 `kiln serve ENGINE --dynamo` starts these (llmkiln.dynamo.launcher) with the environment of its launch
 (llmkiln.dynamo.cluster: file discovery, loopback addresses). Life of a worker, driven by Dynamo's Rust
@@ -52,7 +52,7 @@ from dynamo.common.backend.health_check import build_health_check_payload, is_pr
 from dynamo.common.backend.publisher import KvEventSource, PushSource
 from dynamo.common.backend.run import run
 from dynamo.common.constants import DisaggregationMode
-from dynamo.llm.exceptions import EngineShutdown, InvalidArgument, Unknown
+from dynamo.llm.exceptions import EngineShutdown, HttpError, InvalidArgument, Unknown
 
 from llmkiln.dynamo.kv_events import KvEventBridge
 from llmkiln.engine_dir import resolve_engine
@@ -61,8 +61,8 @@ from llmkiln.host.engine_host import EngineHost, HostOptions
 from llmkiln.host.kv_transfer import TransferFailed
 from llmkiln.host.roles import WorkerRole
 from llmkiln.runtime.engine import EngineClosed
-from llmkiln.runtime.handle import RequestHandle
-from llmkiln.runtime.request import FinishReason, RequestRejected, SamplingParams
+from llmkiln.runtime.protocol import ServingHandle
+from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, SamplingParams
 
 log = logging.getLogger("llmkiln.dynamo.worker")
 
@@ -93,7 +93,6 @@ class WorkerArgs:
     kv_events: bool
     warmup: bool
     drain_timeout_s: float
-    verify_full: bool = False
     role: WorkerRole = WorkerRole.AGGREGATED
     kv_export_timeout_s: float = 30.0
 
@@ -126,11 +125,6 @@ class WorkerArgs:
             help="At shutdown, seconds requests in flight get to finish (the drain ends as soon as none is left).",
         )
         p.add_argument(
-            "--verify",
-            action="store_true",
-            help="Re-hash every engine file before loading (as `kiln serve --verify`).",
-        )
-        p.add_argument(
             "--role",
             choices=[r.value for r in WorkerRole],
             default=WorkerRole.AGGREGATED.value,
@@ -160,7 +154,6 @@ class WorkerArgs:
             kv_events=not a.no_kv_events,
             warmup=not a.no_warmup,
             drain_timeout_s=a.drain_timeout,
-            verify_full=a.verify,
             role=WorkerRole(a.role),
             kv_export_timeout_s=a.kv_export_timeout,
         )
@@ -181,7 +174,7 @@ class KilnWorker(DynamoEngine):
         self.folder = resolve_engine(args.engine).require()
         self.host: EngineHost | None = None
         self.bridge = KvEventBridge()
-        self._handles: dict[str, RequestHandle] = {}
+        self._handles: dict[str, ServingHandle] = {}
         self._watch: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -215,7 +208,6 @@ class KilnWorker(DynamoEngine):
             )
         options = HostOptions(
             overrides=self.args.engine_overrides(),
-            verify_full=self.args.verify_full,
             role=self.args.role,
             kv_export_timeout_s=self.args.kv_export_timeout_s,
         )
@@ -311,9 +303,9 @@ class KilnWorker(DynamoEngine):
         if host is None:
             raise EngineShutdown("the worker is not running")
         refused = host.refusal()
-        if refused is not None:
+        if refused is not None:  # draining: the front answers 503 + Retry-After
             host.metrics.add("rejected")
-            raise EngineShutdown(refused)
+            raise HttpError(503, refused)
         engine = host.engine
         role = self.args.role
         probe = is_probe(request)
@@ -336,6 +328,9 @@ class KilnWorker(DynamoEngine):
             if role is WorkerRole.PREFILL and not probe:
                 handoff["export_prefix"] = True
             handle = engine.submit(token_ids, params, request_id=rid, **handoff)
+        except QueueFull as exc:  # overload: 429 (+ Retry-After from the front); the frontend may migrate it
+            host.metrics.add("rejected")
+            raise HttpError(429, str(exc)) from None
         except RequestRejected as exc:
             host.metrics.add("rejected")
             raise InvalidArgument(str(exc)) from None
@@ -349,6 +344,7 @@ class KilnWorker(DynamoEngine):
         try:
             async for event in handle.aiter():
                 if not event.finished:
+                    assert event.token_id is not None  # only a final event may carry no token
                     n_out += 1
                     yield {"token_ids": [event.token_id], "index": 0}
                     continue
@@ -363,7 +359,7 @@ class KilnWorker(DynamoEngine):
                     host.metrics.observe_request(
                         len(token_ids), handle.num_cached_tokens, ttft / 1e6 if ttft is not None else None
                     )
-                ids = [] if event.token_id is None else [event.token_id]
+                ids: list[int] = [] if event.token_id is None else [event.token_id]
                 n_out += len(ids)
                 last: GenerateChunk = {
                     "token_ids": ids,
@@ -371,12 +367,10 @@ class KilnWorker(DynamoEngine):
                     "finish_reason": event.finish_reason or "stop",
                     "completion_usage": usage(len(token_ids), n_out, handle.num_cached_tokens),
                 }
-                if getattr(handle, "exported", None) is not None and host.kv is not None:
-                    pinned = await asyncio.wrap_future(
-                        handle.exported
-                    )  # set right after the request's last step
-                    exported = host.kv.open_export(pinned)
-                    last["disaggregated_params"] = exported or {}  # type: ignore[typeddict-unknown-key]
+                pinning = getattr(handle, "exported", None)  # LLMEngine, submitted with export_prefix
+                if pinning is not None and host.kv is not None:
+                    pinned = await asyncio.wrap_future(pinning)  # set right after the request's last step
+                    last["disaggregated_params"] = host.kv.open_export(pinned) or {}
                 yield last
                 return
         finally:

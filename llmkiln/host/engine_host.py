@@ -1,6 +1,6 @@
 """EngineHost: one engine folder hosted for one front door.
 
-    host = EngineHost.open("engines/stories-fp32", HostOptions(verify_full=False))   # check, load, start
+    host = EngineHost.open("engines/stories-fp32", HostOptions())   # check, load, start
     host.warmup()                       # the recipe's warmup (prefixes, then prompts) before ready
     host.health()                       # ready / healthy / draining, and why not
     host.refresh_metrics(); host.metrics # one naming for every front door (llmkiln.host.metrics)
@@ -32,14 +32,13 @@ from llmkiln.errors import BadInput
 from llmkiln.host.check import check_engine
 from llmkiln.host.kv_transfer import KvTransfer
 from llmkiln.host.metrics import HostMetrics, exposition
-from llmkiln.host.protocol import ServingEngine
 from llmkiln.host.roles import WorkerRole
 from llmkiln.host.warmup import WarmupResult, run_warmup
 from llmkiln.recipe import Warmup
 from llmkiln.runtime.engine import LLMEngine
-from llmkiln.runtime.handle import RequestHandle
 from llmkiln.runtime.loader import load_engine
 from llmkiln.runtime.profile import PROFILE_ENV
+from llmkiln.runtime.protocol import ServingEngine, ServingHandle
 
 SHUTTING_DOWN = "llmkiln: the server is shutting down; retry on another replica or after it restarts"
 
@@ -61,7 +60,6 @@ class HostOptions:
     the decode side never answered after kv_export_timeout_s."""
 
     overrides: Mapping[str, Any] | None = None
-    verify_full: bool = False
     role: WorkerRole = WorkerRole.AGGREGATED
     profile: str | None = None
     engines_root: Path | None = None
@@ -98,7 +96,7 @@ class EngineHost:
         self.load_seconds = 0.0
         self.warmup_result: WarmupResult | None = None
         self._lock = threading.Lock()
-        self._handles: set[RequestHandle] = set()
+        self._handles: set[ServingHandle] = set()
         self._active = 0
         self._draining = False
         self._ending = False
@@ -117,7 +115,7 @@ class EngineHost:
         if not opts.role.available:
             cls._refuse_role(opts.role)
         t0 = time.perf_counter()
-        folder = check_engine(engine, opts.engines_root, opts.verify_full)
+        folder = check_engine(engine, opts.engines_root)
         overrides = {k: dict(v) if isinstance(v, Mapping) else v for k, v in (opts.overrides or {}).items()}
         eng = load_engine(folder, overrides or None)
         profile = opts.profile or os.environ.get(PROFILE_ENV)
@@ -215,12 +213,12 @@ class EngineHost:
         """Requests the front door is serving (parsed, queued, running or streaming)."""
         return self._active
 
-    def track(self, handle: RequestHandle) -> None:
+    def track(self, handle: ServingHandle) -> None:
         """A submitted request, cancelled at the drain deadline if still running (end_overdue)."""
         with self._lock:
             self._handles.add(handle)
 
-    def untrack(self, handle: RequestHandle) -> None:
+    def untrack(self, handle: ServingHandle) -> None:
         with self._lock:
             self._handles.discard(handle)
 

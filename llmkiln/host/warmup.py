@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 
 from llmkiln.errors import KilnError
-from llmkiln.host.protocol import ServingEngine
 from llmkiln.recipe import Warmup
+from llmkiln.runtime.protocol import ServingEngine
 from llmkiln.runtime.request import FinishReason, RequestRejected, SamplingParams
 
 WARMUP_TIMEOUT_S = 600.0

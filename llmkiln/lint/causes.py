@@ -254,7 +254,8 @@ def join_tokenization(
             {(t, flag): ids for t, ids in zip(distinct, encoder.encode_texts(distinct, flag), strict=True)}
         )
     heads = {i: encoded[key] for i, key in rendered.items()}
-    hit, examples = [], []
+    hit: list[int] = []
+    examples: list[str] = []
     for i, head_ids in heads.items():
         k = common_prefix_len(head_ids, ids[i])
         if k < len(head_ids):

@@ -28,7 +28,7 @@ class PrefixCluster:
 
 def cluster_by_prefix(ids: Sequence[Sequence[int]], min_shared: int) -> list[PrefixCluster]:
     """Clusters of at least two requests, largest first."""
-    order = sorted(range(len(ids)), key=lambda i: ids[i])
+    order = sorted(range(len(ids)), key=lambda i: tuple(ids[i]))
     adjacent = [common_prefix_len(ids[a], ids[b]) for a, b in zip(order, order[1:], strict=False)]
     clusters: list[PrefixCluster] = []
     start = 0

@@ -323,8 +323,9 @@ class BlockStore:
         removed = []
         for block_id in list(self._lru):
             self._lru.pop(block_id)
-            if self.blocks[block_id].key is not None:
-                removed.append(self.blocks[block_id].key)
+            key = self.blocks[block_id].key
+            if key is not None:
+                removed.append(key)
             self._forget(self.blocks[block_id])
             self._empty.append(block_id)
         self._removed(removed)

@@ -23,11 +23,13 @@ import json
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 PROFILE_ENV = "LLMKILN_PROFILE"
+# A request or serve record: flat JSON scalars by field name (ids, nanosecond stamps, counts, reasons).
+ProfileRecord = Mapping[str, int | float | str | None]
 
 
 def now_ns() -> int:
@@ -54,7 +56,7 @@ class StepTrace:
     waiting: int = 0
     running: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         us = 1000
         return {
             "kind": "step",
@@ -87,7 +89,7 @@ class Profiler:
         self._lines: list[str] = []
         self._write({"kind": "start", "pid": os.getpid(), "t": time.time_ns()})
 
-    def _write(self, record: dict[str, Any]) -> None:
+    def _write(self, record: Mapping[str, object]) -> None:
         line = json.dumps(record, separators=(",", ":"))
         with self._lock:
             self._lines.append(line)
@@ -95,10 +97,10 @@ class Profiler:
     def step(self, trace: StepTrace) -> None:
         self._write(trace.to_json())
 
-    def request(self, record: dict[str, Any]) -> None:
+    def request(self, record: ProfileRecord) -> None:
         self._write({"kind": "request", **record})
 
-    def serve(self, record: dict[str, Any]) -> None:
+    def serve(self, record: ProfileRecord) -> None:
         self._write({"kind": "serve", **record})
         self.flush()
 

@@ -149,6 +149,12 @@ class Request:
     finish_reason: FinishReason | None = None
 
     @property
+    def slot_id(self) -> int:
+        """The KV slot of a running request (a request without one here is a scheduler bug)."""
+        assert self.slot is not None, f"request {self.request_id} holds no slot"
+        return self.slot
+
+    @property
     def num_prompt_tokens(self) -> int:
         return len(self.prompt_ids)
 

@@ -116,7 +116,7 @@ class OnnxRunner:
         ]
 
     def close(self) -> None:
-        self.session = None  # type: ignore[assignment]
+        self.session = None
 
     # ------------------------------------------------------------------ plan execution
     def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]:

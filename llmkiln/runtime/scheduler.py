@@ -218,7 +218,9 @@ class Scheduler:
         running = sorted(self.running(), key=lambda r: r.arrival_seq)
         for r in running:
             if r.prefill_done:
-                out.decodes.append(DecodeItem(r.request_id, r.slot, r.last_token_id(), r.num_computed_tokens))
+                out.decodes.append(
+                    DecodeItem(r.request_id, r.slot_id, r.last_token_id(), r.num_computed_tokens)
+                )
                 budget -= 1
         for r in running:
             if not r.prefill_done and budget > 0:
@@ -258,7 +260,9 @@ class Scheduler:
         if not picked:
             self._forced_decode = bool(decoding) and self._has_prefill_work(running)
             for r in decoding:
-                out.decodes.append(DecodeItem(r.request_id, r.slot, r.last_token_id(), r.num_computed_tokens))
+                out.decodes.append(
+                    DecodeItem(r.request_id, r.slot_id, r.last_token_id(), r.num_computed_tokens)
+                )
             out.decodes.sort(key=lambda d: d.slot)
             return out
         self._forced_decode = False
@@ -382,7 +386,7 @@ class Scheduler:
         end = start + size
         chunk = PrefillChunk(
             request.request_id,
-            request.slot,
+            request.slot_id,
             start,
             tuple(request.prompt_ids[start:end]),
             end == request.num_prompt_tokens,
@@ -405,7 +409,7 @@ class Scheduler:
             request.parent_hash = key
             request.num_saved_blocks += 1
             if block_id is not None:
-                out.saves.append(BlockCopy(block_id, request.slot, i * bs))
+                out.saves.append(BlockCopy(block_id, request.slot_id, i * bs))
 
     # ------------------------------------------------------------------ results
     def update_from_output(

@@ -33,7 +33,7 @@ from typing import Any
 from llmkiln.host.engine_host import SHUTTING_DOWN, EngineHost, HostOptions
 from llmkiln.recipe import Warmup
 from llmkiln.runtime.detokenizer import IncrementalDetokenizer
-from llmkiln.runtime.handle import RequestHandle
+from llmkiln.runtime.protocol import ServingHandle
 from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, SamplingParams
 from llmkiln.serve.metrics import TritonMetrics
 from llmkiln.serve.triton_io import (
@@ -279,11 +279,11 @@ class ServeCore:
         request: Any,
         sender: Any,
         req: ParsedRequest,
-        handle: RequestHandle,
+        handle: ServingHandle,
         stamps: tuple[int, int] = (0, 0),
     ) -> None:
         # The prompt is context only: the first generated word keeps its leading space.
-        detok = IncrementalDetokenizer(self.engine.tokenizer, prompt_ids=handle.prompt_ids)
+        detok = IncrementalDetokenizer(self.engine, prompt_ids=handle.prompt_ids)
         stops = StopMatcher(req.stop_words)
         pieces: list[str] = []
         n_tokens = 0
@@ -357,7 +357,7 @@ class ServeCore:
             text = req.prompt + text
         self._send(sender, text, final=True, perf=perf if req.return_perf_metrics else None)
 
-    def _perf(self, handle: RequestHandle, n_tokens: int) -> PerfFields:
+    def _perf(self, handle: ServingHandle, n_tokens: int) -> PerfFields:
         t = handle.timings
         cached = handle.num_cached_tokens
         return PerfFields(
@@ -371,7 +371,7 @@ class ServeCore:
             num_output_tokens=n_tokens,
         )
 
-    def _observe(self, handle: RequestHandle) -> None:
+    def _observe(self, handle: ServingHandle) -> None:
         ttft_ns = handle.timings.ttft_ns
         ttft_ms = ttft_ns / 1e6 if ttft_ns is not None else None
         self.metrics.observe_request(handle.num_prompt_tokens, handle.num_cached_tokens, ttft_ms)

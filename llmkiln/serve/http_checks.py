@@ -7,6 +7,12 @@ Triton 2.51 converts generate JSON into input tensors itself (server src/http_se
 and Triton then answers 200 with an error body. The model cannot see any of that, so llmkiln's HTTP front
 (serve/http_front.py) checks the body first: every known input must have its JSON type and fit its wire type,
 and `/generate` refuses `stream: true` — a 400 naming the field and what is allowed, never echoing the value.
+
+The body must also be one Triton reads the way Python does (issue 21, finding 7): strict UTF-8, RFC 8259 JSON
+(no NaN/Infinity), no key twice in an object (Python keeps the last, Triton's rapidjson the first: a string
+`temperature` before a number one reached Triton and gave HTTP 500), no lone UTF-16 surrogate (`"\\ud800"`:
+Triton answered 500), bounded nesting, and `id` (Triton's request id) a string (Triton answered 500 otherwise).
+A one-element list counts as its element (`"stream": [true]` is `stream: true`).
 """
 
 from __future__ import annotations
@@ -35,6 +41,51 @@ GENERATE_INPUTS: dict[str, str] = {
     "return_perf_metrics": "BOOL",
 }
 LIST_INPUTS = {"stop_words"}
+REQUEST_ID = "id"  # Triton's generate request id: a JSON string or Triton answers 500
+MAX_DEPTH = 64  # arrays/objects inside each other; a generate body needs 3
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _structure_error(data: Any, inputs: dict[str, str]) -> str | None:
+    """Lone surrogates (in keys or strings) and nesting deeper than MAX_DEPTH, anywhere in the parsed body."""
+    stack: list[tuple[Any, int, str | None]] = [(data, 1, None)]
+    while stack:
+        value, depth, field = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                where = f"field '{field}'" if field in inputs else "a string in the request body"
+                return f"{where} is not valid Unicode (a lone UTF-16 surrogate escape such as \\ud800)"
+            continue
+        if isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                return f"the request body is nested more than {MAX_DEPTH} levels deep"
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    stack.append((key, depth, field))
+                    stack.append((item, depth + 1, key if depth == 1 else field))
+            else:
+                stack.extend((item, depth + 1, field) for item in value)
+    return None
 
 
 def _element_error(name: str, wire: str, value: Any) -> str | None:
@@ -57,13 +108,47 @@ def _element_error(name: str, wire: str, value: Any) -> str | None:
 
 def check_generate_body(body: bytes, streaming: bool, inputs: dict[str, str] | None = None) -> str | None:
     """The first problem of a generate request body (None when Triton may convert it safely)."""
+    return parse_generate_body(body, streaming, inputs)[1]
+
+
+def first(value: Any) -> Any:
+    """A field's value with a one-element list read as its element (what Triton does with batch-1 inputs)."""
+    return value[0] if isinstance(value, list) and len(value) == 1 else value
+
+
+def parse_generate_body(
+    body: bytes, streaming: bool, inputs: dict[str, str] | None = None
+) -> tuple[dict[str, Any], None] | tuple[None, str]:
+    """(the body's JSON object, None) when Triton may convert it safely, else (None, its first problem)."""
     inputs = GENERATE_INPUTS if inputs is None else inputs
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return "the request body is not valid JSON"
+        text = body.decode("utf-8")  # strictly: Triton reads UTF-8 only (json.loads would guess UTF-16/32)
+    except UnicodeDecodeError:
+        return None, "the request body is not UTF-8 text"
+    try:
+        data = json.loads(text, object_pairs_hook=_object, parse_constant=_not_json)
+    except _DuplicateKey as dup:
+        where = f"field '{dup.key}'" if dup.key in inputs or dup.key == REQUEST_ID else "a key"
+        return None, f"{where} appears more than once in one JSON object; send each field once"
+    except RecursionError:
+        return None, f"the request body is nested more than {MAX_DEPTH} levels deep"
+    except ValueError:
+        return None, "the request body is not valid JSON"
     if not isinstance(data, dict):
-        return 'the request body must be a JSON object of inputs, e.g. {"text_input": ..., "max_tokens": 16}'
+        return (
+            None,
+            'the request body must be a JSON object of inputs, e.g. {"text_input": ..., "max_tokens": 16}',
+        )
+    problem = _fields_error(data, streaming, inputs)
+    return (None, problem) if problem is not None else (data, None)
+
+
+def _fields_error(data: dict[str, Any], streaming: bool, inputs: dict[str, str]) -> str | None:
+    problem = _structure_error(data, inputs)
+    if problem is not None:
+        return problem
+    if REQUEST_ID in data and not isinstance(data[REQUEST_ID], str):
+        return f"field '{REQUEST_ID}' (the request id) must be a string"
     for name, value in data.items():
         wire = inputs.get(name)
         if wire is None:
@@ -75,7 +160,7 @@ def check_generate_body(body: bytes, streaming: bool, inputs: dict[str, str] | N
             problem = _element_error(name, wire, v)
             if problem is not None:
                 return problem
-    if not streaming and data.get("stream") is True:
+    if not streaming and first(data.get("stream")) is True:  # [true] too: Triton reads it as true
         return (
             "'stream': true needs the streaming endpoint: POST .../generate_stream (server-sent events); "
             "/generate returns exactly one response"

@@ -34,7 +34,6 @@ class ServeOptions:
     engines_root: Path | None = (
         None  # where a recipe name is looked up (default: $LLMKILN_ENGINES or ./engines)
     )
-    verify_full: bool = False  # re-hash every engine file (default: files changed since their last check)
     admin_key: str | None = None  # the key admin API calls must send (None: admin APIs closed)
 
 
@@ -64,7 +63,7 @@ def serve_engine(
 ) -> int:
     """Serve `engine` until SIGINT/SIGTERM; 0 after a clean stop, ServerFailed (exit 1) otherwise."""
     # a corrupted engine is never served (IntegrityError, exit 1); the model's engine host checks it again
-    folder = check_engine(engine, opts.engines_root, opts.verify_full)
+    folder = check_engine(engine, opts.engines_root)
     spec = spec_from_engine(folder)
     remove_dead_workdirs()  # temp folders of killed `kiln serve` processes
     work = new_workdir()

@@ -16,12 +16,13 @@ from llmkiln.host.metrics import (
     Kind,
 )
 from llmkiln.runtime.metrics import EngineMetric
+from llmkiln.serve.triton_pb import TritonPb
 
 
 class TritonMetrics:
     """pb_utils metric families mirroring a HostMetrics; `pb` is triton_python_backend_utils (or a stand-in)."""
 
-    def __init__(self, pb: Any, model_name: str, model_version: str = "1") -> None:
+    def __init__(self, pb: TritonPb, model_name: str, model_version: str = "1") -> None:
         labels = {"model": model_name, "version": model_version}
         mf = pb.MetricFamily
         kinds = {Kind.COUNTER: mf.COUNTER, Kind.GAUGE: mf.GAUGE, Kind.HISTOGRAM: mf.HISTOGRAM}

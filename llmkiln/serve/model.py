@@ -4,6 +4,8 @@ Deliberately thin: the stub runs the venv's Python, so llmkiln is importable, an
 in llmkiln.serve.handler. The engine folder comes from the config parameter `engine_dir`.
 """
 
+from typing import Any
+
 import triton_python_backend_utils as pb_utils
 
 from llmkiln.serve.handler import ServeCore
@@ -13,13 +15,13 @@ from llmkiln.serve.parent_watch import exit_with_parent
 class TritonPythonModel:
     """Decoupled model: execute() is a coroutine, so many requests are in flight at once."""
 
-    def initialize(self, args):
+    def initialize(self, args: dict[str, Any]) -> None:
         exit_with_parent()  # a killed tritonserver's stub would otherwise keep its ports for minutes
         self.core = ServeCore.from_args(args, pb_utils)
 
-    async def execute(self, requests):
+    async def execute(self, requests: list[Any]) -> None:
         await self.core.execute(requests)
         return None
 
-    def finalize(self):
+    def finalize(self) -> None:
         self.core.shutdown()

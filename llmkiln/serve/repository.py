@@ -1,6 +1,7 @@
 """The Triton model repository for a CPU engine: config.pbtxt built as a protobuf message, never a template.
 
-Layout written by `write_repository`:
+Layout written by `write_repository` (the model folder is built in a hidden `.tmp-repo@<pid>-*` folder inside
+`<out>` and renamed into place: nothing is written outside `<out>`, and a failure leaves nothing behind):
   <out>/<model_name>/config.pbtxt        ModelConfig (tritonclient's model_config_pb2) via text_format
   <out>/<model_name>/1/model.py          copy of llmkiln/serve/model.py (thin; imports llmkiln from the venv)
 The warmup section travels as the parameter `warmup` (JSON); the engine host runs it inside the model's
@@ -13,7 +14,10 @@ genai-perf (`--backend tensorrtllm`) work unchanged. `check_repository` parses a
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,10 +25,9 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from llmkiln.atomic import atomic_dir
 from llmkiln.engine_dir import RESOLVED_RECIPE, EngineDir
 from llmkiln.errors import BadInput
-from llmkiln.recipe import Warmup
+from llmkiln.recipe import MODEL_NAME_PATTERN, Warmup
 
 MODEL_FILE = Path(__file__).with_name("model.py")
 VERSION = "1"
@@ -74,6 +77,21 @@ class RepoSpec:
     # the file the launcher writes to make the model drain (ServeCore; TritonServer.drain)
     drain_file: Path | None = None
 
+    def __post_init__(self) -> None:
+        check_model_name(self.model_name)
+
+
+def check_model_name(name: str) -> str:
+    """`name` when it is a safe Triton model name (MODEL_NAME_PATTERN), else BadInput: the name becomes a folder
+    of the repository, so '..' or 'a/b' would write outside it."""
+    if not isinstance(name, str) or re.fullmatch(MODEL_NAME_PATTERN, name) is None:
+        shown = repr(name)[:80]
+        raise BadInput(
+            f"model name {shown} (serve.model_name or --model-name): a Triton model name is 1-128 letters, digits, "
+            "'_', '.' or '-', not starting with '.' or '-' (no path parts such as '..' or '/')"
+        )
+    return name
+
 
 def spec_from_engine(engine: EngineDir | Path, model_name: str | None = None) -> RepoSpec:
     """The engine's resolved recipe turned into a RepoSpec (its warmup and serve sections)."""
@@ -113,20 +131,72 @@ def config_text(cfg: mc.ModelConfig) -> str:
     return text_format.MessageToString(cfg)
 
 
+TMP_PREFIX = ".tmp-repo@"
+_TMP_OWNER = re.compile(r"^\.tmp-repo@(\d+)-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def write_repository(spec: RepoSpec, out: Path, overwrite: bool = False) -> Path:
-    """Write the repository to `out` (built in a temp folder next to it, then renamed). Returns the model folder."""
+    """Write the repository to `out` and return the model folder. The model folder is built in a hidden temp
+    folder inside `out`, checked, and renamed into place; nothing is written outside `out`, and on any failure
+    nothing is left (folders this call created are removed again). `overwrite` replaces what `out` held."""
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise BadInput(f"{out}: exists and is not empty; choose another -o folder or remove it")
+    check_model_name(spec.model_name)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"{out}: exists and is not a folder; choose another -o folder")
+    for stale in out.glob(f"{TMP_PREFIX}*") if out.is_dir() else []:  # left by a killed writer
+        m = _TMP_OWNER.match(stale.name)
+        if m is not None and not _alive(int(m.group(1))):
+            shutil.rmtree(stale, ignore_errors=True)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise BadInput(f"{out}: exists and is not empty; choose another -o folder or remove it")
     EngineDir(spec.engine_dir).require()
-    with atomic_dir(out, prefix=f".{out.name}.tmp-") as tmp:
+    created: Path | None = None  # the topmost folder this call creates, removed again on failure
+    if not out.exists():
+        created = out
+        while not created.parent.exists():
+            created = created.parent
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out, prefix=f"{TMP_PREFIX}{os.getpid()}-"))
+    try:
         model_dir = tmp / spec.model_name
         (model_dir / VERSION).mkdir(parents=True)
         (model_dir / "config.pbtxt").write_text(config_text(build_model_config(spec)))
         shutil.copy2(MODEL_FILE, model_dir / VERSION / "model.py")
         check_repository(tmp)
+        _publish(model_dir, out, tmp)
+    except BaseException:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out / spec.model_name
+
+
+def _publish(model_dir: Path, out: Path, tmp: Path) -> None:
+    """Rename `model_dir` to out/<name>; what `out` held before (overwrite) is moved into `tmp` first (and put
+    back if the rename fails), so `out` never shows a mix of old and new."""
+    aside = tmp / ".old"
+    aside.mkdir()
+    moved = [e for e in out.iterdir() if e != tmp]
+    for entry in moved:
+        entry.rename(aside / entry.name)
+    try:
+        model_dir.rename(out / model_dir.name)
+    except BaseException:
+        for entry in moved:
+            (aside / entry.name).rename(entry)
+        raise
 
 
 # ---------------------------------------------------------------------------------------------------------------

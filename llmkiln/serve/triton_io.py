@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -32,6 +32,17 @@ class RequestLimits:
     max_stop_word_bytes: int = 256
 
 
+class SamplingKwargs(TypedDict, total=False):
+    """The keyword arguments of llmkiln.runtime.request.SamplingParams that a Triton request sets."""
+
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int | None
+    stop_token_ids: tuple[int, ...]
+
+
 @dataclass(frozen=True)
 class ParsedRequest:
     """One generation request, decoded from Triton tensors."""
@@ -49,9 +60,9 @@ class ParsedRequest:
     exclude_input_in_output: bool = False
     return_perf_metrics: bool = False
 
-    def sampling_kwargs(self) -> dict[str, Any]:
+    def sampling_kwargs(self) -> SamplingKwargs:
         """Keyword arguments for llmkiln.runtime.request.SamplingParams."""
-        kw: dict[str, Any] = {
+        kw: SamplingKwargs = {
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,
@@ -75,7 +86,7 @@ def _flat(name: str, arr: np.ndarray) -> np.ndarray:
     return a.reshape(-1)
 
 
-def _scalar(name: str, arr: np.ndarray) -> Any:
+def _scalar(name: str, arr: np.ndarray) -> object:
     a = _flat(name, arr)
     if a.size != 1:
         raise InvalidRequest(
@@ -84,7 +95,7 @@ def _scalar(name: str, arr: np.ndarray) -> Any:
     return a[0]
 
 
-def _raw_bytes(name: str, value: Any, limit: int, what: str) -> bytes:
+def _raw_bytes(name: str, value: object, limit: int, what: str) -> bytes:
     if isinstance(value, str):
         value = value.encode("utf-8")
     if not isinstance(value, bytes | np.bytes_):
@@ -95,7 +106,7 @@ def _raw_bytes(name: str, value: Any, limit: int, what: str) -> bytes:
     return raw
 
 
-def _text(name: str, value: Any, limit: int, what: str) -> str:
+def _text(name: str, value: object, limit: int, what: str) -> str:
     """A BYTES element as text, its size checked before it is decoded."""
     raw = _raw_bytes(name, value, limit, what)
     try:
@@ -104,7 +115,7 @@ def _text(name: str, value: Any, limit: int, what: str) -> str:
         raise InvalidRequest(f"input {name!r}: not valid UTF-8 (at byte {exc.start})") from None
 
 
-def _int(name: str, value: Any, lo: int, hi: int) -> int:
+def _int(name: str, value: object, lo: int, hi: int) -> int:
     """An integer in [lo, hi]; the value itself is never echoed."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
         raise InvalidRequest(f"input {name!r}: expected an integer, got {type(value).__name__}")
@@ -114,7 +125,7 @@ def _int(name: str, value: Any, lo: int, hi: int) -> int:
     return v
 
 
-def _float(name: str, value: Any) -> float:
+def _float(name: str, value: object) -> float:
     """A finite number; the value itself is never echoed."""
     if not isinstance(value, float | np.floating | int | np.integer) or isinstance(value, bool | np.bool_):
         raise InvalidRequest(f"input {name!r}: expected a number, got {type(value).__name__}")
@@ -124,7 +135,7 @@ def _float(name: str, value: Any) -> float:
     return v
 
 
-def _bool(name: str, value: Any) -> bool:
+def _bool(name: str, value: object) -> bool:
     if isinstance(value, bool | np.bool_):
         return bool(value)
     raise InvalidRequest(f"input {name!r}: expected BOOL, got {type(value).__name__}")
@@ -155,7 +166,7 @@ def parse_request(
         "max_tokens": _int("max_tokens", _scalar("max_tokens", raw), INT32_MIN, INT32_MAX),
         "exclude_input_in_output": exclude_input_default,
     }
-    scalars: dict[str, Callable[[Any], Any]] = {
+    scalars: dict[str, Callable[[object], float | bool]] = {
         "temperature": lambda v: _float("temperature", v),
         "top_p": lambda v: _float("top_p", v),
         "top_k": lambda v: _int("top_k", v, INT32_MIN, INT32_MAX),

@@ -127,7 +127,7 @@ def make_plan(
     """The plan document. `done` maps finished step names to their results; the rest are pending."""
     argv = build_argv(recipe)
     gpus = recipe.trtllm.tp_size * recipe.trtllm.pp_size
-    specs = {
+    specs: dict[str, tuple[str, dict[str, Any]]] = {
         "hash-weights": ("cpu", {"what": "sha256 of every source weight file"}),
         "calibrate": ("cpu", {"what": "ModelOpt FP8 weights + FP8 KV calibration", "outputs": [CALIBRATION_DIR]}),
         "checkpoint": ("cpu", {"what": "TensorRT-LLM checkpoint, rotary_base restored, validated",

@@ -53,11 +53,11 @@ def test_percentile_is_below_max() -> None:
 
 def test_bad_inputs(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="algorithm"):
-        KvAbsmax(1, 1, algorithm="builder")  # type: ignore[arg-type]
+        KvAbsmax(1, 1, algorithm="builder")  # type: ignore[arg-type]  # deliberately outside KvAlgorithm
     with pytest.raises(BadInput, match="empty"):
         KvAbsmax(1, 1).to_scales("int8")
     with pytest.raises(BadInput, match="dtype"):
-        KvScales.from_absmax("fp16", np.ones((1, 1)), np.ones((1, 1)))  # type: ignore[arg-type]
+        KvScales.from_absmax("fp16", np.ones((1, 1)), np.ones((1, 1)))
     bad = tmp_path / "kv.json"
     bad.write_text(json.dumps({"dtype": "int8", "layers": [{"k_scale": [1.0], "v_scale": [0.0]}]}))
     with pytest.raises(BadInput, match=r"layers\.0\.v_scale"):

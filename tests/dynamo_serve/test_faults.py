@@ -78,7 +78,7 @@ def test_killed_worker_requests_move_to_a_live_one(launch, stories_engine, tmp_p
     gets every token. Then the launch is killed outright (stale discovery files stay behind) and a new launch
     in the same folder wipes them: it sees only its own workers."""
     state = tmp_path / "state"
-    launcher = launch(stories_engine, workers=2, migration_limit=3, state_dir=state)
+    launcher = launch(stories_engine, workers=2, faulty=True, migration_limit=3, state_dir=state)
     c = client(launcher, timeout_s=120)
     stream = c.completions.create(model=MODEL, prompt=PROMPT, stream=True, **LONG)
     received, text, killed = 0, [], None
@@ -114,7 +114,7 @@ def test_killed_worker_requests_move_to_a_live_one(launch, stories_engine, tmp_p
 def test_drain_finishes_requests_in_flight_then_exits(launch, stories_engine):
     """SIGTERM a worker while it streams: it unregisters, finishes the request (the drain ends as soon as the
     worker is quiescent), and exits by itself."""
-    launcher = launch(stories_engine, workers=2, migration_limit=0, drain_timeout_s=120.0)
+    launcher = launch(stories_engine, workers=2, faulty=True, migration_limit=0, drain_timeout_s=120.0)
     c = client(launcher, timeout_s=120)
     stream = c.completions.create(
         model=MODEL, prompt=PROMPT, stream=True, max_tokens=400, extra_body={"ignore_eos": True}

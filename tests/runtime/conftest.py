@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from llmkiln.runtime.kv_blocks import BlockStore
 from llmkiln.runtime.profile import StepTrace
-from llmkiln.runtime.request import Request, RequestTimings, SamplingParams
+from llmkiln.runtime.request import Request, RequestTimings, SamplingParams, TokenEvent
 from llmkiln.runtime.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+
+if TYPE_CHECKING:
+    from llmkiln.runtime.engine import Runner
 
 VOCAB = 97
 EOS = 2
@@ -99,8 +103,8 @@ class FakeRunner:
         pass
 
 
-def make_scheduler(num_blocks: int = 64, **overrides) -> Scheduler:
-    base = dict(
+def make_scheduler(num_blocks: int = 64, **overrides: Any) -> Scheduler:
+    base: dict[str, Any] = dict(
         max_batch_size=4,
         max_num_tokens=64,
         max_prefill_tokens=32,
@@ -146,7 +150,9 @@ def greedy(logits: dict[str, np.ndarray]) -> dict[str, int]:
     return {rid: int(np.argmax(row)) for rid, row in logits.items()}
 
 
-def apply_plan(scheduler: Scheduler, runner: FakeRunner, plan, now_ns: int = 0):
+def apply_plan(
+    scheduler: Scheduler, runner: FakeRunner, plan: SchedulerOutput, now_ns: int = 0
+) -> list[tuple[Request, TokenEvent]]:
     """What the engine does with a plan: run it (the fake runner writes its saves too), update, publish saves."""
     events = scheduler.update_from_output(plan, greedy(runner.execute(plan)), now_ns)
     scheduler.release_saves(plan.saves, written=True)
@@ -155,9 +161,9 @@ def apply_plan(scheduler: Scheduler, runner: FakeRunner, plan, now_ns: int = 0):
 
 def run_to_completion(
     scheduler: Scheduler, runner: FakeRunner, max_steps: int = 10_000
-) -> dict[str, list[int]]:
+) -> dict[str, list[int | None]]:
     """Drive schedule → execute → update until nothing is left; returns output ids per request."""
-    outputs: dict[str, list[int]] = {}
+    outputs: dict[str, list[int | None]] = {}
     for step in range(max_steps):
         if not scheduler.has_work():
             return outputs
@@ -165,3 +171,8 @@ def run_to_completion(
         for request, ev in apply_plan(scheduler, runner, plan, now_ns=step):
             outputs.setdefault(request.request_id, []).append(ev.token_id)
     raise RuntimeError("scheduler did not finish")
+
+
+def _conforms(runner: FakeRunner) -> Runner:
+    """Never called: mypy checks the stand-in runner against the engine's Runner protocol."""
+    return runner

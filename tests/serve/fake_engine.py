@@ -1,19 +1,30 @@
 """A tiny stand-in engine for the serving tests: byte tokens, echoes the prompt.
 
-The same surface as llmkiln.runtime.engine.LLMEngine that the serving core uses (submit, handles with aiter /
-cancel / timings, metrics, tokenizer, config, shutdown), built from the runtime's own request, metric and config
-types. Unit tests hand it to ServeCore directly; the real-server tests run it through fake_model.py.
+It implements the serving seam, llmkiln.runtime.protocol.ServingEngine (with ServingHandle handles), as
+llmkiln.runtime.engine.LLMEngine does; mypy checks both against it (`_conforms` below; this file is in
+pyproject's [tool.mypy] files). Built from the runtime's own request, metric and config types. Unit tests hand
+it to ServeCore directly; the real-server tests run it through fake_model.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from llmkiln.runtime.metrics import EngineMetric
 from llmkiln.runtime.request import PromptTooLong, QueueFull, RequestTimings, SamplingParams, TokenEvent
 from llmkiln.runtime.scheduler import SchedulerConfig
+
+if TYPE_CHECKING:
+    from llmkiln.recipe import Recipe
+    from llmkiln.runtime.engine import LLMEngine
+    from llmkiln.runtime.handle import RequestHandle
+    from llmkiln.runtime.kv_blocks import BlockStore
+    from llmkiln.runtime.profile import Profiler
+    from llmkiln.runtime.protocol import ServingEngine, ServingHandle
 
 MAX_PROMPT = 200
 MAX_ACTIVE = 64
@@ -47,6 +58,7 @@ class Handle:
     cancelled: bool = False
     num_cached_tokens: int = 0
     error: str | None = None
+    request_id: str = "fake"
     finish_reason: str | None = None
 
     def result(self, timeout: float | None = None) -> list[int]:
@@ -61,7 +73,7 @@ class Handle:
     def cancel(self) -> None:
         self.cancelled = True
 
-    async def aiter(self):
+    async def aiter(self) -> AsyncIterator[TokenEvent]:
         self.engine.active += 1
         try:
             self.timings.first_scheduled_ns = time.time_ns()
@@ -83,31 +95,52 @@ class Handle:
 
 
 class FakeEngine:
-    """Implements llmkiln.host.protocol.ServingEngine (mypy checks it: tests/serve/test_fake_conforms.py)."""
+    """Implements llmkiln.runtime.protocol.ServingEngine (mypy checks it: tests/test_types.py runs mypy over this file)."""
 
     tokenizer = ByteTokenizer()
     config = SchedulerConfig.make(tokens_per_block=16)
-    profiler = None
-    recipe = None
-    block_store = None
+    recipe: Recipe | None = None
+    block_store: BlockStore | None = None
+    profiler: Profiler | None = None
     engine_dir = None
     healthy = True
-    failure = None
+    failure: str | None = None
 
     def __init__(self) -> None:
         self.active = 0
         self.seen: dict[tuple[int, ...], int] = {}
+        self._ids = 0
 
     def start(self) -> FakeEngine:
         return self
 
-    def submit(self, prompt, params, priority=0, request_id=None) -> Handle:
+    @property
+    def num_in_flight(self) -> int:
+        return self.active
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens)
+
+    def submit(
+        self,
+        prompt: str | Sequence[int],
+        params: SamplingParams | None = None,
+        priority: int = 0,
+        request_id: str | None = None,
+    ) -> Handle:
         ids = list(prompt.encode("utf-8")) if isinstance(prompt, str) else list(prompt)
         if len(ids) > MAX_PROMPT:
             raise PromptTooLong(f"prompt has {len(ids)} tokens, the engine accepts at most {MAX_PROMPT}")
         if self.active >= MAX_ACTIVE:
             raise QueueFull(f"queue full ({MAX_ACTIVE} requests waiting); retry later")
-        h = Handle(self, ids, params, RequestTimings(arrival_ns=time.time_ns()))
+        if params is None:
+            params = SamplingParams()
+        self._ids += 1
+        rid = request_id or f"fake-{self._ids}"
+        h = Handle(self, ids, params, RequestTimings(arrival_ns=time.time_ns()), request_id=rid)
         h.num_cached_tokens = (len(ids) // 16) * 16 if tuple(ids) in self.seen else 0
         self.seen[tuple(ids)] = 1
         return h
@@ -118,12 +151,12 @@ class FakeEngine:
         values[EngineMetric.NUM_RUNNING] = float(self.active)
         return values
 
-    @property
-    def num_in_flight(self) -> int:
-        return self.active
-
-    def enable_profile(self, path):
-        raise NotImplementedError("the stand-in engine has no step profile")
-
     def shutdown(self, timeout_s: float = 10.0) -> None:
         pass
+
+
+def _conforms(fake: FakeEngine, real: LLMEngine, fake_handle: Handle, real_handle: RequestHandle) -> None:
+    """Never called: mypy checks that the stand-in and the real engine (and their handles) fit the seam."""
+    engines: list[ServingEngine] = [fake, real]
+    handles: list[ServingHandle] = [fake_handle, real_handle]
+    del engines, handles

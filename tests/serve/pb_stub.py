@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -55,6 +55,10 @@ class Logger:
     def log_error(cls, m: str) -> None:
         cls.lines.append("E " + m)
 
+    @classmethod
+    def log_verbose(cls, m: str) -> None:
+        cls.lines.append("V " + m)
+
 
 class _Metric:
     def __init__(self, labels: dict[str, str], buckets: list[float] | None = None) -> None:
@@ -91,8 +95,9 @@ class Sender:
         self.sent: list[tuple[InferenceResponse | None, int]] = []
         self.done_at = 0.0  # time.perf_counter() of the FINAL response
 
-    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+    def send(self, response: object | None = None, flags: int = 0) -> None:
         assert not any(f & TRITONSERVER_RESPONSE_COMPLETE_FINAL for _, f in self.sent), "sent after FINAL"
+        assert response is None or isinstance(response, InferenceResponse), f"not a response: {response!r}"
         self.sent.append((response, flags))
         if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             self.done_at = time.perf_counter()
@@ -104,8 +109,9 @@ class Sender:
     def texts(self) -> list[str]:
         out = []
         for r, _ in self.sent:
-            if r is not None and r.out("text_output") is not None:
-                out.append(r.out("text_output")[0, 0].decode())
+            text = None if r is None else r.out("text_output")
+            if text is not None:
+                out.append(text[0, 0].decode())
         return out
 
     def errors(self) -> list[str]:
@@ -129,3 +135,11 @@ class Request:
     def is_cancelled(self) -> bool:
         self.checks += 1
         return self.cancel_after is not None and self.checks > self.cancel_after
+
+
+if TYPE_CHECKING:  # mypy checks this module against the surface it stands in for
+    from llmkiln.serve.triton_pb import TritonPb, TritonRequest
+    from tests.serve import pb_stub
+
+    _conforms: TritonPb = pb_stub
+    _request: TritonRequest = Request()

@@ -109,6 +109,7 @@ def test_cancelled_request_ends_with_a_final_flag():
     r.cancel_after = 1
     run(c, r)
     assert r.sender.final and len(r.sender.texts()) < 100
+    assert not r.sender.errors() and published(c, "cancelled") == 1  # the cancel path, not an internal error
 
 
 def test_warmup_runs_in_the_host_before_the_model_takes_requests():

@@ -7,11 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from llmkiln.errors import BadInput
-from llmkiln.recipe import Warmup
+from llmkiln.errors import BadInput, RecipeError
+from llmkiln.recipe import Warmup, load_recipe
 from llmkiln.serve.repository import (
     INPUTS,
     RepoSpec,
@@ -122,3 +123,83 @@ def test_kiln_repo_cli_writes_checks_and_rejects(recipe_engine_dir: Path, tmp_pa
     _break(next(out.glob("*/config.pbtxt")), "decoupled: true", "decoupled: false")
     r = subprocess.run([*kiln, "repo", "--check", str(out)], capture_output=True, text=True)
     assert r.returncode == 2 and "decoupled must be true" in r.stderr
+
+
+BAD_NAMES = ["..", ".", ".hidden", "-x", "a/b", "../escape", "a\\b", "x" * 129, "", "na me"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_unsafe_model_names_are_refused_in_the_recipe_and_the_repository(name: str, tmp_path: Path):
+    """Issue 21, finding 11: serve.model_name '..' was accepted (and wrote outside the -o folder)."""
+    recipe = tmp_path / "named.yaml"
+    recipe.write_text(
+        yaml.safe_dump({"name": "named", "model": {"generated": "tiny-llama"}, "serve": {"model_name": name}})
+    )
+    with pytest.raises(RecipeError, match="serve.model_name"):
+        load_recipe(recipe)
+    with pytest.raises(BadInput, match="a Triton model name is"):
+        RepoSpec(name, tmp_path)
+
+
+def test_safe_model_names_pass(tmp_path: Path):
+    for name in ("llmkiln", "my.model-1", "_x", "A" * 128):
+        assert RepoSpec(name, tmp_path).model_name == name
+
+
+def _tree(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+def _kiln(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "llmkiln.cli.main", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_kiln_repo_writes_nothing_outside_its_folder(recipe_engine_dir: Path, tmp_path: Path):
+    work = tmp_path / "work"
+    work.mkdir()
+    before = _tree(tmp_path)
+    for name in ("..", "../../x", "a/../.."):
+        r = _kiln("repo", str(recipe_engine_dir), "-o", str(work / "repo"), "--model-name", name)
+        assert r.returncode == 2 and "a Triton model name is" in r.stderr and "Traceback" not in r.stderr, (
+            r.stderr
+        )
+        assert _tree(tmp_path) == before  # nothing outside, and no -o folder either
+    # an engine whose resolved recipe names '..' (edited after the build): refused when it is read
+    resolved = recipe_engine_dir / "recipe.resolved.yaml"
+    data = yaml.safe_load(resolved.read_text())
+    data["serve"]["model_name"] = ".."
+    resolved.write_text(yaml.safe_dump(data))
+    before = _tree(tmp_path)
+    r = _kiln("repo", str(recipe_engine_dir), "-o", str(work / "repo"))
+    assert r.returncode == 2 and "serve.model_name" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert _tree(tmp_path) == before
+
+
+def test_a_failed_write_leaves_nothing(recipe_engine_dir: Path, tmp_path: Path, monkeypatch):
+    from llmkiln.serve import repository
+
+    spec = spec_from_engine(recipe_engine_dir)
+    old = write_repository(spec, tmp_path / "kept")
+    (tmp_path / "empty").mkdir()
+
+    def fail(repo: Path):
+        raise BadInput("broken on purpose")
+
+    monkeypatch.setattr(repository, "check_repository", fail)
+    before = _tree(tmp_path)
+    for out, overwrite in (
+        (tmp_path / "new" / "repo", False),
+        (tmp_path / "empty", False),
+        (tmp_path / "kept", True),
+    ):
+        with pytest.raises(BadInput, match="broken on purpose"):
+            write_repository(spec, out, overwrite=overwrite)
+        assert _tree(tmp_path) == before, out  # no temp folder, no half-written model, the old one intact
+    assert (old / "config.pbtxt").is_file()
+    monkeypatch.undo()
+    (old / "stale-file").write_text("x")
+    again = write_repository(spec, tmp_path / "kept", overwrite=True)
+    assert again == old and sorted(p.name for p in (tmp_path / "kept").iterdir()) == [spec.model_name]
+    assert not (old / "stale-file").exists()

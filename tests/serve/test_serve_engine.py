@@ -43,7 +43,7 @@ def served(engine: Path, tmp_path_factory: pytest.TempPathFactory):
     server = TritonServer(ServerConfig(tmp / "repo", **_ports(), exit_timeout_s=20, workdir=tmp))
     server.start()
     server.wait_ready(300)
-    server.model = spec.model_name  # type: ignore[attr-defined]
+    server.model = spec.model_name  # type: ignore[attr-defined]  # the tests read the model name off the fixture
     yield server
     server.stop()
 

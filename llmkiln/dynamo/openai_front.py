@@ -1,0 +1,181 @@
+"""llmkiln's OpenAI front: the public HTTP endpoint of `kiln serve --dynamo`, in front of Dynamo's frontend on a
+loopback port of its own.
+
+Every request passes to Dynamo's frontend unchanged, except:
+- overload and shutdown get their HTTP status and `Retry-After`, streaming or not. Dynamo 1.6.1's frontend
+  answers a worker's rejection (`HttpError(429)`, raised by the worker when its queue is full) with 429 but no
+  Retry-After, and inside a streamed response — whose `200` it has sent before the worker answered — as an
+  error event (`data: {"error": {..., "code": 429}}`); its own busy check answers 529. The front reads a stream's
+  first event before it answers: an error event that comes before any token becomes the response's status (429
+  for 429/529, 503 for 503) with `Retry-After: 1`; anything else is relayed as it arrives (the first event is
+  the first token, so TTFT does not move).
+- while the launch drains (SIGTERM), new requests get 503 + `Retry-After` at once; streams in flight go on.
+Measured cost of the hop: docs/serve.md ("The OpenAI front").
+
+It runs an aiohttp server on its own event loop in a thread of the launcher process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade"}
+RETRY_AFTER_S = "1"
+FIRST_EVENT_MAX_BYTES = 1 << 20
+OVERLOADED = {429: 429, 529: 429, 503: 503}  # upstream status (or error event code) -> the client's status
+SHUTTING_DOWN = "llmkiln: the server is shutting down; retry on another replica or after it restarts"
+
+
+def _error(status: int, message: str, kind: str) -> web.Response:
+    return web.json_response(
+        {"error": {"message": message, "type": kind, "code": status}},
+        status=status,
+        headers={"Retry-After": RETRY_AFTER_S},
+    )
+
+
+def _wants_stream(body: bytes) -> bool:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(data, dict) and data.get("stream") is True
+
+
+def _error_event(event: bytes) -> tuple[int, str] | None:
+    """(code, message) when an SSE event is Dynamo's error event with an overload/shutdown code."""
+    for line in event.splitlines():
+        if not line.startswith(b"data:"):
+            continue
+        try:
+            data = json.loads(line[5:].strip())
+        except (ValueError, UnicodeDecodeError):
+            return None
+        err = data.get("error") if isinstance(data, dict) else None
+        if isinstance(err, dict) and isinstance(err.get("code"), int) and err["code"] in OVERLOADED:
+            return int(err["code"]), str(err.get("message") or "")
+        return None
+    return None
+
+
+class OpenAIFront:
+    """Listens on host:port, forwards to http://upstream (Dynamo's frontend)."""
+
+    def __init__(self, host: str, port: int, upstream: str) -> None:
+        self.host, self.port, self.upstream = host, port, upstream
+        self.draining = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        """Bind and serve in a background thread; raises the bind error (e.g. the port is taken)."""
+        self._thread = threading.Thread(target=self._run, name="llmkiln-openai-front", daemon=True)
+        self._thread.start()
+        self._started.wait(30)
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as exc:  # reported to start()
+            self._error = exc
+            self._started.set()
+            return
+        self._started.set()
+        loop.run_forever()
+        loop.run_until_complete(self._cleanup())
+        loop.close()
+
+    async def _serve(self) -> None:
+        app = web.Application(client_max_size=64 * 2**20)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10), auto_decompress=False
+        )
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+
+    async def _cleanup(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    def stop(self) -> None:
+        """Stop listening and close the connections upstream (idempotent)."""
+        if self._loop is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if self.draining and (request.method == "POST" or request.path.rstrip("/").endswith("/health")):
+            return _error(503, SHUTTING_DOWN, "unavailable")
+        body = await request.read()
+        assert self._session is not None
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
+        url = f"http://{self.upstream}{request.path_qs}"
+        try:
+            async with self._session.request(request.method, url, headers=headers, data=body) as up:
+                out_headers = {k: v for k, v in up.headers.items() if k.lower() not in HOP_HEADERS}
+                if up.status in OVERLOADED:
+                    payload = await up.read()
+                    return self._overloaded(up.status, payload)
+                if up.status == 200 and request.method == "POST" and _wants_stream(body):
+                    return await self._stream(request, up, out_headers)
+                payload = await up.read()
+                return web.Response(body=payload, status=up.status, headers=out_headers)
+        except aiohttp.ClientError as exc:
+            return _error(503, f"the OpenAI frontend is not reachable ({type(exc).__name__})", "unavailable")
+
+    @staticmethod
+    def _overloaded(status: int, payload: bytes) -> web.Response:
+        message = "the server is overloaded: retry later"
+        try:
+            data = json.loads(payload)
+            inner = data.get("error", data) if isinstance(data, dict) else {}
+            if isinstance(inner, dict) and inner.get("message"):
+                message = str(inner["message"])
+        except (ValueError, UnicodeDecodeError):
+            pass
+        code = OVERLOADED[status]
+        return _error(code, message, "rate_limit_error" if code == 429 else "unavailable")
+
+    async def _stream(
+        self, request: web.Request, up: aiohttp.ClientResponse, headers: dict[str, Any]
+    ) -> web.StreamResponse:
+        first = b""
+        async for chunk in up.content.iter_any():
+            first += chunk
+            if b"\n\n" in first or len(first) > FIRST_EVENT_MAX_BYTES:
+                break
+        event = first.split(b"\n\n", 1)[0]
+        rejected = _error_event(event)
+        if rejected is not None:
+            code, message = rejected
+            status = OVERLOADED[code]
+            return _error(status, message or "the server is overloaded: retry later",
+                          "rate_limit_error" if status == 429 else "unavailable")  # fmt: skip
+        resp = web.StreamResponse(status=200, headers=headers)
+        await resp.prepare(request)
+        if first:
+            await resp.write(first)
+        async for chunk in up.content.iter_any():
+            await resp.write(chunk)
+        await resp.write_eof()
+        return resp
