@@ -6,9 +6,11 @@ decode worker prefills the prompt itself and counts the fallback)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
+import urllib.request
 
 import openai
 import pytest
@@ -147,8 +149,23 @@ def test_decode_killed_mid_transfer_leaves_nothing_pinned(faulty_pd):
     assert m["kv_transfer_export_blocks"] == 0 and m["kv_blocks_pinned"] == 0
     assert m["kv_transfer_exports_expired_total"] == 1
     t.join(60)
+    before = decode_instances(faulty_pd)
     faulty_pd.supervise_once()  # restart the decode worker for the next test
     faulty_pd.wait_ready(180)
+    # the frontend drops the killed instance from discovery a few seconds later: wait for only the new one
+    wait_until(lambda: len(now := decode_instances(faulty_pd)) == 1 and not now & before, 60)
+
+
+def decode_instances(launcher) -> set:
+    """Instance ids of the decode tier's generate endpoint (component backend) in the frontend's /health."""
+    health = json.loads(
+        urllib.request.urlopen(launcher.url.removesuffix("/v1") + "/health", timeout=5).read()
+    )
+    return {
+        str(i.get("instance_id"))
+        for i in health.get("instances", [])
+        if i.get("endpoint") == "generate" and i.get("component") == "backend"
+    }
 
 
 def test_prefill_killed_before_the_read_falls_back_to_local_prefill(faulty_pd, expected):
