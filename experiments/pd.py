@@ -58,7 +58,13 @@ class Setup:
     def frontend_args(self) -> tuple[str, ...]:
         if not self.local_prefill_below:
             return ()
-        config = {"policy": "isl_bounding", "eff_isl_threshold": self.local_prefill_below}
+        # ratio 1.0: the uncached length alone decides (the default 0.7 also asks that most of the prompt be
+        # cached on the decode worker, which keeps uncached short prompts on the prefill tier)
+        config = {
+            "policy": "isl_bounding",
+            "eff_isl_threshold": self.local_prefill_below,
+            "eff_isl_ratio_threshold": 1.0,
+        }
         return ("--router-conditional-disagg", "--router-conditional-disagg-config", json.dumps(config))
 
 
@@ -142,9 +148,9 @@ def _dist(values: list[float]) -> dict[str, float | None]:
 def _classes(records: list[RequestRecord]) -> dict[str, list[RequestRecord]]:
     ok = [r for r in records if r.ok]
     groups = {"long": [r for r in ok if r.group == "long"], "short": [r for r in ok if r.group == "short"]}
-    if not groups["long"] and not groups["short"]:
-        return {"all": ok}
-    return {k: v for k, v in groups.items() if v}
+    out = {k: v for k, v in groups.items() if v}
+    out["all"] = ok
+    return out
 
 
 def run_summary(records: list[RequestRecord], wall_s: float) -> dict[str, Any]:
@@ -357,7 +363,7 @@ def targets(summary: dict[str, Any]) -> list[dict[str, Any]]:
         for run in setups[pd]["runs"]:
             if not run.startswith("mixed-long-short"):
                 continue
-            for cls in ("short", "long"):
+            for cls in ("all", "short", "long"):
                 a = _get(summary, "agg-2w", run, cls, "itl_ms", "p99")
                 p = _get(summary, pd, run, cls, "itl_ms", "p99")
                 if a and p is not None:

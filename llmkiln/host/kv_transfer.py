@@ -126,6 +126,7 @@ class KvTransfer:
         ]
         self._lock = threading.Lock()
         self._exports: dict[str, Export] = {}
+        self._releasing: dict[str, Export] = {}  # released, their unpin not done yet
         self._peers: dict[str, bytes] = {}
         self._closed = threading.Event()
         self._poller: threading.Thread | None = None
@@ -165,39 +166,51 @@ class KvTransfer:
             "tokens": len(ids) * self.tokens_per_block,
         }
 
-    def release(self, export_id: str, why: str) -> bool:
-        """Unpin an export's blocks (the decode side read them, gave up, or the export expired)."""
+    def release(self, export_id: str, why: str, wait: bool = False) -> bool:
+        """Unpin an export's blocks (the decode side read them, gave up, or the export expired). The unpin is a
+        scheduler-thread call: the poller does not wait for it (wait=True does); the gauges follow once done."""
         with self._lock:
             export = self._exports.pop(export_id, None)
+            if export is not None:
+                self._releasing[export_id] = export
         if export is None:
             return False
         if why == "timeout":
             self.metrics.add("kv_exports_expired")
-        try:
-            self.engine.release_blocks(export.block_ids).result(ENGINE_CALL_S)
-        except KilnError:
-            pass  # the engine is gone: so are its pins
-        if why == "timeout":
             self.log.warning(
                 f"llmkiln: KV export {export_id} ({len(export.block_ids)} blocks) released after "
                 f"{self.export_timeout_s:g} s without word from the decode side"
             )
-        self._publish_open()
+
+        def done(_fut: object = None) -> None:
+            with self._lock:
+                self._releasing.pop(export_id, None)
+            self._publish_open()
+
+        fut = self.engine.release_blocks(
+            export.block_ids
+        )  # EngineClosed in it: the pins went with the engine
+        fut.add_done_callback(done)
+        if wait:
+            try:
+                fut.result(ENGINE_CALL_S)
+            except (KilnError, TimeoutError):
+                pass
         return True
 
     @property
     def num_open_exports(self) -> int:
+        """Exports not released yet (an export being released counts until its blocks are unpinned)."""
         with self._lock:
-            return len(self._exports)
+            return len(self._exports) + len(self._releasing)
 
     @property
     def num_export_blocks(self) -> int:
         with self._lock:
-            return sum(len(e.block_ids) for e in self._exports.values())
+            return sum(len(e.block_ids) for e in (*self._exports.values(), *self._releasing.values()))
 
     def _publish_open(self) -> None:
-        with self._lock:
-            n, blocks = len(self._exports), sum(len(e.block_ids) for e in self._exports.values())
+        n, blocks = self.num_open_exports, self.num_export_blocks
         self.metrics.set("kv_exports_open", n)
         self.metrics.set("kv_export_blocks", blocks)
 
@@ -355,7 +368,7 @@ class KvTransfer:
         with self._lock:
             open_ids = list(self._exports)
         for export_id in open_ids:
-            self.release(export_id, "shutdown")
+            self.release(export_id, "shutdown", wait=True)
         with self._agent_lock:
             try:
                 self.agent.deregister_memory(self._registration)
