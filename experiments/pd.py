@@ -51,20 +51,17 @@ class Setup:
     workers: int = 0  # aggregated workers
     prefill: int = 0
     decode: int = 0
-    # Dynamo's conditional disaggregation: prompts whose uncached part is at most this many tokens are
-    # prefilled on the decode worker (the frontend's isl_bounding policy); 0: every prompt goes to prefill
+    # Dynamo's conditional disaggregation (the frontend's isl_bounding policy, eff_isl_threshold): prompts
+    # whose uncached part is at most this many tokens may be prefilled on the decode worker; 0: off
     local_prefill_below: int = 0
 
     def frontend_args(self) -> tuple[str, ...]:
         if not self.local_prefill_below:
             return ()
-        # ratio 1.0: the uncached length alone decides (the default 0.7 also asks that most of the prompt be
-        # cached on the decode worker, which keeps uncached short prompts on the prefill tier)
-        config = {
-            "policy": "isl_bounding",
-            "eff_isl_threshold": self.local_prefill_below,
-            "eff_isl_ratio_threshold": 1.0,
-        }
+        # Dynamo's isl_bounding (defaults: eff_isl_ratio_threshold 0.7): measured, a prompt goes to the decode worker
+        # when its uncached part is short AND the decode worker holds most of it (a fully uncached short prompt
+        # still goes to the prefill tier, even with the ratio at 1.0)
+        config = {"policy": "isl_bounding", "eff_isl_threshold": self.local_prefill_below}
         return ("--router-conditional-disagg", "--router-conditional-disagg-config", json.dumps(config))
 
 
