@@ -139,12 +139,17 @@ class BlockData:
             self.scales[ids] = scales
 
     def read_many(self, block_ids: Sequence[int]) -> np.ndarray:
-        """n blocks at once, (n, L, 2, kv_heads, tokens, head_dim); the same values as n `read`s."""
+        """n blocks at once, (n, L, 2, kv_heads, tokens, head_dim); the same values as n `read`s. Read-only: for
+        consecutive ids of an fp32 or raw store it is a view of the store (no copy; imported prompts and fresh
+        saves get consecutive ids from the free list)."""
         ids = np.asarray(block_ids, np.intp)
+        where: slice | np.ndarray = ids
+        if len(ids) > 1 and int(ids[-1]) - int(ids[0]) + 1 == len(ids) and bool((np.diff(ids) == 1).all()):
+            where = slice(int(ids[0]), int(ids[-1]) + 1)
         if self.raw:
-            return self.values[ids]
-        scales = self.scales[ids] if self.scales is not None else None
-        return dequantize(self.values[ids], scales, self.dtype)
+            return self.values[where]
+        scales = self.scales[where] if self.scales is not None else None
+        return dequantize(self.values[where], scales, self.dtype)
 
     def read(self, block_id: int) -> np.ndarray:
         if self.raw:
