@@ -74,7 +74,7 @@ SETUPS = (
 
 @dataclass(frozen=True)
 class PdConfig:
-    """Sizes (defaults: the committed run, about 15-20 minutes on 2 idle cores)."""
+    """Sizes (defaults: the committed run, about 10-15 minutes on 2 idle cores)."""
 
     out_dir: Path = Path("bench/results/pd")
     raw_dir: Path = Path("bench/results/raw/pd")
@@ -89,8 +89,8 @@ class PdConfig:
     system_prompts: int = 2
     user_tokens: tuple[int, int] = (32, 96)
     concurrency: tuple[int, ...] = (4, 8)
-    requests: int = 16  # per closed-loop level
-    open_requests: int = 16
+    requests: int = 24  # per closed-loop level
+    open_requests: int = 24
     request_rate: float = 1.0
     probe_requests: int = 3
     setups: tuple[Setup, ...] = SETUPS
@@ -481,7 +481,7 @@ def resummarize(out: Path) -> Path:
 @click.option(
     "--quick", is_flag=True, help="Short prompts, few requests (minutes, for checking the harness)."
 )
-@click.option("--requests", "requests_", type=int, default=None, help="Requests per level (default 16).")
+@click.option("--requests", "requests_", type=int, default=None, help="Requests per level (default 24).")
 @click.option(
     "--out-dir",
     "--out",
