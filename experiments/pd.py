@@ -11,7 +11,8 @@ concurrency 4 and 8 and open loop (Poisson arrivals at `request_rate`). Per run:
 short and the long requests (shared-prefix: all requests), output tok/s, and for pd the KV transfer per request
 (bytes and seconds from the decode worker's llmkiln_kv_transfer_* counters) and the fallbacks.
 
-Then the transfer probe (pd only, idle system): `probe_requests` 2048-token prompts one at a time; each one's
+Before measuring, each launch gets one short and one long request (not measured: the first shapes, the first KV
+transfer's UCX connection). Then the transfer probe (pd only, idle system): `probe_requests` 2048-token prompts one at a time; each one's
 transfer time (decode worker counters) against its prefill time (the prefill worker's TTFT histogram): the
 target is transfer ≤ 10% of prefill. Results: OUT/summary.json and SUMMARY.md, raw records under
 bench/results/raw/pd/. `--quick` checks the harness in minutes (short prompts, few requests).
@@ -264,6 +265,7 @@ def _run_setup(
     workloads: dict[str, list[Workload]],
     probe: Workload,
     console: Console,
+    warm: Workload | None = None,
 ) -> dict[str, Any]:
     state = Path(tempfile.mkdtemp(prefix="llmkiln-pd-"))
     opts = DynamoOptions(
@@ -278,6 +280,23 @@ def _run_setup(
     result: dict[str, Any] = {"setup": asdict(setup), "threads_per_worker": spec.threads, "runs": {}}
     model = EngineDir(engine).recipe().serve.model_name
     with DynamoLauncher(spec) as launcher:
+        if (
+            warm is not None and warm.requests
+        ):  # not measured: first shapes, the first KV transfer's UCX connection
+            n = len(warm.requests)
+            run_bench(
+                BenchConfig(
+                    url=launcher.url,
+                    model=model,
+                    workload=warm,
+                    concurrency=(1,),
+                    requests_per_level=n,
+                    label=f"{setup.name}-warm",
+                    timeout_s=cfg.timeout_s,
+                    api="completions",
+                    progress=False,
+                )
+            )
         for wname, parts in workloads.items():
             for (kind, conc, rate), wl in zip(_levels(cfg), parts, strict=True):
                 name = f"{setup.name}-{wname}-{kind}{conc if rate is None else ''}"
@@ -322,10 +341,13 @@ def run_pd(cfg: PdConfig, console: Console | None = None) -> tuple[Path, dict[st
         tok, replace(cfg.spec("mixed-long-short", cfg.long_every * cfg.probe_requests + 1), seed=cfg.seed + 1)
     )
     probe = replace(longs, requests=[r for r in longs.requests if r.group == "long"])
+    others = build_workload(tok, replace(cfg.spec("mixed-long-short", cfg.long_every), seed=cfg.seed + 2))
+    first = {r.group: r for r in reversed(others.requests)}  # one short and one long request
+    warm = replace(others, requests=[replace(r, index=i) for i, r in enumerate(first.values())])
     results = {}
     for setup in cfg.setups:
         console.rule(setup.name)
-        results[setup.name] = _run_setup(cfg, setup, engine, workloads, probe, console)
+        results[setup.name] = _run_setup(cfg, setup, engine, workloads, probe, console, warm)
     summary = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
         "engine": str(engine),
