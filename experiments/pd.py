@@ -4,7 +4,10 @@ aggregated Dynamo workers vs one prefill + one decode worker on the same cores, 
 Engine bench-optimized (bench-llama-125m, fp32 KV), served by `kiln serve --dynamo` on loopback through the OpenAI
 completions endpoint (prompt lengths exact), greedy, every setup a fresh launch with the same requests:
 - `agg-2w`: two aggregated workers (one core each), KV router;
-- `pd-1p1d`: one prefill worker and one decode worker (one core each), KV router for the prefill tier.
+- `pd-1p1d`: one prefill worker and one decode worker (one core each), KV router for the prefill tier;
+- `pd-1p1d-chunk128`: the same with 128-token prefill chunks on the prefill worker (it runs no decodes: smaller
+  chunks only bound how long a short prompt waits there behind a long one).
+`--setups` picks others (`pd-1p1d-cond`: Dynamo's conditional disaggregation in the frontend).
 Workloads: mixed-long-short (2048-token prompts among 32-128-token ones, one long every `long_every`) and
 shared-prefix (system prompts of `system_tokens` tokens plus a user turn). Each workload runs closed loop at
 concurrency 4 and 8 and open loop (Poisson arrivals at `request_rate`). Per run: TTFT and ITL p50/p95/p99 for the
@@ -55,6 +58,7 @@ class Setup:
     # Dynamo's conditional disaggregation (the frontend's isl_bounding policy, eff_isl_threshold): prompts
     # whose uncached part is at most this many tokens may be prefilled on the decode worker; 0: off
     local_prefill_below: int = 0
+    prefill_chunk: int = 0  # the prefill workers' scheduler.max_prefill_tokens (0: the recipe's)
 
     def frontend_args(self) -> tuple[str, ...]:
         if not self.local_prefill_below:
@@ -66,11 +70,14 @@ class Setup:
         return ("--router-conditional-disagg", "--router-conditional-disagg-config", json.dumps(config))
 
 
-SETUPS = (
+AVAILABLE = (
     Setup("agg-2w", workers=2),
     Setup("pd-1p1d", prefill=1, decode=1),
+    # a prefill tier runs no decodes: smaller chunks there only bound how long a short prompt waits behind a long
+    Setup("pd-1p1d-chunk128", prefill=1, decode=1, prefill_chunk=128),
     Setup("pd-1p1d-cond", prefill=1, decode=1, local_prefill_below=512),
 )
+SETUPS = AVAILABLE[:3]
 
 
 @dataclass(frozen=True)
@@ -116,8 +123,10 @@ class PdConfig:
                 raw_dir=Path("bench/results/raw/pd-quick/raw"),
             )
         if requests is not None:
-            if requests <= 0:
-                raise BadInput(f"--requests must be positive, got {requests}")
+            if requests < max(cfg.concurrency):
+                raise BadInput(
+                    f"--requests must be at least the largest concurrency ({max(cfg.concurrency)})"
+                )
             cfg = replace(cfg, requests=requests, open_requests=requests)
         if out_dir is not None:
             cfg = replace(cfg, out_dir=Path(out_dir))
@@ -275,6 +284,9 @@ def _run_setup(
         http_port=free_ports(1)[0],
         grace_period_s=1.0,
         frontend_args=setup.frontend_args(),
+        prefill_overrides={"scheduler": {"max_prefill_tokens": setup.prefill_chunk}}
+        if setup.prefill_chunk
+        else {},
     )
     spec = make_spec(engine, opts, state)
     result: dict[str, Any] = {"setup": asdict(setup), "threads_per_worker": spec.threads, "runs": {}}
@@ -512,13 +524,31 @@ def resummarize(out: Path) -> Path:
     default=None,
     help="Default bench/results/pd (--quick: bench/results/raw/pd-quick).",
 )
+@click.option(
+    "--setups",
+    "setup_names",
+    default=None,
+    help=f"Comma-separated setups (default {','.join(s.name for s in SETUPS)}; all: "
+    f"{','.join(s.name for s in AVAILABLE)}).",
+)
 @engines_dir_option
 @click.option("--resummarize", "resummarize_only", is_flag=True, help="Rewrite SUMMARY.md from summary.json.")
 def cli(
-    quick: bool, requests_: int | None, out_dir: str | None, engines_dir: Path, resummarize_only: bool
+    quick: bool,
+    requests_: int | None,
+    out_dir: str | None,
+    setup_names: str | None,
+    engines_dir: Path,
+    resummarize_only: bool,
 ) -> None:
     """`make bench-pd`: aggregated workers vs one prefill + one decode worker (NIXL KV transfer)."""
     cfg = PdConfig.make(quick=quick, out_dir=Path(out_dir) if out_dir else None, requests=requests_)
+    if setup_names:
+        by_name = {s.name: s for s in AVAILABLE}
+        unknown = [n for n in setup_names.split(",") if n not in by_name]
+        if unknown:
+            raise BadInput(f"--setups {','.join(unknown)}: choose among {', '.join(by_name)}")
+        cfg = replace(cfg, setups=tuple(by_name[n] for n in setup_names.split(",")))
     if resummarize_only:
         click.echo(f"rewrote {resummarize(cfg.out_dir)} from summary.json")
         return

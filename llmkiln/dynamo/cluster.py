@@ -77,6 +77,9 @@ class ClusterSpec:
     prefill_workers: int = 0  # with decode_workers: prefill/decode separation (workers = the two added)
     decode_workers: int = 0
     kv_export_timeout_s: float = 30.0  # prefill workers release KV no decode worker read after this long
+    # nested recipe fields for the prefill workers only, over `overrides` (a prefill tier runs no decodes: e.g.
+    # smaller prefill chunks bound how long a short prompt waits behind a long one there)
+    prefill_overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
     def disaggregated(self) -> bool:
@@ -214,8 +217,9 @@ class ClusterSpec:
             "--drain-timeout",
             f"{self.drain_timeout_s:g}",
         ]
-        if self.overrides:
-            args += ["--overrides", json.dumps(self.overrides, sort_keys=True)]
+        overrides = self.worker_overrides(index)
+        if overrides:
+            args += ["--overrides", json.dumps(overrides, sort_keys=True)]
         if self.served_model_name:
             args += ["--served-model-name", self.served_model_name]
         if not self.kv_events:
@@ -228,6 +232,18 @@ class ClusterSpec:
                 f"{self.kv_export_timeout_s:g}",
             ]
         return args
+
+    def worker_overrides(self, index: int) -> dict[str, Any]:
+        """The recipe overrides of worker `index`: `overrides`, with `prefill_overrides` on top for prefill workers
+        (merged one section deep)."""
+        out = {k: dict(v) if isinstance(v, dict) else v for k, v in self.overrides.items()}
+        if self.worker_role(index) == "prefill":
+            for key, value in self.prefill_overrides.items():
+                if isinstance(value, dict) and isinstance(out.get(key), dict):
+                    out[key] = {**out[key], **value}
+                else:
+                    out[key] = value
+        return out
 
     def worker_commandline(self, index: int = 0) -> list[str]:
         return [*self.worker_command, *self.worker_args(index)]

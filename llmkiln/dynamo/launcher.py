@@ -332,6 +332,7 @@ class DynamoOptions:
     prefill_workers: int = 0  # with decode_workers: prefill/decode separation (replaces workers)
     decode_workers: int = 0
     kv_export_timeout_s: float = 30.0
+    prefill_overrides: dict[str, Any] = field(default_factory=dict)  # recipe fields for prefill workers only
     extra_env: dict[str, str] = field(default_factory=dict)  # added to every process's environment
 
     @property
@@ -380,6 +381,7 @@ def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> Clust
         prefill_workers=opts.prefill_workers,
         decode_workers=opts.decode_workers,
         kv_export_timeout_s=opts.kv_export_timeout_s,
+        prefill_overrides=dict(opts.prefill_overrides),
         extra_env=dict(opts.extra_env),
     )
 

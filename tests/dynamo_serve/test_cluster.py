@@ -89,6 +89,15 @@ def test_prefill_and_decode_workers_get_their_roles_and_core_shares():
         assert cmd[cmd.index("--kv-export-timeout") + 1] == "30"
     assert roles == ["prefill", "decode", "decode"]
     assert "--role" not in spec().worker_commandline(0)  # aggregated: the worker's default role
+    tuned = spec(
+        workers=2,
+        prefill_workers=1,
+        decode_workers=1,
+        overrides={"scheduler": {"max_batch_size": 4}},
+        prefill_overrides={"scheduler": {"max_prefill_tokens": 128}},
+    )
+    assert tuned.worker_overrides(0) == {"scheduler": {"max_batch_size": 4, "max_prefill_tokens": 128}}
+    assert tuned.worker_overrides(1) == {"scheduler": {"max_batch_size": 4}}
     with pytest.raises(BadInput, match="at least one of each"):
         spec(workers=1, status_ports=(20001,), prefill_workers=1).check()
 
