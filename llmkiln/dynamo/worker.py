@@ -369,14 +369,27 @@ class KilnWorker(DynamoEngine):
                 }
                 pinning = getattr(handle, "exported", None)  # LLMEngine, submitted with export_prefix
                 if pinning is not None and host.kv is not None:
-                    pinned = await asyncio.wrap_future(pinning)  # set right after the request's last step
-                    last["disaggregated_params"] = host.kv.open_export(pinned) or {}
+                    last["disaggregated_params"] = await self._export(host, pinning)
                 yield last
                 return
         finally:
             host.untrack(handle)
             host.request_ended()
             self._handles.pop(rid, None)
+
+    async def _export(self, host: EngineHost, pinning: Any) -> dict[str, Any]:
+        """Prefill role: the KV handle of the blocks the engine pinned at the request's end ({}: none). If this
+        request is cancelled meanwhile, the pins are released when they arrive (nothing stays pinned)."""
+        assert host.kv is not None
+        try:
+            pinned = await asyncio.shield(asyncio.wrap_future(pinning))  # set right after the last step
+        except asyncio.CancelledError:
+            engine = host.kv.engine
+            pinning.add_done_callback(
+                lambda f: f.cancelled() or f.exception() is not None or engine.release_blocks(f.result())
+            )
+            raise
+        return host.kv.open_export(pinned) or {}
 
     async def _pull(self, host: EngineHost, request: GenerateRequest, token_ids: list[int]) -> Any:
         """Decode role: the prompt's blocks from the prefill worker (a reservation for submit), or None — no
@@ -385,8 +398,18 @@ class KilnWorker(DynamoEngine):
         handle = prefill.get("disaggregated_params") if isinstance(prefill, dict) else None
         if not handle or host.kv is None:
             return None
+        pulling = asyncio.ensure_future(asyncio.to_thread(host.kv.pull, handle, token_ids))
         try:
-            res, stats = await asyncio.to_thread(host.kv.pull, handle, token_ids)
+            res, stats = await asyncio.shield(pulling)
+        except asyncio.CancelledError:  # the client left: give the reservation back once the pull is done
+            engine = host.kv.engine
+
+            def give_back(f: asyncio.Future[Any]) -> None:
+                if not f.cancelled() and f.exception() is None:
+                    engine.end_import(f.result()[0], filled=False)
+
+            pulling.add_done_callback(give_back)
+            raise
         except TransferFailed as exc:
             host.metrics.add("kv_fallbacks")
             log.warning("KV transfer failed, prefilling here: %s", exc)

@@ -567,10 +567,8 @@ class LLMEngine:
             except Exception as exc:  # the caller's to handle; the scheduler thread goes on
                 fut.set_exception(exc)
         for request, _handle, kv_import in inbox:
-            if kv_import is not None and self.block_store is not None:
-                self.block_store.end_reservation(
-                    kv_import, filled=True
-                )  # visible to this request's admission
+            if kv_import is not None and self.block_store is not None:  # visible to this request's admission
+                self.block_store.end_reservation(kv_import, filled=True)
             self.scheduler.add_request(request)
         for rid in cancels:
             self._cancel_now(rid)
