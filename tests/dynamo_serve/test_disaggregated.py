@@ -137,6 +137,19 @@ def _in_background(launcher, prompt: str) -> tuple[threading.Thread, dict]:
     return t, out
 
 
+def test_a_client_leaving_mid_transfer_leaves_nothing_pinned(faulty_pd):
+    """The client gives up while the decode worker pulls (a 3 s pause): the pull's reservation is given back
+    on the decode worker, the export released on the prefill worker (the READ's notification or its timeout)."""
+    impatient = openai.OpenAI(base_url=faulty_pd.url, api_key="unused", max_retries=0, timeout=1.0)
+    with pytest.raises(openai.APITimeoutError):
+        impatient.completions.create(model=MODEL, prompt=STORY * 2 + "Then", max_tokens=8)
+    for i in (0, 1):
+        wait_until(lambda i=i: faulty_pd.worker_metrics(i)["kv_blocks_pinned"] == 0, 20)
+    wait_until(lambda: faulty_pd.worker_metrics(0)["kv_transfer_exports_open"] == 0, 20)
+    wait_until(lambda: faulty_pd.worker_metrics(1)["kv_transfer_pulls_active"] == 0, 20)
+    assert faulty_pd.worker_metrics(1)["kv_blocks_pinned"] == 0
+
+
 def test_decode_killed_mid_transfer_leaves_nothing_pinned(faulty_pd):
     t, _ = _in_background(faulty_pd, STORY * 2)
     wait_until(lambda: faulty_pd.worker_metrics(1)["kv_transfer_pulls_active"] == 1)
@@ -147,7 +160,7 @@ def test_decode_killed_mid_transfer_leaves_nothing_pinned(faulty_pd):
     wait_until(lambda: faulty_pd.worker_metrics(0)["kv_transfer_exports_open"] == 0, 20)
     m = faulty_pd.worker_metrics(0)
     assert m["kv_transfer_export_blocks"] == 0 and m["kv_blocks_pinned"] == 0
-    assert m["kv_transfer_exports_expired_total"] == 1
+    assert m["kv_transfer_exports_expired_total"] >= 1
     t.join(60)
     before = decode_instances(faulty_pd)
     faulty_pd.supervise_once()  # restart the decode worker for the next test
