@@ -202,8 +202,9 @@ def _measure(
     n: int,
 ) -> dict[str, Any]:
     decode_idx = setup.prefill  # the first decode worker
-    before = launcher.worker_metrics(decode_idx) if setup.decode else {}
-    tokens_before = [launcher.worker_metrics(i)["prompt_tokens_total"] for i in range(launcher.spec.workers)]
+    workers = range(launcher.spec.workers)
+    start = [launcher.worker_metrics(i) for i in workers]
+    before = start[decode_idx] if setup.decode else {}
     bench = BenchConfig(
         url=launcher.url,
         model=model,
@@ -223,11 +224,18 @@ def _measure(
     recs = [r for level in records.values() for r in level]
     save_records(records, cfg.raw_dir / f"{name}.jsonl")
     out = run_summary(recs, wall)
+    end = [launcher.worker_metrics(i) for i in workers]
     out["prompt_tokens_per_worker"] = [
-        launcher.worker_metrics(i)["prompt_tokens_total"] - b for i, b in enumerate(tokens_before)
+        e["prompt_tokens_total"] - b["prompt_tokens_total"] for b, e in zip(start, end, strict=True)
+    ]
+    # where the TTFT goes: each worker's own arrival -> first token, mean over its requests of the run (a
+    # prefill worker: queue + prefill; a decode worker: queue + block load + the last partial block)
+    out["server_ttft_ms_per_worker"] = [
+        (e["ttft_ms_sum"] - b["ttft_ms_sum"]) / max(1.0, e["ttft_ms_count"] - b["ttft_ms_count"])
+        for b, e in zip(start, end, strict=True)
     ]
     if setup.decode:
-        out["kv_transfer"] = _kv(launcher.worker_metrics(decode_idx), before)
+        out["kv_transfer"] = _kv(end[decode_idx], before)
     return out
 
 
@@ -487,6 +495,19 @@ def summary_markdown(summary: dict[str, Any]) -> str:
                     f"({_f(row.get('read_ms'), '.1f')}) | "
                     f"{row['transfer_bytes'] / 2**20:.1f} | {_f(row['ratio'], '.3f')} |"
                 )
+    lines += [
+        "",
+        "## Where the TTFT goes (mean server-side TTFT per worker: its own arrival to first token, ms)",
+        "",
+        "| run | " + " | ".join(setups) + " |",
+        "|---|" + "---|" * len(setups),
+    ]
+    for run in runs:
+        cells = []
+        for s in setups.values():
+            per = s["runs"].get(run, {}).get("server_ttft_ms_per_worker")
+            cells.append(" / ".join(f"{v:.0f}" for v in per) if per else "-")
+        lines.append(f"| {run} | " + " | ".join(cells) + " |")
     lines += ["", "## Targets", ""]
     for t in summary["targets"]:
         lines.append(f"- {'met' if t['met'] else 'NOT met'}: {t['target']} (measured {t['value']:.2f})")
