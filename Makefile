@@ -11,7 +11,7 @@ ENGINES ?= engines
 PYTEST_ARGS ?=
 DYNAMO_VERSION := 1.6.1
 
-.PHONY: setup engine test test-py312 lint serve serve-dynamo soak bench-ttft bench-scaleout genai-perf clean-engines
+.PHONY: setup engine test test-py312 lint serve serve-dynamo soak bench-ttft bench-scaleout bench-pd genai-perf clean-engines
 
 setup: $(STAMP)
 
@@ -63,6 +63,10 @@ serve-dynamo: setup
 # The experiments behind bench/results (experiments/, not in the wheel); `--resummarize` measures nothing.
 bench-scaleout: setup
 	$(VENV)/bin/python -m experiments.scaleout --out bench/results/scaleout --engines-dir $(ENGINES)
+
+# Prefill/decode separation (NIXL KV transfer) vs aggregated workers on the same cores (~10-15 min on 2 idle cores).
+bench-pd: setup
+	$(VENV)/bin/python -m experiments.pd --out bench/results/pd --engines-dir $(ENGINES)
 
 # Not in CI: steady load for MINUTES against the served engine; errors, p99/RSS drift, leaked slots/blocks.
 MINUTES ?= 5

@@ -43,6 +43,14 @@ def deploy() -> None:
     default=None,
     help="trtllm-llmapi: the HF checkpoint folder on the volume (default <recipe>/hf_checkpoint).",
 )
+@click.option(
+    "--disaggregated",
+    is_flag=True,
+    help="Prefill and decode workers (--replicas decode, --prefill-replicas prefill) instead of aggregated ones.",
+)
+@click.option(
+    "--prefill-replicas", type=int, default=1, show_default=True, help="--disaggregated: prefill workers."
+)
 @click.option("--force", is_flag=True, help="Replace a non-empty --out folder.")
 def dynamo(
     recipe: str,
@@ -57,6 +65,8 @@ def dynamo(
     migration_limit: int,
     engines_dir: Path,
     checkpoint: str | None,
+    disaggregated: bool,
+    prefill_replicas: int,
     force: bool,
 ) -> None:
     """DynamoGraphDeployment (nvidia.com/v1beta1): Dynamo frontend + llmkiln CPU workers (onnx-cpu recipes) or
@@ -72,6 +82,8 @@ def dynamo(
         migration_limit=migration_limit,
         engines_root=engines_dir,
         checkpoint=checkpoint,
+        disaggregated=disaggregated,
+        prefill_replicas=prefill_replicas,
     )
     path = write_deployment(recipe, out, opts, force=force)
     click.echo(f"wrote {path} (and README.md); checked against the v1beta1 layout the ai-dynamo wheel ships")

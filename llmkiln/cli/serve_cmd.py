@@ -125,6 +125,26 @@ def _check_trtllm(repo_dir: Path, upstream: Path | None, take: bool) -> None:
 )
 @click.option("--workers", type=int, default=2, show_default=True, help="--dynamo: llmkiln workers.")
 @click.option(
+    "--prefill-workers",
+    type=click.IntRange(0, 64),
+    default=0,
+    help="--dynamo: prefill/decode separation: this many prefill workers (with --decode-workers; replaces "
+    "--workers).",
+)
+@click.option(
+    "--decode-workers",
+    type=click.IntRange(0, 64),
+    default=0,
+    help="--dynamo: decode workers beside --prefill-workers (the prompt's KV moves between them with NIXL).",
+)
+@click.option(
+    "--kv-export-timeout",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="--dynamo with prefill workers: seconds a prompt's exported KV stays pinned for a decode worker.",
+)
+@click.option(
     "--router-mode",
     type=click.Choice(ROUTER_MODES),
     default="kv",
@@ -169,6 +189,9 @@ def serve(
     verify_full: bool,
     dynamo: bool,
     workers: int,
+    prefill_workers: int,
+    decode_workers: int,
+    kv_export_timeout: float,
     router_mode: RouterMode,  # click.Choice(ROUTER_MODES)
     migration_limit: int,
     threads_per_worker: int,
@@ -184,18 +207,31 @@ def serve(
 
     With --dynamo: the Dynamo frontend (OpenAI API: /v1/models, /v1/completions, /v1/chat/completions) and
     --workers llmkiln workers, each warmed up before it registers; Ctrl-C or SIGTERM stops them all.
+    --prefill-workers P --decode-workers D: prefill/decode separation instead (P + D workers, each with its core
+    share; the prompt's KV moves from prefill to decode worker with NIXL).
 
     A flag of the other front door is refused (exit 2): --grpc-port, --metrics-port and --log-verbose are
-    Triton's; --workers, --router-mode, --migration-limit, --threads-per-worker, --grace-period and --state-dir
-    are Dynamo's.
+    Triton's; --workers, --prefill-workers, --decode-workers, --kv-export-timeout, --router-mode,
+    --migration-limit, --threads-per-worker, --grace-period and --state-dir are Dynamo's.
     """
-    _refuse_other_front_door(click.get_current_context(), dynamo)
+    ctx = click.get_current_context()
+    _refuse_other_front_door(ctx, dynamo)
+    if dynamo and (prefill_workers or decode_workers):
+        if ctx.get_parameter_source("workers") not in (None, click.core.ParameterSource.DEFAULT):
+            raise BadInput(
+                "--workers is the aggregated mode: give --prefill-workers and --decode-workers instead"
+            )
+        if not (prefill_workers and decode_workers):
+            raise BadInput("--prefill-workers and --decode-workers go together (at least 1 each)")
     del verify_full  # every start re-hashes every engine file
     if dynamo:
         return _serve_dynamo(
             engine,
             DynamoOptions(
                 workers=workers,
+                prefill_workers=prefill_workers,
+                decode_workers=decode_workers,
+                kv_export_timeout_s=kv_export_timeout,
                 host=host,
                 http_port=http_port,
                 router_mode=router_mode,
@@ -233,7 +269,17 @@ def serve(
 
 
 TRITON_ONLY = ("grpc_port", "metrics_port", "log_verbose")
-DYNAMO_ONLY = ("workers", "router_mode", "migration_limit", "threads_per_worker", "grace_period", "state_dir")
+DYNAMO_ONLY = (
+    "workers",
+    "prefill_workers",
+    "decode_workers",
+    "kv_export_timeout",
+    "router_mode",
+    "migration_limit",
+    "threads_per_worker",
+    "grace_period",
+    "state_dir",
+)
 
 
 def _refuse_other_front_door(ctx: click.Context, dynamo: bool) -> None:
@@ -266,8 +312,10 @@ def _serve_dynamo(engine: Path, opts: DynamoOptions) -> int:
             f"  OpenAI  {spec.url}   (POST {spec.url}/chat/completions, {spec.url}/completions)", err=True
         )
         for i in range(spec.workers):
+            role = "" if not spec.disaggregated else f", {spec.worker_role(i)}"
             click.echo(
-                f"  worker-{i} {spec.status_url(i)}/health  /metrics  ({spec.threads} thread(s))", err=True
+                f"  worker-{i} {spec.status_url(i)}/health  /metrics  ({spec.threads} thread(s){role})",
+                err=True,
             )
         click.echo(f"  logs    {spec.log_dir}", err=True)
 

@@ -10,6 +10,9 @@ address; only the address in discovery follows DYN_EVENT_PLANE_HOST (docs/serve.
 
 Each worker's onnxruntime intra-op threads are capped to its share of the cores (cores // workers, at least
 one), so N workers on a few cores do not oversubscribe them.
+
+Prefill/decode separation (`prefill_workers` P and `decode_workers` D, both ≥ 1): workers 0..P-1 run `--role
+prefill`, P..P+D-1 `--role decode` (llmkiln.host.roles); `workers` is then P + D, each with its core share.
 """
 
 from __future__ import annotations
@@ -74,8 +77,34 @@ class ClusterSpec:
     # holds their prefix under a burst (measured: kv-2w hit rate 0.84 with it, 0.96 without, = one worker holding
     # every prompt; bench/results/scaleout). Off by default; load is still balanced by prefill tokens in flight.
     track_active_blocks: bool = False
+    prefill_workers: int = 0  # with decode_workers: prefill/decode separation (workers = the two added)
+    decode_workers: int = 0
+    kv_export_timeout_s: float = 30.0  # prefill workers release KV no decode worker read after this long
+    # nested recipe fields for the prefill workers only, over `overrides` (a prefill tier runs no decodes: e.g.
+    # smaller prefill chunks bound how long a short prompt waits behind a long one there)
+    prefill_overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.prefill_workers > 0 or self.decode_workers > 0
+
+    def worker_role(self, index: int) -> str:
+        """aggregated, prefill or decode (llmkiln.host.roles.WorkerRole values)."""
+        if not self.disaggregated:
+            return "aggregated"
+        return "prefill" if index < self.prefill_workers else "decode"
 
     def check(self) -> None:
+        if self.disaggregated:
+            if self.prefill_workers < 1 or self.decode_workers < 1:
+                raise BadInput(
+                    f"--prefill-workers {self.prefill_workers} --decode-workers {self.decode_workers}: "
+                    "prefill/decode separation needs at least one of each"
+                )
+            if self.workers != self.prefill_workers + self.decode_workers:
+                raise ValueError(f"workers {self.workers} != prefill + decode workers")
+            if self.kv_export_timeout_s <= 0:
+                raise BadInput(f"--kv-export-timeout must be > 0, got {self.kv_export_timeout_s}")
         if self.workers < 1:
             raise BadInput(f"--workers must be at least 1, got {self.workers}")
         if self.router_mode not in ROUTER_MODES:
@@ -180,7 +209,7 @@ class ClusterSpec:
         )
         return env
 
-    def worker_args(self) -> list[str]:
+    def worker_args(self, index: int = 0) -> list[str]:
         args = [
             "--engine",
             str(self.engine),
@@ -191,16 +220,36 @@ class ClusterSpec:
             "--drain-timeout",
             f"{self.drain_timeout_s:g}",
         ]
-        if self.overrides:
-            args += ["--overrides", json.dumps(self.overrides, sort_keys=True)]
+        overrides = self.worker_overrides(index)
+        if overrides:
+            args += ["--overrides", json.dumps(overrides, sort_keys=True)]
         if self.served_model_name:
             args += ["--served-model-name", self.served_model_name]
         if not self.kv_events:
             args.append("--no-kv-events")
+        if self.disaggregated:
+            args += [
+                "--role",
+                self.worker_role(index),
+                "--kv-export-timeout",
+                f"{self.kv_export_timeout_s:g}",
+            ]
         return args
 
-    def worker_commandline(self) -> list[str]:
-        return [*self.worker_command, *self.worker_args()]
+    def worker_overrides(self, index: int) -> dict[str, Any]:
+        """The recipe overrides of worker `index`: `overrides`, with `prefill_overrides` on top for prefill workers
+        (merged one section deep)."""
+        out = {k: dict(v) if isinstance(v, dict) else v for k, v in self.overrides.items()}
+        if self.worker_role(index) == "prefill":
+            for key, value in self.prefill_overrides.items():
+                if isinstance(value, dict) and isinstance(out.get(key), dict):
+                    out[key] = {**out[key], **value}
+                else:
+                    out[key] = value
+        return out
+
+    def worker_commandline(self, index: int = 0) -> list[str]:
+        return [*self.worker_command, *self.worker_args(index)]
 
     def status_url(self, index: int) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host

@@ -20,7 +20,16 @@ unified HF checkpoint inside the engine folder (`--checkpoint`, default <recipe>
 onnx-gpu and Triton-engine trtllm recipes cannot run under Dynamo's workers (dynamo.trtllm 1.6.1 loads HF
 checkpoints on the PyTorch backend, not trtllm-build engines).
 
-`check_layout(doc)` compares a document with the wheel's agg template (apiVersion, kind, the component and
+`--disaggregated` (DeployOptions.disaggregated) writes the prefill/decode variant, laid out as the wheel's
+disagg template (dynamo/profiler/templates/dgd/trtllm/disagg.yaml: components `prefill` and `decode` of types
+prefill / decode beside the Frontend): CPU recipes get `LlmkilnPrefill` (`--role prefill`, KV moved by NIXL,
+llmkiln.host.kv_transfer) and `LlmkilnDecode` (`--role decode`); LLM-API recipes get `TrtllmPrefill` /
+`TrtllmDecode` (`python3 -m dynamo.trtllm ... --disaggregation-mode prefill --publish-kv-events` / `decode`)
+with `prefill.yaml` / `decode.yaml` = `disaggregated_llm_api_options(recipe, role)` (llmkiln.trtllm.
+cache_transceiver: the aggregated options plus cache_transceiver_config, overlap scheduler off on prefill), both
+in the ConfigMap.
+
+`check_layout(doc)` compares a document with the wheel's agg (or disagg) template (apiVersion, kind, the component and
 container fields used); the tests also validate it with the wheel's own pydantic model of a DGD.
 """
 
@@ -41,6 +50,7 @@ from llmkiln.engine_dir import HF_CHECKPOINT_DIR, EngineDir, default_engines_roo
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe, load_recipe
 from llmkiln.trtllm import pins
+from llmkiln.trtllm.cache_transceiver import ROLES, disaggregated_llm_api_options
 from llmkiln.trtllm.facts import FACTS_FILES, check_options
 from llmkiln.trtllm.llmapi import llm_api_options
 from llmkiln.versions import package_versions
@@ -56,6 +66,8 @@ WORKER_BASE_MIB = 512
 FRONTEND_MEMORY = "1Gi"
 TEMPLATE = ("profiler", "templates", "dgd", "trtllm", "agg.yaml")  # in the ai-dynamo wheel
 TRTLLM_IMAGE = str(pins.pin("dynamo_trtllm_image"))  # as in the upstream v1beta1 examples (pins.json)
+DISAGG_TEMPLATE = ("profiler", "templates", "dgd", "trtllm", "disagg.yaml")
+ROLE_FILES = {"prefill": "prefill.yaml", "decode": "decode.yaml"}  # disaggregated LLM-API options
 LLM_API_FILE = "llm_api.yaml"
 CONFIGMAP_FILE = "llm-api-configmap.yaml"
 CONFIG_MOUNT = "/config"
@@ -79,6 +91,8 @@ class DeployOptions:
     checkpoint: str | None = (
         None  # trtllm-llmapi: checkpoint folder on the volume (default <recipe>/hf_checkpoint)
     )
+    disaggregated: bool = False  # prefill/decode workers instead of aggregated ones
+    prefill_replicas: int = 1  # with disaggregated (the decode replicas are `replicas`)
 
 
 def _k8s_name(text: str) -> str:
@@ -116,9 +130,15 @@ def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) ->
             "nor in dynamo.trtllm (which loads HF checkpoints on TensorRT-LLM's PyTorch backend: use a "
             "trtllm-llmapi recipe)"
         )
-    if opts.replicas < 1 or opts.threads_per_worker < 1:
+    if opts.replicas < 1 or opts.threads_per_worker < 1 or opts.prefill_replicas < 1:
         raise BadInput(
-            f"--replicas and --threads-per-worker must be >= 1, got {opts.replicas}, {opts.threads_per_worker}"
+            f"--replicas, --prefill-replicas and --threads-per-worker must be >= 1, got {opts.replicas}, "
+            f"{opts.prefill_replicas}, {opts.threads_per_worker}"
+        )
+    if opts.disaggregated and recipe.backend is Backend.ONNX_CPU and not recipe.kv_cache.prefix_reuse:
+        raise BadInput(
+            f"recipe {recipe.name}: --disaggregated moves the prompt's KV through the prefix store, and "
+            "kv_cache.prefix_reuse is off"
         )
     version = package_versions(("llmkiln",)).get("llmkiln") or "latest"
     trt = recipe.backend is Backend.TRTLLM_LLMAPI
@@ -155,6 +175,14 @@ def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) ->
     )
     components = [frontend]
     doc = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": {"components": components}}
+    if opts.disaggregated:
+        for role in ROLES:
+            components.append(
+                trtllm_worker(recipe, image, opts, configmap_name(doc), role)
+                if trt
+                else cpu_worker(recipe, engine, image, opts, role)
+            )
+        return doc
     worker = (
         trtllm_worker(recipe, image, opts, configmap_name(doc))
         if trt
@@ -164,8 +192,11 @@ def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) ->
     return doc
 
 
-def cpu_worker(recipe: Recipe, engine: EngineDir | None, image: str, opts: DeployOptions) -> dict[str, Any]:
-    """The llmkiln worker component (CPU requests = limits = its intra-op threads; memory from the engine)."""
+def cpu_worker(
+    recipe: Recipe, engine: EngineDir | None, image: str, opts: DeployOptions, role: str | None = None
+) -> dict[str, Any]:
+    """The llmkiln worker component (CPU requests = limits = its intra-op threads; memory from the engine); a
+    role (prefill / decode) makes it that tier's component."""
     memory = f"{worker_memory_mib(recipe, engine)}Mi"
     threads = str(opts.threads_per_worker)
     engine_path = f"{ENGINES_MOUNT}/{recipe.name}"
@@ -184,11 +215,16 @@ def cpu_worker(recipe: Recipe, engine: EngineDir | None, image: str, opts: Deplo
             threads,
             "--drain-timeout",
             str(recipe.serve.exit_timeout_s),
+            *(["--role", role] if role else []),
         ],
         "resources": _cpu_resources(threads, memory),
         "volumeMounts": [{"name": "engines", "mountPath": ENGINES_MOUNT, "readOnly": True}],
     }
-    return _component("LlmkilnWorker", "worker", opts.replicas, container, [_engines_volume(opts)])
+    if role is None:
+        return _component("LlmkilnWorker", "worker", opts.replicas, container, [_engines_volume(opts)])
+    replicas = opts.prefill_replicas if role == "prefill" else opts.replicas
+    name = f"Llmkiln{role.capitalize()}"
+    return _component(name, role, replicas, container, [_engines_volume(opts)])
 
 
 def _component(
@@ -214,29 +250,36 @@ def _engines_volume(opts: DeployOptions) -> dict[str, Any]:
     return {"name": "engines", "persistentVolumeClaim": {"claimName": opts.engine_pvc, "readOnly": True}}
 
 
-def trtllm_args(recipe: Recipe, opts: DeployOptions) -> list[str]:
+def trtllm_args(recipe: Recipe, opts: DeployOptions, role: str | None = None) -> list[str]:
     """`python -m dynamo.trtllm` arguments for an LLM-API recipe (flag names of ai-dynamo 1.6.1's
-    dynamo/trtllm/backend_args.py; --model was --model-path before)."""
+    dynamo/trtllm/backend_args.py; --model was --model-path before). A role adds `--disaggregation-mode` and
+    that role's options file; KV events from the aggregated and prefill tiers (as the wheel's disagg template)."""
     checkpoint = opts.checkpoint or f"{recipe.name}/{HF_CHECKPOINT_DIR}"
-    return [
+    args = [
         "--model",
         f"{ENGINES_MOUNT}/{checkpoint}",
         "--served-model-name",
         recipe.serve.model_name,
         "--extra-engine-args",
-        f"{CONFIG_MOUNT}/{LLM_API_FILE}",
-        "--publish-kv-events",
+        f"{CONFIG_MOUNT}/{ROLE_FILES[role] if role else LLM_API_FILE}",
     ]
+    if role:
+        args += ["--disaggregation-mode", role]
+    if role != "decode":
+        args.append("--publish-kv-events")
+    return args
 
 
-def trtllm_worker(recipe: Recipe, image: str, opts: DeployOptions, configmap: str) -> dict[str, Any]:
+def trtllm_worker(
+    recipe: Recipe, image: str, opts: DeployOptions, configmap: str, role: str | None = None
+) -> dict[str, Any]:
     """The dynamo.trtllm worker component: GPUs = tp × pp, the LLM-API YAML from a ConfigMap."""
     gpus = str(recipe.trtllm.tp_size * recipe.trtllm.pp_size)
     container = {
         "name": "main",
         "image": image,
         "command": ["python3", "-m", "dynamo.trtllm"],
-        "args": trtllm_args(recipe, opts),
+        "args": trtllm_args(recipe, opts, role),
         "resources": {"limits": {"nvidia.com/gpu": gpus}},
         "volumeMounts": [
             {"name": "engines", "mountPath": ENGINES_MOUNT, "readOnly": True},
@@ -244,16 +287,35 @@ def trtllm_worker(recipe: Recipe, image: str, opts: DeployOptions, configmap: st
         ],
     }
     volumes = [_engines_volume(opts), {"name": "llm-api", "configMap": {"name": configmap}}]
-    return _component("TrtllmWorker", "worker", opts.replicas, container, volumes)
+    if role is None:
+        return _component("TrtllmWorker", "worker", opts.replicas, container, volumes)
+    replicas = opts.prefill_replicas if role == "prefill" else opts.replicas
+    return _component(f"Trtllm{role.capitalize()}", role, replicas, container, volumes)
 
 
-def llm_api_configmap(recipe: Recipe, name: str, namespace: str | None) -> dict[str, Any]:
-    """The ConfigMap holding llm_api.yaml (= llm_api_options(recipe))."""
+def llm_api_files(recipe: Recipe, disaggregated: bool = False) -> dict[str, dict[str, Any]]:
+    """File name -> LLM-API options: llm_api.yaml, or prefill.yaml and decode.yaml (disaggregated)."""
+    if not disaggregated:
+        return {LLM_API_FILE: dynamo_llm_api_options(recipe)}
+    out = {ROLE_FILES[role]: disaggregated_llm_api_options(recipe, role) for role in ROLES}
+    for file, options in out.items():
+        check_options(options, file, target="dynamo")
+    return out
+
+
+def llm_api_configmap(
+    recipe: Recipe, name: str, namespace: str | None, disaggregated: bool = False
+) -> dict[str, Any]:
+    """The ConfigMap holding llm_api.yaml (= llm_api_options(recipe)), or prefill.yaml and decode.yaml."""
     metadata: dict[str, Any] = {"name": name}
     if namespace:
         metadata["namespace"] = namespace
-    text = llm_api_header(recipe) + yaml.safe_dump(dynamo_llm_api_options(recipe), sort_keys=False)
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {LLM_API_FILE: text}}
+    header = llm_api_header(recipe)
+    data = {
+        f: header + yaml.safe_dump(o, sort_keys=False)
+        for f, o in llm_api_files(recipe, disaggregated).items()
+    }
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
 
 
 def dynamo_llm_api_options(recipe: Recipe) -> dict[str, Any]:
@@ -273,10 +335,11 @@ def llm_api_header(recipe: Recipe) -> str:
     )
 
 
-def shipped_template() -> dict[str, Any]:
-    """The v1beta1 agg blueprint the ai-dynamo wheel ships (read as a file; nothing of dynamo is imported)."""
+def shipped_template(disaggregated: bool = False) -> dict[str, Any]:
+    """The v1beta1 agg (or disagg) blueprint the ai-dynamo wheel ships (read as a file; nothing of dynamo is
+    imported)."""
     path = resources.files("dynamo")
-    for part in TEMPLATE:
+    for part in DISAGG_TEMPLATE if disaggregated else TEMPLATE:
         path = path.joinpath(part)
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
@@ -313,8 +376,8 @@ def check_layout(doc: dict[str, Any], template: dict[str, Any] | None = None) ->
             extra = set(k) - cont_keys
             if extra:
                 problems.append(f"{where}.containers[{j}]: fields {sorted(extra)} are not in the template")
-    if {c.get("type") for c in components} != {"frontend", "worker"}:
-        problems.append("expected one frontend and one worker component")
+    if {c.get("type") for c in components} != types:
+        problems.append(f"expected components of the types {sorted(types)}, one each")
     if problems:
         raise BadInput(
             "the DynamoGraphDeployment does not match the shipped v1beta1 layout:\n  " + "\n  ".join(problems)
@@ -327,24 +390,51 @@ def write_deployment(recipe_name: str, out_dir: Path, opts: DeployOptions, force
     root = opts.engines_root if opts.engines_root is not None else default_engines_root()
     engine = EngineDir((root / recipe.name).resolve())
     doc = deployment(recipe, engine if engine.exists() else None, opts)
-    check_layout(doc)
+    check_layout(doc, shipped_template(opts.disaggregated))
     if out_dir.exists() and any(out_dir.iterdir()) and not force:
         raise BadInput(f"-o {out_dir}: the folder is not empty; give --force to replace it")
     with atomic_dir(out_dir, publish=replace_dir) as tmp:  # non-empty folders were refused above
         header = llm_api_header(recipe) if recipe.backend is Backend.TRTLLM_LLMAPI else ""
         (tmp / DGD_FILE).write_text(header + yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
         if recipe.backend is Backend.TRTLLM_LLMAPI:
-            options = dynamo_llm_api_options(recipe)
-            (tmp / LLM_API_FILE).write_text(
-                header + yaml.safe_dump(options, sort_keys=False), encoding="utf-8"
+            for file, options in llm_api_files(recipe, opts.disaggregated).items():
+                (tmp / file).write_text(header + yaml.safe_dump(options, sort_keys=False), encoding="utf-8")
+            cm = llm_api_configmap(
+                recipe, configmap_name(doc), doc["metadata"].get("namespace"), opts.disaggregated
             )
-            cm = llm_api_configmap(recipe, configmap_name(doc), doc["metadata"].get("namespace"))
             (tmp / CONFIGMAP_FILE).write_text(header + yaml.safe_dump(cm, sort_keys=False), encoding="utf-8")
         (tmp / "README.md").write_text(readme(recipe, doc, opts), encoding="utf-8")
     return out_dir / DGD_FILE
 
 
 def readme(recipe: Recipe, doc: dict[str, Any], opts: DeployOptions) -> str:
+    text = _readme(recipe, doc, opts)
+    if not opts.disaggregated:
+        return text
+    workers = doc["spec"]["components"][1:]
+    lines = [
+        "",
+        "## Prefill/decode separation (`--disaggregated`)",
+        "",
+        "Laid out as the ai-dynamo wheel's disagg template (dynamo/profiler/templates/dgd/trtllm/disagg.yaml):",
+    ]
+    for c in workers:
+        args = " ".join(c["podTemplate"]["spec"]["containers"][0]["args"])
+        lines.append(f"- `{c['name']}` (type {c['type']}, {c['replicas']} replica(s)): `{args}`")
+    if recipe.backend is Backend.TRTLLM_LLMAPI:
+        lines.append(
+            "- `prefill.yaml` / `decode.yaml` (in the ConfigMap): the aggregated LLM-API options plus "
+            "`cache_transceiver_config` (TensorRT-LLM moves the KV), overlap scheduler off on prefill workers."
+        )
+    else:
+        lines.append(
+            "- the prompt's KV moves from prefill to decode pods with NIXL (UCX): pods must reach each other "
+            "directly (UCX picks TCP between nodes, shared memory on one)."
+        )
+    return text + "\n".join(lines) + "\n"
+
+
+def _readme(recipe: Recipe, doc: dict[str, Any], opts: DeployOptions) -> str:
     name = doc["metadata"]["name"]
     if recipe.backend is Backend.TRTLLM_LLMAPI:
         args = " ".join(doc["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["args"])

@@ -136,7 +136,10 @@ class DynamoLauncher:
         self.frontend = Proc("frontend", spec.frontend_command(), spec.env(), spec.log_dir / "frontend.log")
         self.workers = [
             Proc(
-                f"worker-{i}", spec.worker_commandline(), spec.worker_env(i), spec.log_dir / f"worker-{i}.log"
+                f"worker-{i}",
+                spec.worker_commandline(i),
+                spec.worker_env(i),
+                spec.log_dir / f"worker-{i}.log",
             )
             for i in range(spec.workers)
         ]
@@ -383,6 +386,19 @@ class DynamoOptions:
     overrides: dict[str, Any] = field(default_factory=dict)
     engines_root: Path | None = None
     frontend_args: tuple[str, ...] = ()  # more dynamo.frontend flags
+    prefill_workers: int = 0  # with decode_workers: prefill/decode separation (replaces workers)
+    decode_workers: int = 0
+    kv_export_timeout_s: float = 30.0
+    prefill_overrides: dict[str, Any] = field(default_factory=dict)  # recipe fields for prefill workers only
+    extra_env: dict[str, str] = field(default_factory=dict)  # added to every process's environment
+
+    @property
+    def num_workers(self) -> int:
+        return (
+            self.prefill_workers + self.decode_workers
+            if self.prefill_workers or self.decode_workers
+            else self.workers
+        )
 
 
 def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> ClusterSpec:
@@ -394,11 +410,20 @@ def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> Clust
             f"this engine was built before they were part of the engine folder: rebuild it with "
             f"`kiln build {folder.recipe().name} --force`"
         )
-    serve = folder.recipe().serve
+    recipe = folder.recipe()
+    serve = recipe.serve
+    if (opts.prefill_workers or opts.decode_workers) and not folder.recipe(
+        opts.overrides or None
+    ).kv_cache.prefix_reuse:
+        raise BadInput(
+            f"{folder.path}: prefill/decode separation moves the prompt's KV through the prefix store: the recipe "
+            "has kv_cache.prefix_reuse off"
+        )
+    n = opts.num_workers
     return ClusterSpec(
         engine=folder.path,
         state_dir=state_dir,
-        workers=opts.workers,
+        workers=n,
         host=opts.host,
         http_port=serve.http_port if opts.http_port is None else opts.http_port,
         router_mode=opts.router_mode,
@@ -408,9 +433,14 @@ def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> Clust
         grace_period_s=opts.grace_period_s,
         drain_timeout_s=float(serve.exit_timeout_s if opts.drain_timeout_s is None else opts.drain_timeout_s),
         stall_timeout_s=serve.stall_timeout_s,
-        status_ports=tuple(status_ports(opts.workers, opts.host)),
+        status_ports=tuple(status_ports(n, opts.host)),
         frontend_port=free_ports(1, opts.host)[0],
         frontend_args=tuple(opts.frontend_args),
+        prefill_workers=opts.prefill_workers,
+        decode_workers=opts.decode_workers,
+        kv_export_timeout_s=opts.kv_export_timeout_s,
+        prefill_overrides=dict(opts.prefill_overrides),
+        extra_env=dict(opts.extra_env),
     )
 
 

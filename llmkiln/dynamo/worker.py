@@ -1,7 +1,7 @@
 """The Dynamo front door: a protocol adapter on the engine host (llmkiln.host), behind Dynamo's frontend.
 
     python -m llmkiln.dynamo.worker --engine engines/NAME [--threads 1] [--overrides JSON] [--no-kv-events]
-                                    [--role aggregated]
+                                    [--role aggregated|prefill|decode] [--kv-export-timeout 30]
 
 `kiln serve ENGINE --dynamo` starts these (llmkiln.dynamo.launcher) with the environment of its launch
 (llmkiln.dynamo.cluster: file discovery, loopback addresses). Life of a worker, driven by Dynamo's Rust
@@ -12,6 +12,15 @@ then the registration is returned: context length, KV block size, block count) â
 drains: it ends as soon as `is_quiescent` (nothing in flight) instead of waiting out a fixed budget. The
 frontend tokenizes and applies the chat template (from the engine folder's tokenizer_config.json), so
 `generate` receives token ids and yields token ids.
+
+Roles (llmkiln.host.roles): `--role prefill` / `decode` register with Dynamo's `--disaggregation-mode prefill` /
+`decode` (WorkerConfig.disaggregation_mode; prefill workers in their own component, `prefill`). The frontend sends
+a prompt to a KV-routed prefill worker with max_tokens 1; that worker runs it, pins the prompt's blocks and puts
+the KV handle of its host (llmkiln.host.kv_transfer: NIXL agent name and metadata, block ids; never KV values)
+in its last chunk's `disaggregated_params`. The frontend then sends the request to a decode worker with that
+`prefill_result`: it pulls the blocks into its prefix store (NIXL READ; the prefill worker releases them on the
+READ's notification), submits the request with them (reported as cached tokens), and decodes. A failed pull
+is counted (llmkiln_kv_transfer_fallbacks_total) and the decode worker prefills the prompt itself.
 
 Faults: a request the runtime rejects is an InvalidArgument (the client sees a 4xx); a request that fails in the
 runtime ends with an error. When the engine's scheduler thread dies the engine is unhealthy: every request in
@@ -38,15 +47,18 @@ from typing import Any
 from dynamo._core import Context
 from dynamo.common.backend import EngineConfig, GenerateChunk, GenerateRequest, LlmRegistration, WorkerConfig
 from dynamo.common.backend import LLMEngine as DynamoEngine
-from dynamo.common.backend.health_check import build_health_check_payload
+from dynamo.common.backend.disagg import enforce_prefill_max_tokens, extract_prefill_result
+from dynamo.common.backend.health_check import build_health_check_payload, is_probe
 from dynamo.common.backend.publisher import KvEventSource, PushSource
 from dynamo.common.backend.run import run
+from dynamo.common.constants import DisaggregationMode
 from dynamo.llm.exceptions import EngineShutdown, HttpError, InvalidArgument, Unknown
 
 from llmkiln.dynamo.kv_events import KvEventBridge
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import KilnError
 from llmkiln.host.engine_host import EngineHost, HostOptions
+from llmkiln.host.kv_transfer import TransferFailed
 from llmkiln.host.roles import WorkerRole
 from llmkiln.runtime.engine import EngineClosed
 from llmkiln.runtime.protocol import ServingHandle
@@ -56,6 +68,12 @@ log = logging.getLogger("llmkiln.dynamo.worker")
 
 NAMESPACE = "llmkiln"
 COMPONENT = "backend"
+PREFILL_COMPONENT = "prefill"  # prefill workers register apart from the decode/aggregated ones
+DISAGGREGATION_MODES: dict[WorkerRole, DisaggregationMode] = {
+    WorkerRole.AGGREGATED: DisaggregationMode.AGGREGATED,
+    WorkerRole.PREFILL: DisaggregationMode.PREFILL,
+    WorkerRole.DECODE: DisaggregationMode.DECODE,
+}
 ENDPOINT = "generate"
 HEALTH_POLL_S = 0.2
 DRAIN_POLL_S = 0.05
@@ -76,6 +94,7 @@ class WorkerArgs:
     warmup: bool
     drain_timeout_s: float
     role: WorkerRole = WorkerRole.AGGREGATED
+    kv_export_timeout_s: float = 30.0
 
     @classmethod
     def parse(cls, argv: list[str] | None) -> WorkerArgs:
@@ -85,7 +104,9 @@ class WorkerArgs:
         p.add_argument("--engine", required=True, help="Engine folder (built by `kiln build`).")
         p.add_argument("--served-model-name", default=None, help="Default: the recipe's serve.model_name.")
         p.add_argument("--namespace", default=NAMESPACE)
-        p.add_argument("--component", default=COMPONENT)
+        p.add_argument(
+            "--component", default=None, help=f"Default: {COMPONENT} ({PREFILL_COMPONENT} for prefill)."
+        )
         p.add_argument("--endpoint", default=ENDPOINT)
         p.add_argument(
             "--threads", type=int, default=0, help="onnxruntime intra-op threads (0: the recipe's setting)."
@@ -107,7 +128,14 @@ class WorkerArgs:
             "--role",
             choices=[r.value for r in WorkerRole],
             default=WorkerRole.AGGREGATED.value,
-            help="What this worker serves (prefill/decode separation: not available yet).",
+            help="What this worker serves: aggregated, or the prefill / decode tier (--disaggregation-mode).",
+        )
+        p.add_argument(
+            "--kv-export-timeout",
+            type=float,
+            default=30.0,
+            help="Prefill role: release a prompt's exported KV blocks after this many seconds if no decode worker "
+            "has read them.",
         )
         a = p.parse_args(argv)
         overrides = json.loads(a.overrides)
@@ -119,7 +147,7 @@ class WorkerArgs:
             engine=Path(a.engine),
             served_model_name=a.served_model_name,
             namespace=a.namespace,
-            component=a.component,
+            component=a.component or (PREFILL_COMPONENT if a.role == WorkerRole.PREFILL.value else COMPONENT),
             endpoint=a.endpoint,
             threads=a.threads,
             overrides=overrides,
@@ -127,6 +155,7 @@ class WorkerArgs:
             warmup=not a.no_warmup,
             drain_timeout_s=a.drain_timeout,
             role=WorkerRole(a.role),
+            kv_export_timeout_s=a.kv_export_timeout,
         )
 
     def engine_overrides(self) -> dict[str, Any]:
@@ -165,6 +194,7 @@ class KilnWorker(DynamoEngine):
             request_plane="tcp",
             event_plane="zmq",
             enable_kv_routing=args.kv_events,
+            disaggregation_mode=DISAGGREGATION_MODES[args.role],
         )
         return worker, config
 
@@ -176,7 +206,11 @@ class KilnWorker(DynamoEngine):
                 f"{self.folder.path}: no config.json; engines built before Dynamo support lack it: rebuild with "
                 "`kiln build --force`"
             )
-        options = HostOptions(overrides=self.args.engine_overrides(), role=self.args.role)
+        options = HostOptions(
+            overrides=self.args.engine_overrides(),
+            role=self.args.role,
+            kv_export_timeout_s=self.args.kv_export_timeout_s,
+        )
         host = await asyncio.to_thread(EngineHost.open, self.folder, options, log)
         self.host = host
         engine = host.engine
@@ -273,6 +307,10 @@ class KilnWorker(DynamoEngine):
             host.metrics.add("rejected")
             raise HttpError(503, refused)
         engine = host.engine
+        role = self.args.role
+        probe = is_probe(request)
+        if role is WorkerRole.PREFILL and not probe:
+            enforce_prefill_max_tokens(request)
         token_ids = [int(t) for t in request["token_ids"]]
         try:
             params = sampling_params(request, len(token_ids), engine.config.limits.max_seq_len)
@@ -280,8 +318,16 @@ class KilnWorker(DynamoEngine):
             host.metrics.add("rejected")
             raise
         rid = context.id()
+        kv_import = None
+        if role is WorkerRole.DECODE and not probe:
+            kv_import = await self._pull(host, request, token_ids)
         try:
-            handle = engine.submit(token_ids, params, request_id=rid)
+            handoff: dict[str, Any] = {}  # LLMEngine's hand-off arguments (the roles run only on it)
+            if kv_import is not None:
+                handoff["kv_import"] = kv_import
+            if role is WorkerRole.PREFILL and not probe:
+                handoff["export_prefix"] = True
+            handle = engine.submit(token_ids, params, request_id=rid, **handoff)
         except QueueFull as exc:  # overload: 429 (+ Retry-After from the front); the frontend may migrate it
             host.metrics.add("rejected")
             raise HttpError(429, str(exc)) from None
@@ -315,17 +361,67 @@ class KilnWorker(DynamoEngine):
                     )
                 ids: list[int] = [] if event.token_id is None else [event.token_id]
                 n_out += len(ids)
-                yield {
+                last: GenerateChunk = {
                     "token_ids": ids,
                     "index": 0,
                     "finish_reason": event.finish_reason or "stop",
                     "completion_usage": usage(len(token_ids), n_out, handle.num_cached_tokens),
                 }
+                pinning = getattr(handle, "exported", None)  # LLMEngine, submitted with export_prefix
+                if pinning is not None and host.kv is not None:
+                    last["disaggregated_params"] = await self._export(host, pinning)
+                yield last
                 return
         finally:
             host.untrack(handle)
             host.request_ended()
             self._handles.pop(rid, None)
+
+    async def _export(self, host: EngineHost, pinning: Any) -> dict[str, Any]:
+        """Prefill role: the KV handle of the blocks the engine pinned at the request's end ({}: none). If this
+        request is cancelled meanwhile, the pins are released when they arrive (nothing stays pinned)."""
+        assert host.kv is not None
+        try:
+            pinned = await asyncio.shield(asyncio.wrap_future(pinning))  # set right after the last step
+        except asyncio.CancelledError:
+            engine = host.kv.engine
+            pinning.add_done_callback(
+                lambda f: f.cancelled() or f.exception() is not None or engine.release_blocks(f.result())
+            )
+            raise
+        return host.kv.open_export(pinned) or {}
+
+    async def _pull(self, host: EngineHost, request: GenerateRequest, token_ids: list[int]) -> Any:
+        """Decode role: the prompt's blocks from the prefill worker (a reservation for submit), or None â€” no
+        handle (nothing whole to move), or a failed transfer (counted; this worker prefills the prompt)."""
+        prefill = extract_prefill_result(request) or {}
+        handle = prefill.get("disaggregated_params") if isinstance(prefill, dict) else None
+        if not handle or host.kv is None:
+            return None
+        pulling = asyncio.ensure_future(asyncio.to_thread(host.kv.pull, handle, token_ids))
+        try:
+            res, stats = await asyncio.shield(pulling)
+        except asyncio.CancelledError:  # the client left: give the reservation back once the pull is done
+            engine = host.kv.engine
+
+            def give_back(f: asyncio.Future[Any]) -> None:
+                if not f.cancelled() and f.exception() is None:
+                    engine.end_import(f.result()[0], filled=False)
+
+            pulling.add_done_callback(give_back)
+            raise
+        except TransferFailed as exc:
+            host.metrics.add("kv_fallbacks")
+            log.warning("KV transfer failed, prefilling here: %s", exc)
+            return None
+        log.debug(
+            "pulled %d of %d blocks (%d bytes) in %.2f ms",
+            stats.read_blocks,
+            stats.offered_blocks,
+            stats.nbytes,
+            stats.seconds * 1e3,
+        )
+        return res
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:

@@ -13,7 +13,7 @@ launchers call it before they start anything, the host again right before it loa
 
 The front doors are protocol adapters on the host: llmkiln.serve.handler (Triton python backend) and
 llmkiln.dynamo.worker (Dynamo's Python engine contract). Roles (llmkiln.host.roles) say what part of a request's
-life a host serves; only the aggregated role runs today.
+life a host serves; a prefill or decode host owns a KV transfer agent (`host.kv`, llmkiln.host.kv_transfer).
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ from typing import Any, Protocol
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.host.check import check_engine
+from llmkiln.host.kv_transfer import KvTransfer
 from llmkiln.host.metrics import HostMetrics, exposition
 from llmkiln.host.roles import WorkerRole
 from llmkiln.host.warmup import WarmupResult, run_warmup
 from llmkiln.recipe import Warmup
+from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.loader import load_engine
 from llmkiln.runtime.profile import PROFILE_ENV
 from llmkiln.runtime.protocol import ServingEngine, ServingHandle
@@ -54,12 +56,14 @@ class HostLog(Protocol):
 @dataclass(frozen=True)
 class HostOptions:
     """How to open an engine: recipe overrides (nested fields, validated like the recipe), `--verify`, the role,
-    a step-profile file (default: $LLMKILN_PROFILE, set by `kiln profile`)."""
+    a step-profile file (default: $LLMKILN_PROFILE, set by `kiln profile`); prefill hosts release an export
+    the decode side never answered after kv_export_timeout_s."""
 
     overrides: Mapping[str, Any] | None = None
     role: WorkerRole = WorkerRole.AGGREGATED
     profile: str | None = None
     engines_root: Path | None = None
+    kv_export_timeout_s: float = 30.0
 
 
 DEFAULT_STALL_TIMEOUT_S = 30.0  # the recipe's serve.stall_timeout_s default, for engines without a recipe
@@ -104,6 +108,7 @@ class EngineHost:
         self._draining = False
         self._ending = False
         self._closed = False
+        self.kv: KvTransfer | None = None  # prefill/decode roles (attach_kv_transfer)
 
     @classmethod
     def open(
@@ -125,9 +130,23 @@ class EngineHost:
             eng.enable_profile(profile)
         eng.start()
         host = cls(eng, folder, opts.role, log)
+        if opts.role.moves_kv:
+            try:
+                host.attach_kv_transfer(opts.kv_export_timeout_s)
+            except BaseException:
+                eng.shutdown(0.0)
+                raise
         host.load_seconds = time.perf_counter() - t0
         host.log.info(f"llmkiln: engine {folder.path} loaded in {host.load_seconds:.2f} s")
         return host
+
+    def attach_kv_transfer(self, export_timeout_s: float = 30.0) -> KvTransfer:
+        """The NIXL agent of a prefill or decode host (the engine must be an LLMEngine with a prefix store)."""
+        if not isinstance(self.engine, LLMEngine):
+            raise BadInput(f"the {self.role.value} role needs the CPU runtime's engine")
+        self.kv = KvTransfer(self.engine, self.role, self.metrics, export_timeout_s, log=self.log)
+        self.log.info(f"llmkiln: {self.role.value} host: NIXL agent {self.kv.name}")
+        return self.kv
 
     @staticmethod
     def _refuse_role(role: WorkerRole) -> None:
@@ -265,4 +284,6 @@ class EngineHost:
         if self._closed:
             return
         self._closed = True
+        if self.kv is not None:
+            self.kv.close()  # exports released while the engine still runs; the store deregistered
         self.engine.shutdown(timeout_s)

@@ -21,6 +21,19 @@ Prometheus text on its status port (`exposition`); `kiln diagnose` reads either 
   llmkiln_warmup_seconds                  gauge      wall time of the warmup
   llmkiln_engine_healthy                  gauge      1 while the engine's scheduler thread runs, 0 once it failed
   llmkiln_engine_stalled_seconds          gauge      seconds without an engine step while requests are in flight
+  llmkiln_kv_transfer_registrations       gauge      NIXL memory registrations (prefill/decode hosts: the
+                                                     prefix store's arrays, registered once; 0 after close)
+  llmkiln_kv_transfer_exports_open        gauge      prefill: exports not released yet (0 when idle)
+  llmkiln_kv_transfer_export_blocks       gauge      prefill: KV blocks those exports pin
+  llmkiln_kv_transfer_exports_total       counter    prefill: exports handed out
+  llmkiln_kv_transfer_exports_expired_total counter  prefill: exports released by timeout
+  llmkiln_kv_transfer_pulls_active        gauge      decode: pulls in progress
+  llmkiln_kv_transfer_imports_total       counter    decode: requests whose KV was pulled
+  llmkiln_kv_transfer_import_blocks_total counter    decode: blocks read
+  llmkiln_kv_transfer_import_bytes_total  counter    decode: bytes read
+  llmkiln_kv_transfer_import_seconds_total counter   decode: seconds pulling (reserve + read)
+  llmkiln_kv_transfer_import_read_seconds_total counter decode: of those, seconds in the NIXL read itself
+  llmkiln_kv_transfer_fallbacks_total     counter    decode: failed transfers, prompt prefilled locally
   llmkiln_engine{metric="<name>"}         gauge      every LLMEngine.metrics() value (names: runtime.metrics.
                                                      EngineMetric), e.g. mean_queue_time_ms, num_running
 
@@ -97,6 +110,51 @@ FAMILIES: dict[str, Family] = {
         "llmkiln_engine_stalled_seconds",
         "Seconds without an engine step while requests are in flight (0 when idle)",
         Kind.GAUGE,
+    ),
+    # prefill/decode hosts (llmkiln.host.kv_transfer); 0 on an aggregated host
+    "kv_registrations": Family(
+        "llmkiln_kv_transfer_registrations",
+        "NIXL memory registrations held (prefix-store arrays)",
+        Kind.GAUGE,
+    ),
+    "kv_exports_open": Family(
+        "llmkiln_kv_transfer_exports_open",
+        "Prompt KV exports a decode worker has not released yet",
+        Kind.GAUGE,
+    ),
+    "kv_export_blocks": Family(
+        "llmkiln_kv_transfer_export_blocks", "KV blocks pinned by open exports", Kind.GAUGE
+    ),
+    "kv_exports": Family("llmkiln_kv_transfer_exports_total", "Prompt KV exports handed out", Kind.COUNTER),
+    "kv_exports_expired": Family(
+        "llmkiln_kv_transfer_exports_expired_total",
+        "Exports released by timeout (the decode side never answered)",
+        Kind.COUNTER,
+    ),
+    "kv_pulls_active": Family(
+        "llmkiln_kv_transfer_pulls_active", "Pulls of prompt KV in progress on this decode worker", Kind.GAUGE
+    ),
+    "kv_imports": Family(
+        "llmkiln_kv_transfer_imports_total",
+        "Requests whose prompt KV was pulled from a prefill worker",
+        Kind.COUNTER,
+    ),
+    "kv_import_blocks": Family(
+        "llmkiln_kv_transfer_import_blocks_total", "KV blocks read from prefill workers", Kind.COUNTER
+    ),
+    "kv_import_bytes": Family(
+        "llmkiln_kv_transfer_import_bytes_total", "Bytes of KV read from prefill workers", Kind.COUNTER
+    ),
+    "kv_import_seconds": Family(
+        "llmkiln_kv_transfer_import_seconds_total", "Time spent pulling KV (reserve + read)", Kind.COUNTER
+    ),
+    "kv_import_read_seconds": Family(
+        "llmkiln_kv_transfer_import_read_seconds_total", "Time spent in NIXL reads of KV", Kind.COUNTER
+    ),
+    "kv_fallbacks": Family(
+        "llmkiln_kv_transfer_fallbacks_total",
+        "Decode requests whose KV transfer failed: prefilled on the decode worker instead",
+        Kind.COUNTER,
     ),
 }
 ENGINE_DESCRIPTION = "Runtime engine metrics (LLMEngine.metrics()), by name"

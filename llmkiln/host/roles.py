@@ -1,9 +1,9 @@
 """Worker roles: what part of a request's life an engine host serves.
 
-AGGREGATED is what every host runs today (prefill and decode in one engine). The disaggregated roles have their
-place here: a PREFILL host runs prompts to their first token and exports the prompt's KV blocks; a DECODE host
-imports them into its prefix store before it admits the request, then decodes. The Dynamo worker registers with
-the role's `--disaggregation-mode`; the Triton front door only hosts AGGREGATED engines."""
+AGGREGATED: prefill and decode in one engine. PREFILL: runs prompts to their first token and exports the prompt's
+KV blocks (llmkiln.host.kv_transfer, NIXL); DECODE: imports them into its prefix store before it admits the
+request, then decodes. The Dynamo worker registers with the role's `--disaggregation-mode`; the Triton front
+door only hosts AGGREGATED engines."""
 
 from __future__ import annotations
 
@@ -17,5 +17,10 @@ class WorkerRole(enum.StrEnum):
 
     @property
     def available(self) -> bool:
-        """Roles an engine host can run now (prefill/decode separation is not built yet)."""
-        return self is WorkerRole.AGGREGATED
+        """Roles an engine host can run (all three)."""
+        return True
+
+    @property
+    def moves_kv(self) -> bool:
+        """Prefill and decode hosts own a KV transfer agent."""
+        return self is not WorkerRole.AGGREGATED

@@ -11,9 +11,10 @@ import itertools
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 
@@ -21,7 +22,8 @@ from llmkiln.errors import KilnError
 from llmkiln.recipe import Recipe
 from llmkiln.runtime import metrics as metrics_mod
 from llmkiln.runtime.handle import RequestHandle, push_events
-from llmkiln.runtime.kv_blocks import BlockStore
+from llmkiln.runtime.kv_blocks import BlockStore, Reservation
+from llmkiln.runtime.kv_quant import BlockData
 from llmkiln.runtime.profile import Profiler, StepTrace, now_ns
 from llmkiln.runtime.request import (
     BadRequestParams,
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
 
 
 _EMA = 0.25  # weight of the newest step in the step-cost estimates
+T = TypeVar("T")
 
 
 class EngineClosed(KilnError):
@@ -100,7 +103,9 @@ class LLMEngine:
         self.scheduler.batch_past_prefills = bool(getattr(runner, "batches_prefills_with_past", False))
         self.stats = metrics_mod.StepStats()
         self._lock = threading.Condition()
-        self._inbox: list[tuple[Request, RequestHandle]] = []
+        self._inbox: list[tuple[Request, RequestHandle, Reservation | None]] = []
+        self._calls: list[tuple[Callable[[], object], Future[object]]] = []
+        self._exports: dict[str, Future[list[int]]] = {}  # submit(export_prefix=True), until the request ends
         self._cancels: list[str] = []
         self._handles: dict[str, RequestHandle] = {}
         self._rngs: dict[str, np.random.Generator] = {}
@@ -236,8 +241,17 @@ class LLMEngine:
         params: SamplingParams | None = None,
         priority: int = 0,
         request_id: str | None = None,
+        kv_import: Reservation | None = None,
+        export_prefix: bool = False,
     ) -> RequestHandle:
-        """Queue a request; raises QueueFull / PromptTooLong / BadRequestParams at once. Never blocks."""
+        """Queue a request; raises QueueFull / PromptTooLong / BadRequestParams at once. Never blocks.
+
+        kv_import: blocks of this prompt filled from another engine (`reserve_import`): the scheduler thread
+        publishes them right before it queues the request, so its admission finds them as a cached prefix. A
+        submission refused here gives them back.
+        export_prefix: when the request ends normally, the scheduler thread pins the prompt's stored blocks right
+        after its last step published them (no extra step): `handle.exported` gives their ids (release them with
+        `release_blocks`); [] when it ended otherwise."""
         arrival = time.time_ns()
         params = params if params is not None else SamplingParams()
         try:
@@ -246,7 +260,26 @@ class LLMEngine:
         except Exception:
             with self._lock:
                 self.stats.requests_rejected += 1
+            if kv_import is not None:
+                self.end_import(kv_import, filled=False)
             raise
+        try:
+            return self._submit(prompt_ids, params, priority, request_id, arrival, kv_import, export_prefix)
+        except Exception:
+            if kv_import is not None:
+                self.end_import(kv_import, filled=False)
+            raise
+
+    def _submit(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        priority: int,
+        request_id: str | None,
+        arrival: int,
+        kv_import: Reservation | None,
+        export_prefix: bool = False,
+    ) -> RequestHandle:
         with self._lock:
             if self._failure is not None:
                 raise EngineFailed(f"the engine failed and serves no more requests: {self._failure}")
@@ -269,9 +302,12 @@ class LLMEngine:
             handle = RequestHandle(request, self.cancel)
             if not self._handles:
                 self._progress_ns = time.monotonic_ns()  # idle until now: the stall clock starts here
+            if export_prefix and self.block_store is not None:
+                handle.exported = Future()
+                self._exports[rid] = handle.exported
             self._handles[rid] = handle
             self._rngs[rid] = make_rng(params.seed)
-            self._inbox.append((request, handle))
+            self._inbox.append((request, handle, kv_import))
             self._num_queued += 1
             self.stats.requests_submitted += 1
             self._lock.notify_all()
@@ -284,6 +320,60 @@ class LLMEngine:
         self.start()
         handles = [self.submit(p, params) for p in prompts]
         return [h.result() for h in handles]
+
+    # ------------------------------------------------------------------ scheduler-thread calls (KV hand-off)
+    def call(self, fn: Callable[[], T]) -> Future[T]:
+        """Run fn on the scheduler thread between two steps (the thread that owns the scheduler and the block
+        store); its result or exception arrives in the future. After shutdown or a failure the future holds
+        EngineClosed. Keep fn short: every step waits for it."""
+        fut: Future[T] = Future()
+        with self._lock:
+            if self._failure is not None or self._closed:
+                fut.set_exception(EngineClosed(f"the engine is not running ({self._failure or 'shut down'})"))
+                return fut
+            self._calls.append((fn, fut))  # type: ignore[arg-type]
+            self._lock.notify_all()
+        return fut
+
+    @property
+    def block_data(self) -> BlockData | None:
+        """The arrays behind the prefix store's block ids (None: no store, or a runner without one)."""
+        data = getattr(self.runner, "blocks", None)
+        return data if self.block_store is not None and isinstance(data, BlockData) else None
+
+    def _handoff_keys(self, token_ids: Sequence[int]) -> tuple[list[int], list[int]]:
+        store = self.block_store
+        if store is None:
+            raise EngineClosed("this engine has no prefix store (kv_cache.prefix_reuse is off)")
+        ids = [int(t) for t in token_ids]
+        usable = max(0, len(ids) - 1) // store.tokens_per_block  # a request computes at least its last token
+        return store.block_keys(ids, usable), ids
+
+    def export_prefix(self, token_ids: Sequence[int]) -> Future[list[int]]:
+        """Pin the longest stored prefix of this prompt that another engine's request for it could use (whole
+        blocks, at most len - 1 tokens): its block ids, pinned until `release_blocks`."""
+        ids = [int(t) for t in token_ids]
+        return self.call(lambda: self._pin_prompt(ids))
+
+    def release_blocks(self, block_ids: Sequence[int]) -> Future[None]:
+        """Unpin blocks pinned by `export_prefix`."""
+        store = self.block_store
+        assert store is not None
+        return self.call(lambda: store.unpin(list(block_ids)))
+
+    def reserve_import(self, token_ids: Sequence[int], num_blocks: int) -> Future[Reservation]:
+        """Hold room for the first `num_blocks` blocks of this prompt, to be filled from another engine
+        (BlockStore.reserve_chain); then `submit(..., kv_import=reservation)`, or `end_import(res, False)`."""
+        keys, ids = self._handoff_keys(token_ids)
+        store = self.block_store
+        assert store is not None
+        return self.call(lambda: store.reserve_chain(keys[:num_blocks], ids))
+
+    def end_import(self, reservation: Reservation, filled: bool) -> Future[None]:
+        """Publish (filled) or give back a reservation's blocks, without a request."""
+        store = self.block_store
+        assert store is not None
+        return self.call(lambda: store.end_reservation(reservation, filled))
 
     def cancel(self, request_id: str) -> None:
         """Cancel a request: it finishes with reason 'cancelled'; its slot and blocks are freed next step."""
@@ -342,6 +432,13 @@ class LLMEngine:
         with self._lock:
             self._failure = reason
             self._inbox.clear()
+            calls, self._calls = self._calls, []
+        for _fn, fut in calls:
+            fut.set_exception(EngineClosed(f"the engine failed: {reason}"))
+        exports, self._exports = self._exports, {}
+        for export in exports.values():
+            export.set_result([])
+        with self._lock:
             handles = list(self._handles.values())
             self._handles.clear()
             self._rngs.clear()
@@ -354,7 +451,8 @@ class LLMEngine:
         while True:
             with self._lock:
                 stopping = self._stop
-                if not stopping and not self._inbox and not self._cancels and not self.scheduler.has_work():
+                idle = not self._inbox and not self._cancels and not self._calls
+                if not stopping and idle and not self.scheduler.has_work():
                     self._lock.wait()
                     continue
             if stopping:
@@ -363,7 +461,7 @@ class LLMEngine:
             if not self.step():
                 wake = self.scheduler.next_wakeup_ns()
                 with self._lock:
-                    if self._stop or self._inbox or self._cancels:
+                    if self._stop or self._inbox or self._cancels or self._calls:
                         continue
                     timeout = None if wake is None else max(0.0, (wake - time.time_ns()) / 1e9)
                     if timeout is None and not self.scheduler.has_work():
@@ -410,6 +508,13 @@ class LLMEngine:
         t_emit = now_ns()
         with self._lock:
             self.stats.record_step(plan, elapsed, len(sampled))
+        exports = [
+            (request, fut)
+            for request, event in events
+            if event.finished
+            and event.finish_reason in (FinishReason.STOP.value, FinishReason.LENGTH.value)
+            and (fut := self._exports.pop(request.request_id, None)) is not None
+        ]
         batch: list[tuple[RequestHandle, TokenEvent]] = []
         for request, event in events:
             if event.finished:
@@ -421,6 +526,8 @@ class LLMEngine:
         push_events(batch)
         if saves:
             self._save(saves, trace)
+        for request, fut in exports:  # after the save: the prompt's last blocks are published now
+            fut.set_result(self._pin_prompt(request.prompt_ids))
         if trace is not None and prof is not None:
             t_end = now_ns()
             trace.schedule_ns = t0 - t_start
@@ -470,7 +577,15 @@ class LLMEngine:
         with self._lock:
             inbox, self._inbox = self._inbox, []
             cancels, self._cancels = self._cancels, []
-        for request, _handle in inbox:
+            calls, self._calls = self._calls, []
+        for fn, fut in calls:
+            try:
+                fut.set_result(fn())
+            except Exception as exc:  # the caller's to handle; the scheduler thread goes on
+                fut.set_exception(exc)
+        for request, _handle, kv_import in inbox:
+            if kv_import is not None and self.block_store is not None:  # visible to this request's admission
+                self.block_store.end_reservation(kv_import, filled=True)
             self.scheduler.add_request(request)
         for rid in cancels:
             self._cancel_now(rid)
@@ -487,7 +602,15 @@ class LLMEngine:
             request_id, TokenEvent(None, len(request.output_ids), True, FinishReason.CANCELLED.value)
         )
 
+    def _pin_prompt(self, prompt_ids: Sequence[int]) -> list[int]:
+        keys, ids = self._handoff_keys(prompt_ids)
+        assert self.block_store is not None
+        return self.block_store.pin_prefix(keys, ids, len(ids) - 1)
+
     def _finish_handle(self, request_id: str, event: TokenEvent, error: str | None = None) -> None:
+        fut = self._exports.pop(request_id, None)
+        if fut is not None:  # it did not end normally (the normal end is taken in step()): nothing to export
+            fut.set_result([])
         with self._lock:
             handle = self._handles.pop(request_id, None)
             self._rngs.pop(request_id, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future
 
 from llmkiln.errors import KilnError
 from llmkiln.runtime.request import Request, RequestTimings, TokenEvent
@@ -25,6 +26,9 @@ class RequestHandle:
         self._cond = threading.Condition()
         self._listeners: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[TokenEvent]]] = []
         self.error: str | None = None
+        # submit(..., export_prefix=True): the prompt's stored block ids, pinned by the scheduler thread right
+        # after the request's last step published its blocks ([] when it did not end normally)
+        self.exported: Future[list[int]] | None = None
 
     # ------------------------------------------------------------------ read-only views
     @property

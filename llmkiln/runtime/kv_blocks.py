@@ -55,6 +55,19 @@ class StoredBlock:
     token_ids: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class Reservation:
+    """Blocks of a chain held for an import (`BlockStore.reserve_chain`): all pinned; `fill` are the positions
+    among `block_ids` whose contents come from elsewhere (offered, not ready)."""
+
+    block_ids: tuple[int, ...]
+    fill: tuple[int, ...]
+
+    @property
+    def fill_ids(self) -> list[int]:
+        return [self.block_ids[i] for i in self.fill]
+
+
 class BlockListener(Protocol):
     """Hears the store's changes (see the module docstring)."""
 
@@ -167,6 +180,55 @@ class BlockStore:
         if num_hit_tokens:
             self.num_hits += 1
             self.num_hit_tokens += num_hit_tokens
+
+    # ------------------------------------------------------------------ hand-off (prefill/decode separation)
+    def pin_prefix(self, keys: Sequence[int], token_ids: Sequence[int], max_tokens: int) -> list[int]:
+        """The longest cached prefix (`lookup_keys`), pinned: the caller unpins it (an export's blocks stay put
+        while another process reads them)."""
+        found = self.lookup_keys(keys, token_ids, max_tokens)
+        self.pin(found)
+        return found
+
+    def reserve_chain(self, keys: Sequence[int], token_ids: Sequence[int]) -> Reservation:
+        """Room for the chain of blocks `keys` (of token_ids), to be filled from elsewhere (an import):
+        the block ids, in chain order, all pinned, and the positions among them to fill. A block already stored and
+        ready is pinned as it is (nothing to fill); a missing one is offered (pinned, not ready: fill it, then
+        `commit` it, or `unpin` it to give it back). Stops at the first block that can be neither (being written
+        by a step, or every block pinned): the chain is shorter then."""
+        bs = self.tokens_per_block
+        ids: list[int] = []
+        fill: list[int] = []
+        parent: int | None = None
+        for i, key in enumerate(keys):
+            tokens = tuple(token_ids[i * bs : (i + 1) * bs])
+            existing = self._by_key.get(key)
+            if existing is not None:
+                block = self.blocks[existing]
+                if not block.ready or block.token_ids != tokens or block.parent != parent:
+                    break
+                self.pin([existing])
+                ids.append(existing)
+            else:
+                _, block_id = self.offer(parent, tokens, key=key)
+                if block_id is None:
+                    break
+                fill.append(len(ids))
+                ids.append(block_id)
+            parent = key
+        return Reservation(tuple(ids), tuple(fill))
+
+    def end_reservation(self, reservation: Reservation, filled: bool) -> None:
+        """The import is over: filled, its new blocks become visible (`commit`) and every pin is released;
+        otherwise the new blocks go back to the free list and the stored ones are unpinned."""
+        fill = set(reservation.fill)
+        new = reservation.fill_ids
+        kept = [b for i, b in enumerate(reservation.block_ids) if i not in fill]
+        if filled and new:
+            self.commit(new)
+        elif new:
+            self.unpin(new)
+        if kept:
+            self.unpin(kept)
 
     # ------------------------------------------------------------------ pins
     def pin(self, block_ids: Sequence[int]) -> None:

@@ -90,6 +90,34 @@ class BlockData:
     def nbytes(self) -> int:
         return self.values.nbytes + (self.scales.nbytes if self.scales is not None else 0)
 
+    def regions(self) -> list[tuple[int, int]]:
+        """(address, bytes) of the arrays behind every block (values, then scales): what a transfer agent
+        registers once. The arrays are allocated once and never move."""
+        out = [(self.values.ctypes.data, self.values.nbytes)]
+        if self.scales is not None:
+            out.append((self.scales.ctypes.data, self.scales.nbytes))
+        return out
+
+    def spans(self, block_ids: Sequence[int]) -> list[tuple[int, int]]:
+        """(address, bytes) of these blocks as stored: the values of each, then the scales of each (a block is
+        one contiguous run of values and one of scales). Two stores of one layout give lists of equal sizes."""
+        out: list[tuple[int, int]] = []
+        arrays = [self.values] if self.scales is None else [self.values, self.scales]
+        for arr in arrays:
+            step = arr.nbytes // max(1, arr.shape[0])
+            base = arr.ctypes.data
+            out += [(base + int(block_id) * step, step) for block_id in block_ids]
+        return out
+
+    def layout(self) -> dict[str, object]:
+        """What two stores must share for blocks to move between them as bytes."""
+        return {
+            "dtype": self.dtype,
+            "block_shape": list(self.values.shape[1:]),
+            "scales": self.scales is not None,
+            "static_scales": self.static is not None,
+        }
+
     def write(self, block_id: int, kv: np.ndarray) -> None:
         if self.raw:
             self.values[block_id] = kv
@@ -111,12 +139,17 @@ class BlockData:
             self.scales[ids] = scales
 
     def read_many(self, block_ids: Sequence[int]) -> np.ndarray:
-        """n blocks at once, (n, L, 2, kv_heads, tokens, head_dim); the same values as n `read`s."""
+        """n blocks at once, (n, L, 2, kv_heads, tokens, head_dim); the same values as n `read`s. Read-only: for
+        consecutive ids of an fp32 or raw store it is a view of the store (no copy; imported prompts and fresh
+        saves get consecutive ids from the free list)."""
         ids = np.asarray(block_ids, np.intp)
+        where: slice | np.ndarray = ids
+        if len(ids) > 1 and int(ids[-1]) - int(ids[0]) + 1 == len(ids) and bool((np.diff(ids) == 1).all()):
+            where = slice(int(ids[0]), int(ids[-1]) + 1)
         if self.raw:
-            return self.values[ids]
-        scales = self.scales[ids] if self.scales is not None else None
-        return dequantize(self.values[ids], scales, self.dtype)
+            return self.values[where]
+        scales = self.scales[where] if self.scales is not None else None
+        return dequantize(self.values[where], scales, self.dtype)
 
     def read(self, block_id: int) -> np.ndarray:
         if self.raw:

@@ -76,3 +76,44 @@ def test_an_engine_without_config_json_is_refused(tmp_path, stories_engine):
     (old / "config.json").unlink()
     with pytest.raises(BadInput, match="rebuild it"):
         make_spec(old, DynamoOptions(), tmp_path / "state")
+
+
+def test_prefill_and_decode_workers_get_their_roles_and_core_shares():
+    s = spec(workers=3, status_ports=(20001, 20002, 20003), prefill_workers=1, decode_workers=2)
+    s.check()
+    assert s.disaggregated and s.threads == max(1, available_cores() // 3)
+    roles = []
+    for i in range(3):
+        cmd = s.worker_commandline(i)
+        roles.append(cmd[cmd.index("--role") + 1])
+        assert cmd[cmd.index("--kv-export-timeout") + 1] == "30"
+    assert roles == ["prefill", "decode", "decode"]
+    assert "--role" not in spec().worker_commandline(0)  # aggregated: the worker's default role
+    tuned = spec(
+        workers=2,
+        prefill_workers=1,
+        decode_workers=1,
+        overrides={"scheduler": {"max_batch_size": 4}},
+        prefill_overrides={"scheduler": {"max_prefill_tokens": 128}},
+    )
+    assert tuned.worker_overrides(0) == {"scheduler": {"max_batch_size": 4, "max_prefill_tokens": 128}}
+    assert tuned.worker_overrides(1) == {"scheduler": {"max_batch_size": 4}}
+    with pytest.raises(BadInput, match="at least one of each"):
+        spec(workers=1, status_ports=(20001,), prefill_workers=1).check()
+
+
+def test_make_spec_counts_prefill_and_decode_workers(tmp_path, engine_factory):
+    engine = engine_factory("stories-fp32")
+    s = make_spec(engine, DynamoOptions(prefill_workers=1, decode_workers=1, http_port=0), tmp_path)
+    assert (s.workers, len(s.status_ports), s.worker_role(0), s.worker_role(1)) == (2, 2, "prefill", "decode")
+    with pytest.raises(BadInput, match="prefix_reuse"):
+        make_spec(
+            engine,
+            DynamoOptions(
+                prefill_workers=1,
+                decode_workers=1,
+                http_port=0,
+                overrides={"kv_cache": {"prefix_reuse": False}},
+            ),
+            tmp_path,
+        )

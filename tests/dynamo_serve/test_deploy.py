@@ -166,3 +166,66 @@ def test_llm_api_recipe_gets_dynamo_trtllm_and_its_extra_engine_args(tmp_path):
         "configMap": {"name": cm["metadata"]["name"]},
     }
     assert validate_with_wheel_model(path) == {"types": ["frontend", "worker"], "same": True}
+
+
+def test_disaggregated_cpu_recipe_gets_prefill_and_decode_components(engines_root, tmp_path):
+    """--disaggregated: components as the wheel's disagg template (types prefill / decode), llmkiln workers with
+    --role (their KV moves with NIXL); the wheel's DGD model accepts it."""
+    out = tmp_path / "pd"
+    opts = DeployOptions(replicas=3, prefill_replicas=2, engines_root=engines_root, disaggregated=True)
+    path = write_deployment("stories-fp32", out, opts)
+    doc = yaml.safe_load(path.read_text())
+    frontend, prefill, decode = doc["spec"]["components"]
+    assert [c["type"] for c in (frontend, prefill, decode)] == ["frontend", "prefill", "decode"]
+    assert (prefill["replicas"], decode["replicas"]) == (2, 3)
+    for comp, role in ((prefill, "prefill"), (decode, "decode")):
+        args = comp["podTemplate"]["spec"]["containers"][0]["args"]
+        assert args[:2] == ["-m", "llmkiln.dynamo.worker"]
+        assert args[args.index("--role") + 1] == role
+    assert "--disaggregated" in (out / "README.md").read_text() and "NIXL" in (out / "README.md").read_text()
+    template = yaml.safe_load((DYNAMO_ROOT / "profiler/templates/dgd/trtllm/disagg.yaml").read_text())
+    check_layout(doc, template)
+    with pytest.raises(BadInput, match="types"):
+        check_layout(doc)  # not the agg layout
+    assert validate_with_wheel_model(path) == {"types": ["frontend", "prefill", "decode"], "same": True}
+
+
+def test_disaggregated_llm_api_recipe_gets_role_yamls_with_cache_transceiver(tmp_path):
+    """trtllm-llmapi --disaggregated: `dynamo.trtllm --disaggregation-mode prefill|decode`, each with its LLM-API
+    YAML (the aggregated options + cache_transceiver_config; overlap scheduler off on prefill, as Dynamo's
+    examples), keys checked against the pinned TensorRT-LLM facts."""
+    from llmkiln.dynamo.deploy import CONFIGMAP_FILE
+    from llmkiln.trtllm.cache_transceiver import disaggregated_llm_api_options, facts
+    from llmkiln.trtllm.facts import unknown_keys
+    from llmkiln.trtllm.llmapi import llm_api_options
+
+    out = tmp_path / "trt-pd"
+    opts = DeployOptions(replicas=1, engines_root=tmp_path / "none", disaggregated=True)
+    path = write_deployment("tiny-trtllm-llmapi", out, opts)
+    doc = yaml.safe_load(path.read_text())
+    _, prefill, decode = doc["spec"]["components"]
+    recipe, _ = load_recipe("tiny-trtllm-llmapi")
+    parser_source = (DYNAMO_ROOT / "trtllm" / "backend_args.py").read_text()
+    cm = yaml.safe_load((out / CONFIGMAP_FILE).read_text())
+    for comp, role in ((prefill, "prefill"), (decode, "decode")):
+        args = comp["podTemplate"]["spec"]["containers"][0]["args"]
+        for flag in (a for a in args if a.startswith("--")):
+            assert f'"{flag}"' in parser_source, flag
+        assert args[args.index("--disaggregation-mode") + 1] == role
+        assert args[args.index("--extra-engine-args") + 1] == f"/config/{role}.yaml"
+        options = yaml.safe_load((out / f"{role}.yaml").read_text())
+        assert options == disaggregated_llm_api_options(recipe, role)
+        assert yaml.safe_load(cm["data"][f"{role}.yaml"]) == options
+        assert options["cache_transceiver_config"]["backend"] == "DEFAULT"
+        assert set(options["cache_transceiver_config"]) <= set(facts()["fields"])
+        assert unknown_keys(options) == []
+        rest = {
+            k: v
+            for k, v in options.items()
+            if k not in ("cache_transceiver_config", "disable_overlap_scheduler")
+        }
+        agg = llm_api_options(recipe)
+        assert rest == {k: v for k, v in agg.items() if k != "disable_overlap_scheduler"}
+    assert "--publish-kv-events" in prefill["podTemplate"]["spec"]["containers"][0]["args"]
+    assert yaml.safe_load((out / "prefill.yaml").read_text())["disable_overlap_scheduler"] is True
+    assert validate_with_wheel_model(path) == {"types": ["frontend", "prefill", "decode"], "same": True}

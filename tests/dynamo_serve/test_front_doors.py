@@ -41,6 +41,9 @@ def test_a_tampered_engine_is_never_served(stories_engine: Path, tmp_path: Path,
         (["--dynamo", "--metrics-port", "9102", "--log-verbose", "1"], "--metrics-port, --log-verbose"),
         (["--workers", "3"], "--workers"),
         (["--router-mode", "random", "--state-dir", "/tmp/x"], "--router-mode, --state-dir"),
+        (["--prefill-workers", "1", "--decode-workers", "1"], "--prefill-workers, --decode-workers"),
+        (["--dynamo", "--workers", "3", "--prefill-workers", "1", "--decode-workers", "1"], "--workers"),
+        (["--dynamo", "--prefill-workers", "1"], "go together"),
     ],
 )
 def test_a_flag_of_the_other_front_door_is_refused(stories_engine: Path, flags: list[str], named: str):

@@ -216,3 +216,31 @@ def test_num_in_flight_counts_queued_and_running():
     a.result(timeout=10)
     eng.shutdown()
     assert eng.num_in_flight == 0
+
+
+def test_call_runs_on_the_scheduler_thread_and_import_feeds_admission():
+    """LLMEngine.call runs between steps on the scheduler thread; a reservation passed to submit is published
+    right before the request is queued, so it is admitted with the imported prefix as cached tokens."""
+    eng = make_engine().start()
+    try:
+        assert eng.call(lambda: threading.current_thread().name).result(5) == "llmkiln-scheduler"
+        with pytest.raises(ZeroDivisionError):
+            eng.call(lambda: 1 / 0).result(5)
+        prompt = _prompt(1, 13)
+        expected = reference_generate(prompt, 5)
+        assert eng.submit(prompt, SamplingParams(max_tokens=5)).result() == expected
+        store = eng.block_store
+        assert store is not None
+        store_ids = eng.export_prefix(prompt).result(5)
+        assert len(store_ids) == 3 and store.num_pinned == 3
+        eng.release_blocks(store_ids).result(5)
+        assert store.num_pinned == 0
+        res = eng.reserve_import(prompt, 3).result(5)
+        assert res.fill == ()  # all stored here already
+        h = eng.submit(prompt, SamplingParams(max_tokens=5), kv_import=res)
+        assert h.result() == expected and h.num_cached_tokens == 12
+        assert store.num_pinned == 0
+    finally:
+        eng.shutdown()
+    with pytest.raises(Exception, match="not running"):
+        eng.call(lambda: None).result(5)

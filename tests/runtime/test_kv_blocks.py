@@ -129,3 +129,44 @@ def test_listener_keys_match_lookup_chain():
     ((_, blocks),) = rec.events
     assert [b[0] for b in blocks] == store.block_keys(tokens, 3)
     assert [b[1] for b in blocks] == [None, *store.block_keys(tokens, 2)]
+
+
+def test_reserve_chain_pins_stored_blocks_and_offers_missing_ones():
+    store = BlockStore(8, 4)
+    a = list(range(100, 116))  # 4 blocks
+    _store_prefix(store, a[:8])  # the first 2 are stored already
+    keys = store.block_keys(a, 4)
+    res = store.reserve_chain(keys, a)
+    assert len(res.block_ids) == 4 and res.fill == (2, 3)
+    assert store.num_pinned == 4
+    assert len(store.lookup(a, 100)) == 2  # the offered ones are invisible until filled
+    store.end_reservation(res, filled=True)
+    assert store.num_pinned == 0 and len(store.lookup(a, 100)) == 4
+    store.check_invariants()
+    # a failed import gives the new blocks back and keeps the stored ones
+    b = list(range(200, 212))
+    _store_prefix(store, b[:4])
+    res = store.reserve_chain(store.block_keys(b, 3), b)
+    assert res.fill == (1, 2)
+    store.end_reservation(res, filled=False)
+    assert store.num_pinned == 0 and len(store.lookup(b, 100)) == 1
+    store.check_invariants()
+
+
+def test_reserve_chain_stops_when_every_block_is_pinned():
+    store = BlockStore(2, 4)
+    a = list(range(100, 112))
+    res = store.reserve_chain(store.block_keys(a, 3), a)
+    assert len(res.block_ids) == 2  # the chain is shorter: the rest is prefilled by the request itself
+    store.end_reservation(res, filled=True)
+    store.check_invariants()
+
+
+def test_pin_prefix_pins_the_longest_stored_prefix():
+    store = BlockStore(8, 4)
+    a = list(range(100, 113))
+    _store_prefix(store, a)
+    ids = store.pin_prefix(store.block_keys(a, 3), a, len(a) - 1)
+    assert len(ids) == 3 and store.num_pinned == 3
+    store.unpin(ids)
+    assert store.num_pinned == 0

@@ -1,0 +1,196 @@
+"""Prefill/decode separation under the real Dynamo frontend (stories260K, real NIXL agents between the worker
+processes): the decode tier's greedy outputs equal the aggregated worker's, the imported prompt tokens are
+reported as cached, the router keeps sending a prompt's prefill to the prefill worker holding it, and faults
+leave nothing pinned — a decode worker killed mid-transfer, a prefill worker killed before its KV was read (the
+decode worker prefills the prompt itself and counts the fallback)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import urllib.request
+
+import openai
+import pytest
+
+from llmkiln.host.kv_transfer import PULL_DELAY_ENV
+
+from .conftest import MODEL, client
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("nixl_cu12")
+
+STORY = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her dog. "
+PROMPTS = [
+    "Hi",  # shorter than a block: nothing to move
+    STORY,
+    STORY * 3 + "One day",
+    "Tom had a red ball. " * 20,
+]
+
+
+def wait_until(what, timeout_s: float = 60.0, every_s: float = 0.05):
+    """Poll `what()` until it is truthy (a bound on waiting, not a timing assertion)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = what()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise AssertionError(f"condition not met within {timeout_s} s")
+
+
+def complete(launcher, prompt: str, max_tokens: int = 24):
+    r = client(launcher).completions.create(model=MODEL, prompt=prompt, max_tokens=max_tokens, temperature=0)
+    return r.choices[0].text, r.usage
+
+
+@pytest.fixture(scope="module")
+def aggregated(launch, stories_engine):
+    return launch(stories_engine, workers=1)
+
+
+@pytest.fixture(scope="module")
+def expected(aggregated) -> dict[str, str]:
+    return {p: complete(aggregated, p)[0] for p in PROMPTS}
+
+
+@pytest.fixture(scope="module")
+def pd(launch, stories_engine):
+    """Two prefill workers (0, 1) and one decode worker (2)."""
+    return launch(stories_engine, prefill_workers=2, decode_workers=1)
+
+
+def test_roles_and_registration(pd):
+    assert [pd.spec.worker_role(i) for i in range(3)] == ["prefill", "prefill", "decode"]
+    for i in range(3):
+        assert pd.worker_metrics(i)["kv_transfer_registrations"] == 1  # fp32: one array, registered once
+    assert "--role prefill" in " ".join(pd.workers[0].command)  # Dynamo's mode is set through WorkerConfig
+
+
+def test_greedy_outputs_equal_aggregated_and_imported_tokens_are_cached(pd, expected):
+    for prompt in PROMPTS:
+        text, usage = complete(pd, prompt)
+        assert text == expected[prompt], prompt
+        cached = usage.prompt_tokens_details.cached_tokens
+        whole = (usage.prompt_tokens - 1) // 16 * 16  # the blocks a prefill can hand over
+        assert cached >= whole, (prompt, usage)
+    # chat goes the same way
+    chat = client(pd).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": STORY * 2}], max_tokens=16, temperature=0
+    )
+    assert chat.usage.prompt_tokens_details.cached_tokens >= 16
+    decode = pd.worker_metrics(2)
+    assert decode["kv_transfer_imports_total"] >= len(PROMPTS)  # every prompt with a whole block, plus chat
+    assert decode["kv_transfer_import_bytes_total"] > 0
+    assert decode["kv_transfer_fallbacks_total"] == 0
+    for i in (0, 1):  # every export was released by the decode worker's READ
+        wait_until(lambda i=i: pd.worker_metrics(i)["kv_transfer_exports_open"] == 0, 10)
+        m = pd.worker_metrics(i)
+        assert m["kv_transfer_export_blocks"] == 0 and m["kv_blocks_pinned"] == 0
+        assert m["kv_transfer_exports_expired_total"] == 0
+    assert decode["kv_blocks_pinned"] == 0
+
+
+def test_prefills_are_routed_by_kv_overlap(pd):
+    prompts = [f"{head} went to the sea to find a big shell. " * 8 for head in ("Ben", "Sue")]
+    before = [pd.worker_metrics(i)["prefix_cache_hit_tokens_total"] for i in (0, 1)]
+    rounds = 3
+    usages = []
+    for _ in range(rounds):
+        for p in prompts:
+            usages.append(complete(pd, p, max_tokens=4)[1])
+    after = [pd.worker_metrics(i)["prefix_cache_hit_tokens_total"] for i in (0, 1)]
+    hits = sum(a - b for a, b in zip(after, before, strict=True))
+    # after its first prefill, each prompt's prefills go to the prefill worker that holds it: whole hits
+    whole = sum((u.prompt_tokens - 1) // 16 * 16 for u in usages[len(prompts) :])
+    assert hits >= whole
+
+
+@pytest.fixture(scope="module")
+def faulty_pd(launch, stories_engine):
+    """One prefill (0) and one decode worker (1); every pull pauses 3 s after connecting (a window to kill a
+    side in), exports expire after 2 s, no migration (the test sees the request's fate)."""
+    return launch(
+        stories_engine,
+        prefill_workers=1,
+        decode_workers=1,
+        kv_export_timeout_s=2.0,
+        migration_limit=0,
+        extra_env={PULL_DELAY_ENV: "3"},
+    )
+
+
+def _in_background(launcher, prompt: str) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["result"] = complete(launcher, prompt)
+        except openai.APIError as exc:
+            out["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_a_client_leaving_mid_transfer_leaves_nothing_pinned(faulty_pd):
+    """The client gives up while the decode worker pulls (a 3 s pause): the pull's reservation is given back
+    on the decode worker, the export released on the prefill worker (the READ's notification or its timeout)."""
+    impatient = openai.OpenAI(base_url=faulty_pd.url, api_key="unused", max_retries=0, timeout=1.0)
+    with pytest.raises(openai.APITimeoutError):
+        impatient.completions.create(model=MODEL, prompt=STORY * 2 + "Then", max_tokens=8)
+    for i in (0, 1):
+        wait_until(lambda i=i: faulty_pd.worker_metrics(i)["kv_blocks_pinned"] == 0, 20)
+    wait_until(lambda: faulty_pd.worker_metrics(0)["kv_transfer_exports_open"] == 0, 20)
+    wait_until(lambda: faulty_pd.worker_metrics(1)["kv_transfer_pulls_active"] == 0, 20)
+    assert faulty_pd.worker_metrics(1)["kv_blocks_pinned"] == 0
+
+
+def test_decode_killed_mid_transfer_leaves_nothing_pinned(faulty_pd):
+    t, _ = _in_background(faulty_pd, STORY * 2)
+    wait_until(lambda: faulty_pd.worker_metrics(1)["kv_transfer_pulls_active"] == 1)
+    assert faulty_pd.worker_metrics(0)["kv_transfer_exports_open"] == 1
+    assert faulty_pd.worker_metrics(0)["kv_transfer_export_blocks"] > 0
+    faulty_pd.workers[1].signal(signal.SIGKILL)  # the decode worker, inside its pull
+    wait_until(lambda: not faulty_pd.workers[1].alive(), 10)
+    wait_until(lambda: faulty_pd.worker_metrics(0)["kv_transfer_exports_open"] == 0, 20)
+    m = faulty_pd.worker_metrics(0)
+    assert m["kv_transfer_export_blocks"] == 0 and m["kv_blocks_pinned"] == 0
+    assert m["kv_transfer_exports_expired_total"] >= 1
+    t.join(60)
+    before = decode_instances(faulty_pd)
+    faulty_pd.supervise_once()  # restart the decode worker for the next test
+    faulty_pd.wait_ready(180)
+    # the frontend drops the killed instance from discovery a few seconds later: wait for only the new one
+    wait_until(lambda: len(now := decode_instances(faulty_pd)) == 1 and not now & before, 60)
+
+
+def decode_instances(launcher) -> set:
+    """Instance ids of the decode tier's generate endpoint (component backend) in the frontend's /health."""
+    health = json.loads(
+        urllib.request.urlopen(launcher.url.removesuffix("/v1") + "/health", timeout=5).read()
+    )
+    return {
+        str(i.get("instance_id"))
+        for i in health.get("instances", [])
+        if i.get("endpoint") == "generate" and i.get("component") == "backend"
+    }
+
+
+def test_prefill_killed_before_the_read_falls_back_to_local_prefill(faulty_pd, expected):
+    prompt = PROMPTS[2]
+    t, out = _in_background(faulty_pd, prompt)
+    wait_until(lambda: faulty_pd.worker_metrics(1)["kv_transfer_pulls_active"] == 1)  # the prefill is over
+    faulty_pd.workers[0].signal(signal.SIGKILL)  # the prefill worker, while the decode worker connects
+    t.join(90)
+    assert "result" in out, out
+    text, usage = out["result"]
+    assert text == expected[prompt]
+    assert usage.prompt_tokens_details.cached_tokens == 0  # prefilled on the decode worker
+    m = faulty_pd.worker_metrics(1)
+    assert m["kv_transfer_fallbacks_total"] == 1 and m["kv_transfer_imports_total"] == 0
+    assert m["kv_blocks_pinned"] == 0

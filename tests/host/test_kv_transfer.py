@@ -1,0 +1,106 @@
+"""Prefill and decode hosts in one process with the real stories260K engine and real NIXL agents (UCX, DRAM):
+the decode host pulls the prompt's blocks from the prefill host's store and its greedy output is the aggregated
+engine's; exports are released after the import, on a failed pull and on timeout; nothing stays pinned."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from llmkiln.host.engine_host import EngineHost, HostOptions
+from llmkiln.host.kv_transfer import TransferFailed
+from llmkiln.host.roles import WorkerRole
+from llmkiln.runtime.request import SamplingParams
+
+pytest.importorskip("nixl_cu12")
+
+GREEDY = SamplingParams(max_tokens=24, temperature=0.0)
+PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her dog. "
+
+
+def wait_for(cond, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def pinned(host: EngineHost) -> int:
+    assert host.engine.block_store is not None
+    return host.engine.block_store.num_pinned
+
+
+@pytest.fixture(scope="module", params=["stories-fp32", "stories-int8"])
+def hosts(request, engine_factory):
+    folder: Path = engine_factory(request.param)
+    agg = EngineHost.open(folder, HostOptions())
+    pre = EngineHost.open(folder, HostOptions(role=WorkerRole.PREFILL, kv_export_timeout_s=1.0))
+    dec = EngineHost.open(folder, HostOptions(role=WorkerRole.DECODE))
+    try:
+        yield agg, pre, dec
+    finally:
+        for h in (agg, pre, dec):
+            h.shutdown(5.0)
+    for h in (pre, dec):
+        assert h.metrics.values["kv_registrations"] == 0
+
+
+def prefill(pre: EngineHost, ids: list[int], later: bool = False) -> dict:
+    """Run the prompt on the prefill host and export its blocks: pinned at the request's end (export_prefix)
+    or, later=True, by a scheduler-thread call afterwards (KvTransfer.export)."""
+    assert pre.kv is not None
+    h = pre.engine.submit(ids, SamplingParams(max_tokens=1, temperature=0.0), export_prefix=not later)
+    h.result()
+    params = pre.kv.export(ids) if later else pre.kv.open_export(h.exported.result(10))
+    assert params is not None
+    return params
+
+
+def test_decode_output_equals_aggregated_and_export_released(hosts) -> None:
+    agg, pre, dec = hosts
+    ids = agg.engine.encode(PROMPT * 3)
+    expected = agg.engine.submit(ids, GREEDY).result()
+    params = prefill(pre, ids)
+    assert "values" not in str(params)  # a handle, never KV values
+    assert pre.kv.num_open_exports == 1 and pinned(pre) == len(params["block_ids"])
+    res, stats = dec.kv.pull(params, ids)
+    assert stats.read_blocks == len(params["block_ids"]) > 0 and stats.nbytes > 0
+    assert 0 < stats.read_seconds <= stats.seconds
+    handle = dec.engine.submit(ids, GREEDY, kv_import=res)
+    assert handle.result() == expected
+    bs = dec.engine.block_store.tokens_per_block
+    assert handle.num_cached_tokens >= len(params["block_ids"]) * bs
+    wait_for(lambda: pre.kv.num_open_exports == 0 and pinned(pre) == 0)  # the READ's notification released it
+    assert pinned(pre) == 0 and pinned(dec) == 0
+    assert pre.metrics.values["kv_exports_expired"] == 0
+    # the same prompt again: the decode store has the blocks, nothing is read, the export is still released
+    params = prefill(pre, ids)
+    res, stats = dec.kv.pull(params, ids)
+    assert stats.read_blocks == 0
+    assert dec.engine.submit(ids, GREEDY, kv_import=res).result() == expected
+    wait_for(lambda: pre.kv.num_open_exports == 0 and pinned(pre) == 0)
+    assert pinned(pre) == 0 and pinned(dec) == 0
+
+
+def test_failed_pull_gives_everything_back(hosts) -> None:
+    _agg, pre, dec = hosts
+    ids = pre.engine.encode(PROMPT * 2 + "The end.")
+    params = prefill(pre, ids)
+    bad = {**params, "layout": {**params["layout"], "dtype": "other"}}
+    with pytest.raises(TransferFailed):
+        dec.kv.pull(bad, ids)
+    wait_for(lambda: pre.kv.num_open_exports == 0 and pinned(pre) == 0)  # the decode side said it failed
+    assert pinned(pre) == 0 and pinned(dec) == 0
+
+
+def test_unanswered_export_expires(hosts) -> None:
+    _agg, pre, dec = hosts
+    ids = pre.engine.encode("A dog ran. " * 12)
+    prefill(pre, ids, later=True)  # nobody pulls it
+    assert pre.kv.num_open_exports == 1 and pinned(pre) > 0
+    wait_for(lambda: pre.kv.num_open_exports == 0 and pinned(pre) == 0, timeout_s=5.0)
+    assert pinned(pre) == 0
+    assert pre.metrics.values["kv_exports_expired"] >= 1
+    assert pre.metrics.values["kv_export_blocks"] == 0
