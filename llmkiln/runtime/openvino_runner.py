@@ -1,4 +1,4 @@
-"""The OpenVINO PagedAttention path for the CPU engine (issue 20 prototype, the path the kernel study picks:
+"""The OpenVINO PagedAttention path for the CPU engine (a prototype: the path the kernel study picks,
 docs/cpu-engine.md). The only runtime module that imports openvino; nothing imports it yet, and openvino is not
 a dependency of the package (the study's venv has it).
 
