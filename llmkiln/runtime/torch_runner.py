@@ -1,4 +1,4 @@
-"""The torch execution path for the CPU engine (a prototype of the CPU-engine study): a Llama forward over a flat batch of tokens
+"""The torch execution path for the CPU engine (a prototype): a Llama forward over a flat batch of tokens
 from several sequences at once, with a slot KV pool, and the attention formulations the builder's
 GroupQueryAttention cannot express.
 
@@ -684,7 +684,7 @@ def _block_runs(copies, bs: int) -> list[tuple[int, int, list[int]]]:
 def load_torch_engine(engine_dir: Path, model_dir: Path, dtype: str = "fp32", overrides=None):
     """An LLMEngine over TorchRunner with an engine folder's recipe settings and tokenizer (not started).
 
-    Prototype seam (docs/cpu-engine.md): the engine folder gives the scheduler settings and tokenizer, `model_dir` the HF
+    Prototype seam: the engine folder gives the scheduler settings and tokenizer, `model_dir` the HF
     checkpoint the torch path runs (the engine's source model)."""
     from tokenizers import Tokenizer
 
