@@ -182,25 +182,32 @@ def test_readiness_is_503_from_the_drain_on_while_work_in_flight_finishes(tmp_pa
         result: list[str] = []
         busy = threading.Thread(
             target=lambda: result.append(
-                one_stream(server.url_grpc, close_channel=False, max_tokens=100_000)
+                one_stream(server.url_grpc, close_channel=False, max_tokens=100_000, timeout_s=120)
             ),
             daemon=True,
         )
         busy.start()
         while not server.active_requests():
             time.sleep(0.05)
-        stopper = threading.Thread(target=server.stop, daemon=True)
-        stopper.start()
-        statuses = set()
-        while busy.is_alive():  # the request in flight runs until the drain deadline
+        statuses: set[str] = set()
+        real_active = server.active_requests
+
+        def probe_then_count() -> float | None:
+            # the drain polls this after it started (drain file written, readiness switched): ask readiness here,
+            # while the request is in flight, instead of hoping a sampling loop falls into the drain's window
             try:
                 urllib.request.urlopen(ready_url, timeout=10)
                 statuses.add("200")
             except urllib.error.HTTPError as e:
                 statuses.add(f"{e.code} {e.headers.get('Retry-After')}")
-            time.sleep(0.05)
+            return real_active()
+
+        server.active_requests = probe_then_count  # type: ignore[method-assign]
+        stopper = threading.Thread(target=server.stop, daemon=True)
+        stopper.start()
         stopper.join(60)
-        assert "503 1" in statuses, statuses
+        busy.join(60)
+        assert "503 1" in statuses and "200" not in statuses, (statuses, result, list(server.lines)[-15:])
         assert result and "did not finish within the exit timeout" in result[0], result
     finally:
         server.stop()
