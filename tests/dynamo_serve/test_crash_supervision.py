@@ -15,27 +15,11 @@ import pytest
 
 from llmkiln.serve.processes import alive
 from llmkiln.serve.server import free_ports, port_free
+from tests.proc_tree import descendants
 
 from .conftest import MODEL, launch_processes_alive
 
 pytestmark = pytest.mark.slow
-
-
-def descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(p.name))
-    out, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.add(c)
-            todo.append(c)
-    return out
 
 
 def wait_until(what, timeout_s: float, every_s: float = 0.05) -> bool:

@@ -18,27 +18,11 @@ from llmkiln.errors import BadInput
 from llmkiln.serve.backend_env import assemble_backend_dir, server_env
 from llmkiln.serve.processes import remove_dead_workdirs, remove_orphan_shm
 from llmkiln.serve.server import ServerConfig, TritonServer, free_ports, port_free
+from tests.proc_tree import descendants as _descendants
 
 from .client import http_generate
 
 pytestmark = pytest.mark.slow
-
-
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(p.name))
-    out, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.add(c)
-            todo.append(c)
-    return out
 
 
 def test_kiln_serve_until_sigint(engine_factory, tmp_path: Path):

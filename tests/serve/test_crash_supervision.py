@@ -21,28 +21,12 @@ import pytest
 
 from llmkiln.serve.processes import alive, processes_with
 from llmkiln.serve.server import ServerConfig, TritonServer, free_ports, port_free
+from tests.proc_tree import descendants
 
 from .client import http_generate
 from .conftest import fake_repository
 
 pytestmark = pytest.mark.slow
-
-
-def descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(p.name))
-    out, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.add(c)
-            todo.append(c)
-    return out
 
 
 def cmdline(pid: int) -> str:

@@ -20,9 +20,10 @@ from llmkiln.host.engine_host import EngineHost
 from llmkiln.runtime.request import SamplingParams
 from llmkiln.serve.heartbeat import Beat
 from llmkiln.serve.server import free_ports
+from tests.proc_tree import descendants as _descendants
 from tests.runtime.test_engine_fake import _prompt, make_engine
 
-from .test_cli_serve import _cmd, _descendants
+from .test_cli_serve import _cmd
 
 
 def test_beat_problems():
