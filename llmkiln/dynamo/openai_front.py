@@ -17,13 +17,13 @@ It runs an aiohttp server on its own event loop in a thread of the launcher proc
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from typing import Any
 
 import aiohttp
 from aiohttp import web
+
+from llmkiln.serve.loop_thread import LoopThread
 
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade"}
 RETRY_AFTER_S = "1"
@@ -64,40 +64,17 @@ def _error_event(event: bytes) -> tuple[int, str] | None:
     return None
 
 
-class OpenAIFront:
+class OpenAIFront(LoopThread):
     """Listens on host:port, forwards to http://upstream (Dynamo's frontend)."""
 
+    thread_name = "llmkiln-openai-front"
+
     def __init__(self, host: str, port: int, upstream: str) -> None:
+        super().__init__()
         self.host, self.port, self.upstream = host, port, upstream
         self.draining = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._started = threading.Event()
-        self._error: BaseException | None = None
-
-    def start(self) -> None:
-        """Bind and serve in a background thread; raises the bind error (e.g. the port is taken)."""
-        self._thread = threading.Thread(target=self._run, name="llmkiln-openai-front", daemon=True)
-        self._thread.start()
-        self._started.wait(30)
-        if self._error is not None:
-            raise self._error
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve())
-        except BaseException as exc:  # reported to start()
-            self._error = exc
-            self._started.set()
-            return
-        self._started.set()
-        loop.run_forever()
-        loop.run_until_complete(self._cleanup())
-        loop.close()
 
     async def _serve(self) -> None:
         app = web.Application(client_max_size=64 * 2**20)
@@ -119,14 +96,6 @@ class OpenAIFront:
             await self._runner.cleanup()
         if self._session is not None:
             await self._session.close()
-
-    def stop(self) -> None:
-        """Stop listening and close the connections upstream (idempotent)."""
-        if self._loop is not None and self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
-            self._thread = None
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         if self.draining and (request.method == "POST" or request.path.rstrip("/").endswith("/health")):

@@ -26,7 +26,6 @@ import contextlib
 import functools
 import itertools
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -34,6 +33,7 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2
 
+from llmkiln.serve.loop_thread import LoopThread
 from llmkiln.serve.response_stream import CANCEL_KEY_ENV, CANCEL_KEY_PARAM, CANCEL_PARAM
 
 SERVICE_NAME = "inference.GRPCInferenceService"
@@ -182,45 +182,22 @@ class _Relay:
         await up_reader
 
 
-class GrpcFront:
+class GrpcFront(LoopThread):
     """Listens on host:port, relays GRPCInferenceService to `upstream` (Triton's gRPC endpoint)."""
 
+    thread_name = "llmkiln-grpc-front"
+
     def __init__(self, host: str, port: int, upstream: str, cancel_key: str, max_message_bytes: int) -> None:
+        super().__init__()
         self.host, self.port, self.upstream = host, port, upstream
         self.cancel_key = cancel_key
         self.max_message_bytes = max_message_bytes
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
         self._server: Any = None
         self._channel: Any = None
-        self._started = threading.Event()
-        self._error: BaseException | None = None
         self._numbers = itertools.count()
         self._background: set[asyncio.Task[None]] = set()
         self.upstream_streams = 0  # relayed streams Triton still holds open (0 at rest)
         self._relays: set[_Relay] = set()
-
-    def start(self) -> None:
-        """Bind and serve in a background thread; raises the bind error (e.g. the port is taken)."""
-        self._thread = threading.Thread(target=self._run, name="llmkiln-grpc-front", daemon=True)
-        self._thread.start()
-        self._started.wait(30)
-        if self._error is not None:
-            raise self._error
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve())
-        except BaseException as exc:  # reported to start()
-            self._error = exc if isinstance(exc, OSError) else OSError(str(exc))
-            self._started.set()
-            return
-        self._started.set()
-        loop.run_forever()
-        loop.run_until_complete(self._cleanup())
-        loop.close()
 
     async def _serve(self) -> None:
         options = _channel_options(self.max_message_bytes)
@@ -247,16 +224,16 @@ class GrpcFront:
         while any(r.inflight and not r.client_gone for r in self._relays) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
 
+    def _start_error(self, exc: BaseException) -> BaseException:
+        return exc if isinstance(exc, OSError) else OSError(str(exc))
+
     def stop(self, settle_s: float = SETTLE_S) -> None:
         """Stop listening and close the connection to Triton (idempotent). Responses still on their way (the
         final errors of a drain's last requests) are relayed first, for at most `settle_s`."""
         if self._loop is not None and self._loop.is_running():
             with contextlib.suppress(Exception):  # stopping anyway
                 asyncio.run_coroutine_threadsafe(self._settle(settle_s), self._loop).result(settle_s + 1)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
-            self._thread = None
+        super().stop()
 
     def _keep(self, task: asyncio.Task[Any]) -> None:
         self._background.add(task)

@@ -40,13 +40,13 @@ import contextlib
 import json
 import logging
 import re
-import threading
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 from llmkiln.serve.http_checks import first, parse_generate_body
+from llmkiln.serve.loop_thread import LoopThread
 
 GENERATE_PATH = re.compile(r"^/v2/models/[^/]+(?:/versions/[^/]+)?/(generate|generate_stream)$")
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade"}
@@ -61,41 +61,18 @@ IDENTITY = ("", "identity")
 LOG = logging.getLogger(__name__)
 
 
-class HttpFront:
+class HttpFront(LoopThread):
     """Listens on host:port, forwards to http://upstream (Triton's HTTP endpoint)."""
 
+    thread_name = "llmkiln-http-front"
+
     def __init__(self, host: str, port: int, upstream: str, max_body_bytes: int) -> None:
+        super().__init__()
         self.host, self.port, self.upstream = host, port, upstream
         self.max_body_bytes = max_body_bytes + BODY_SLACK
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._started = threading.Event()
-        self._error: BaseException | None = None
         self.mode = OPEN
-
-    def start(self) -> None:
-        """Bind and serve in a background thread; raises the bind error (e.g. the port is taken)."""
-        self._thread = threading.Thread(target=self._run, name="llmkiln-http-front", daemon=True)
-        self._thread.start()
-        self._started.wait(30)
-        if self._error is not None:
-            raise self._error
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve())
-        except BaseException as exc:  # reported to start()
-            self._error = exc
-            self._started.set()
-            return
-        self._started.set()
-        loop.run_forever()
-        loop.run_until_complete(self._cleanup())
-        loop.close()
 
     async def _serve(self) -> None:
         app = web.Application(client_max_size=self.max_body_bytes)
@@ -128,14 +105,6 @@ class HttpFront:
             fut = asyncio.run_coroutine_threadsafe(session.close(), loop)
             with contextlib.suppress(Exception):
                 fut.result(timeout_s)
-
-    def stop(self) -> None:
-        """Stop listening and close the connections to Triton (idempotent)."""
-        if self._loop is not None and self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
-            self._thread = None
 
     @staticmethod
     def _stopping() -> web.Response:
