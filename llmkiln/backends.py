@@ -13,6 +13,7 @@ from pathlib import Path
 
 from llmkiln.build.onnx_export import OnnxExportStage, TokenizerStage
 from llmkiln.build.onnx_gpu import OnnxTrtEngineStage
+from llmkiln.build.openvino_export import OpenVinoExportStage
 from llmkiln.build.pipeline import BuildResult, build_engine
 from llmkiln.build.progress import BuildProgress
 from llmkiln.build.stages import Stage
@@ -33,6 +34,8 @@ from llmkiln.trtllm.stages import (
 STAGES: dict[Backend, list[type | Stage]] = {
     Backend.ONNX_CPU: [OnnxExportStage, TokenizerStage, WarmupCheckStage, CpuCalibrationStage],
     Backend.ONNX_GPU: [OnnxExportStage, TokenizerStage, WarmupCheckStage, OnnxTrtEngineStage],
+    # the IR is fp32 as stored; bf16 is chosen at load, and gated here by the quality diff like int8
+    Backend.OPENVINO_CPU: [OpenVinoExportStage, TokenizerStage, WarmupCheckStage, CpuCalibrationStage],
     Backend.TRTLLM: [
         TrtllmCheckpointStage,
         FakeQuantQualityStage,

@@ -26,6 +26,7 @@ class Backend(enum.StrEnum):
 
     ONNX_CPU = "onnx-cpu"  # onnxruntime-genai's export, llmkiln's runtime on the CPU
     ONNX_GPU = "onnx-gpu"  # the same export with a CUDA / TensorRT execution provider
+    OPENVINO_CPU = "openvino-cpu"  # an OpenVINO IR run as OpenVINO's PagedAttention graph, llmkiln's runtime
     TRTLLM = "trtllm"  # TensorRT engine (trtllm-build) + the tensorrtllm Triton model set
     TRTLLM_LLMAPI = "trtllm-llmapi"  # TensorRT-LLM's PyTorch backend (LLM API) on the ModelOpt HF checkpoint
 
@@ -35,21 +36,30 @@ class Backend(enum.StrEnum):
 
     @property
     def runs_llmkiln_runtime(self) -> bool:
-        """llmkiln's own runtime (scheduler, block store, onnxruntime runner) serves this backend's engines."""
+        """llmkiln's own runtime (scheduler, block store, onnxruntime or OpenVINO runner) serves this backend's
+        engines."""
         return self in LLMKILN_RUNTIME
 
 
 TRTLLM_BACKENDS: tuple[Backend, ...] = (Backend.TRTLLM, Backend.TRTLLM_LLMAPI)
-LLMKILN_RUNTIME: tuple[Backend, ...] = (Backend.ONNX_CPU, Backend.ONNX_GPU)
+LLMKILN_RUNTIME: tuple[Backend, ...] = (Backend.ONNX_CPU, Backend.ONNX_GPU, Backend.OPENVINO_CPU)
+ONNX_BACKENDS: tuple[Backend, ...] = (Backend.ONNX_CPU, Backend.ONNX_GPU)
 ALL_BACKENDS: tuple[Backend, ...] = tuple(Backend)
 
 # Which precisions each backend can build.
 BACKEND_PRECISIONS: dict[Backend, tuple[str, ...]] = {
     Backend.ONNX_CPU: ("fp32", "int8", "int4"),
     Backend.ONNX_GPU: ("fp32", "int8", "int4"),
+    Backend.OPENVINO_CPU: (
+        "fp32",
+        "bf16",
+    ),  # bf16: OpenVINO's inference precision (AVX512-BF16 / AMX), bf16 KV
     Backend.TRTLLM: ("fp8",),
     Backend.TRTLLM_LLMAPI: ("fp8",),
 }
+
+# openvino-cpu's prefix store: blocks copied to and from OpenVINO's pools without KV scales
+OPENVINO_STORE_DTYPES: tuple[str, ...] = ("fp32", "fp16")
 
 
 def honoured_by(*backends: Backend, why: str = "") -> dict[str, Any]:

@@ -7,6 +7,7 @@ An engine folder (`engines/<recipe>/`, built in a temp folder and renamed into p
 | `recipe.resolved.yaml`        | the build (`write_recipe`)               | `EngineDir.recipe()`            |
 | `manifest.json`               | the build (`write_manifest`)             | `EngineDir.manifest()`          |
 | `genai_config.json`, `model.onnx`, `model.onnx.data` | the onnxruntime-genai builder (ONNX backends) | `EngineDir.genai_config()` |
+| `openvino_model.xml`, `openvino_model.bin`, `genai_config.json` | llmkiln.build.openvino_export (openvino-cpu) | `EngineDir.genai_config()`, `openvino_model()` |
 | `tokenizer.json`, …           | copied from the source model             | `EngineDir.tokenizer_file()`    |
 | `config.json`                 | copied from the source model (HF config) | `EngineDir.hf_config_file()`    |
 | `tokenizer_config.json`       | copied, `chat_template` set to the effective template (`write_chat_template`) | `EngineDir.tokenizer_config()`, `chat_template()` |
@@ -43,6 +44,8 @@ RESOLVED_RECIPE = "recipe.resolved.yaml"
 MANIFEST = "manifest.json"
 GENAI_CONFIG = "genai_config.json"
 MODEL_ONNX = "model.onnx"
+OPENVINO_XML = "openvino_model.xml"  # backend openvino-cpu: the IR (fp32 weights as stored in the source)
+OPENVINO_BIN = "openvino_model.bin"
 TOKENIZER = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 HF_CONFIG = (
@@ -310,6 +313,11 @@ class EngineDir:
     # -- model files -----------------------------------------------------------------------------------------
     def genai_config(self) -> GenaiConfig:
         return GenaiConfig.read(self.file(GENAI_CONFIG))
+
+    def openvino_model(self) -> Path | None:
+        """The OpenVINO IR of an openvino-cpu engine (None when the folder has none)."""
+        path = self.file(OPENVINO_XML)
+        return path if path.is_file() and self.file(OPENVINO_BIN).is_file() else None
 
     def has_onnx_model(self) -> bool:
         return self.file(MODEL_ONNX).is_file() and self.file(GENAI_CONFIG).is_file()

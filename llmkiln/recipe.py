@@ -42,7 +42,7 @@ MAX_TOKENS_CAP = 2**20
 MAX_QUEUE_SIZE = 2**20
 MAX_KV_BYTES = 2**40
 
-Precision = Literal["fp32", "int8", "int4", "fp8"]
+Precision = Literal["fp32", "bf16", "int8", "int4", "fp8"]
 # gpu-smoke-llama: head_dim 64 and 16-aligned sizes, the smallest model TensorRT-LLM's kernels accept.
 GeneratedModel = Literal["tiny-llama", "bench-llama-125m", "gpu-smoke-llama"]
 
@@ -186,8 +186,9 @@ class Scheduler(Strict):
     )
     intra_op_threads: NonNegInt = Field(
         0,
-        description="onnxruntime intra-op threads; 0 = onnxruntime's default.",
-        json_schema_extra=honoured_by(*LLMKILN_RUNTIME, why="onnxruntime's thread count"),
+        description="Compute threads of the runner (onnxruntime intra-op threads; OpenVINO's "
+        "INFERENCE_NUM_THREADS); 0 = the library's default.",
+        json_schema_extra=honoured_by(*LLMKILN_RUNTIME, why="the CPU runner's thread count"),
     )
     ttft_first: bool = Field(
         False,

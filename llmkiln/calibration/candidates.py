@@ -4,6 +4,8 @@
 - `FakeQuantScorer`: a calibrate_fp8 output folder: the ModelOpt fake-quant model (mto.restore over the source).
 - `OnnxScorer`: an engine folder: the builder's ONNX graph with onnxruntime; one prefill gives every position's
   logits, greedy continuation grows the KV one token at a time (runtime.simple.SimpleGenerator).
+- `OpenVinoScorer`: an openvino-cpu engine folder: its IR as OpenVINO's PagedAttention graph, in the recipe's
+  precision (fp32 / bf16), one slot (runtime.openvino_runner).
 
 `open_scorer(path)` picks the right one from what the folder holds (BadInput when it is none of them).
 """
@@ -129,8 +131,53 @@ class OnnxScorer:
         return [(past[f"past_key_values.{i}.key"], past[f"past_key_values.{i}.value"]) for i in range(n)]
 
 
+class OpenVinoScorer:
+    """An openvino-cpu engine folder run by its runtime's OpenVINO runner, in `precision` (fp32 / bf16)."""
+
+    kind = "openvino-engine"
+
+    def __init__(self, engine_dir: Path, precision: str | None = None, max_len: int = 2048) -> None:
+        from tokenizers import Tokenizer
+
+        from llmkiln.runtime.openvino_runner import OpenVinoPagedRunner  # imports openvino
+
+        self.path = Path(engine_dir)
+        folder = EngineDir(self.path)
+        xml, tok = folder.openvino_model(), folder.tokenizer_file()
+        if xml is None or tok is None:
+            raise BadInput(
+                f"{self.path}: no openvino_model.xml/.bin + tokenizer.json; build it with `kiln build`"
+            )
+        self.precision = precision or folder.recipe().precision
+        self.kind = f"openvino-engine-{self.precision}"
+        self.max_len = min(max_len, folder.genai_config().context_length)
+        self.runner = OpenVinoPagedRunner(xml, 1, self.max_len, 16, 0, precision=self.precision)
+        self.tokenizer = Tokenizer.from_file(str(tok))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text).ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+    def logits(self, ids: list[int]) -> np.ndarray:
+        return self.runner.prompt_logits(ids[: self.max_len])
+
+    def greedy(self, ids: list[int], n: int) -> list[int]:
+        out: list[int] = []
+        logits = self.runner.prompt_logits(ids)[-1]
+        for _ in range(n):
+            out.append(int(np.argmax(logits)))
+            logits = self.runner.next_logits(out[-1], len(ids) + len(out) - 1)
+        return out
+
+
 def is_engine(path: Path) -> bool:
     return EngineDir(path).has_onnx_model()
+
+
+def is_openvino_engine(path: Path) -> bool:
+    return EngineDir(path).openvino_model() is not None
 
 
 def is_fake_quant(path: Path) -> bool:
@@ -146,6 +193,8 @@ def open_scorer(path: str | Path) -> Scorer:
         )
     if is_engine(p):
         return OnnxScorer(p)
+    if is_openvino_engine(p):
+        return OpenVinoScorer(p)
     if is_fake_quant(p):
         return FakeQuantScorer(p)
     if (p / "hf_quant_config.json").is_file() and is_fake_quant(p.parent):
@@ -158,7 +207,7 @@ def open_scorer(path: str | Path) -> Scorer:
     if (p / "config.json").is_file():
         return HfScorer(p)
     raise BadInput(
-        f"{p}: not an engine folder (model.onnx + genai_config.json), a calibration folder "
+        f"{p}: not an engine folder (model.onnx or openvino_model.xml + genai_config.json), a calibration folder "
         "(calibration.json + modelopt_state.pth) or an HF model folder (config.json)"
     )
 

@@ -1,7 +1,7 @@
 """Build stages of the calibration room.
 
-`CpuCalibrationStage` (backends onnx-cpu/onnx-gpu, after the export and tokenizer stages), for quantized recipes
-(precision int8/int4, or an int8/fp8 KV block store):
+`CpuCalibrationStage` (backends onnx-cpu/onnx-gpu/openvino-cpu, after the export and tokenizer stages), for
+quantized recipes (precision int8/int4 — or bf16 on openvino-cpu — or an int8/fp8 KV block store on onnx-*):
   1. KV scales: per-layer, per-KV-head absmax of the engine's own cached K/V (present.* outputs of one prefill per
      calibration text) → calibration/kv_scales.json (only when kv_cache.dtype is int8 or fp8).
   2. Quality gate: the quality diff of the engine being assembled against the fp32 HF source on the held-out set
@@ -23,13 +23,21 @@ from pathlib import Path
 from typing import Any
 
 from llmkiln.build.stages import BuildContext
-from llmkiln.calibration.candidates import FakeQuantScorer, HfScorer, OnnxScorer, is_fake_quant
+from llmkiln.calibration.candidates import (
+    FakeQuantScorer,
+    HfScorer,
+    OnnxScorer,
+    OpenVinoScorer,
+    Scorer,
+    is_fake_quant,
+)
 from llmkiln.calibration.datasets import calib_dataset, check_no_overlap, eval_dataset, load_jsonl, texts
 from llmkiln.calibration.kv_effect import kv_store_effect
 from llmkiln.calibration.kv_stats import KvAbsmax
 from llmkiln.calibration.quality_diff import Budget, QualityResult, quality_diff
 from llmkiln.calibration.quality_report import write_report
 from llmkiln.calibration.quality_run import failure_message
+from llmkiln.capabilities import Backend
 from llmkiln.engine_dir import CALIBRATION_DIR, KV_SCALES
 from llmkiln.errors import BadInput, QualityBudgetExceeded
 from llmkiln.hashing import sha256_file
@@ -172,8 +180,13 @@ class CpuCalibrationStage(_Common):
                 max_seq_len=min(256, r.limits.max_seq_len),
             )
         if is_quantized(r):
+            candidate: Scorer = (
+                OpenVinoScorer(out_dir, r.precision, max_len=r.limits.max_seq_len)
+                if r.backend is Backend.OPENVINO_CPU
+                else OnnxScorer(out_dir)
+            )
             res = quality_diff(
-                OnnxScorer(out_dir),
+                candidate,
                 HfScorer(ctx.source.path),
                 load_jsonl(eval_dataset(r)),
                 dataset=str(eval_dataset(r)),

@@ -1,6 +1,7 @@
 """Open an engine folder as a ready-to-start LLMEngine: its resolved recipe (+ overrides), genai_config.json,
 tokenizer.json and, for an int8/fp8 KV block store, calibration/kv_scales.json — all read through
-llmkiln.engine_dir."""
+llmkiln.engine_dir. The runner follows the recipe's backend: onnxruntime (onnx-cpu, onnx-gpu) or OpenVINO's
+PagedAttention graph (openvino-cpu, llmkiln.runtime.openvino_runner)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from llmkiln.capabilities import Backend
 from llmkiln.engine_dir import EngineDir, resolve_engine
 from llmkiln.errors import BadInput
 from llmkiln.kv_scales import is_quantized
-from llmkiln.runtime.engine import LLMEngine
+from llmkiln.runtime.engine import LLMEngine, Runner
 from llmkiln.runtime.runner import OnnxRunner
 from llmkiln.runtime.scheduler import SchedulerConfig
 
@@ -35,6 +37,24 @@ def load_engine(engine: str | Path | EngineDir, overrides: dict[str, Any] | None
     tok_file = folder.tokenizer_file()
     tokenizer = Tokenizer.from_file(str(tok_file)) if tok_file is not None else None
     config = SchedulerConfig.from_recipe(recipe, info.eos_token_ids)
+    runner: Runner
+    if recipe.backend is Backend.OPENVINO_CPU:
+        from llmkiln.runtime.openvino_runner import OpenVinoPagedRunner  # imports openvino
+
+        xml = folder.openvino_model()
+        if xml is None:
+            raise BadInput(f"{folder.path}: no openvino_model.xml/.bin; rebuild it with `kiln build`")
+        runner = OpenVinoPagedRunner(
+            xml,
+            num_slots=recipe.scheduler.max_batch_size,
+            max_len=recipe.limits.max_seq_len,
+            tokens_per_block=kv.tokens_per_block,
+            store_max_bytes=kv.max_bytes if kv.prefix_reuse else 0,
+            kv_dtype=kv.dtype,
+            precision=recipe.precision,
+            threads=recipe.scheduler.intra_op_threads,
+        )
+        return LLMEngine(config, runner, tokenizer, recipe, engine_dir=folder.path)
     providers = folder.execution_providers()
     runner = OnnxRunner(
         folder.path,

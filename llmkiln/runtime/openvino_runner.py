@@ -1,16 +1,16 @@
-"""The OpenVINO PagedAttention path for the CPU engine (a prototype: the path the kernel study picks,
-docs/cpu-engine.md). The only runtime module that imports openvino; nothing imports it yet, and openvino is not
-a dependency of the package (the study's venv has it).
+"""The OpenVINO PagedAttention runner of backend openvino-cpu (the path the kernel study picked,
+docs/cpu-engine.md). The only runtime module that imports openvino.
 
-The model is an OpenVINO IR of the HF checkpoint (optimum-intel's export), turned into OpenVINO's PagedAttention
-graph by its own `paged_attention_transformation` (what openvino-genai applies on load) and given a
-`logits_indices` input so the LM head runs only on the sampled rows. One `execute` = one infer request over every
-sequence of the plan: prefill chunks on any past and decode tokens, concatenated (varlen), each with its past
-length and block table. KV lives in per-layer block pools [blocks, kv_heads, block_size, head_dim] in the
-inference precision; slot s owns a fixed run of blocks (its block table is that run), so the runner keeps the
-Runner protocol's slot semantics; prefix-store loads and saves copy between the store and a slot's blocks as the
-onnxruntime runner does. (Sharing the store's blocks by block table instead of copying them is the next step: the
-graph takes any block table.)
+The engine folder's IR (llmkiln.build.openvino_export: the checkpoint's fp32 weights, SDPA attention over a
+stateful past) is turned into OpenVINO's PagedAttention graph at load by its own `paged_attention_transformation`
+(what openvino-genai applies) and given a `logits_indices` input so the LM head runs only on the sampled rows,
+then compiled for the CPU in the recipe's precision (fp32, or bf16: AVX512-BF16 / AMX products and bf16 KV).
+One `execute` = one infer request over every sequence of the plan — prefill chunks on any past (several prompts'
+suffixes in one call) and decode tokens, concatenated (varlen), each with its past length and block table. KV
+lives in per-layer block pools [blocks, kv_heads, block_size, head_dim] in the inference precision; slot s owns a
+fixed run of blocks (its block table is that run), so the runner keeps the Runner protocol's slot semantics;
+prefix-store loads and saves copy between the store and a slot's blocks as the onnxruntime runner does. (The
+graph takes any block table, so the store's blocks could be shared by table instead of copied: not done yet.)
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import openvino as ov
 import openvino.opset13 as ops
 from openvino._offline_transformations import paged_attention_transformation
 
+from llmkiln.capabilities import OPENVINO_STORE_DTYPES
 from llmkiln.runtime.kv_quant import BlockData, bytes_per_block
 from llmkiln.runtime.profile import StepTrace, now_ns
 from llmkiln.runtime.scheduler import BlockCopy, SchedulerOutput
@@ -49,7 +50,7 @@ class OpenVinoPagedRunner:
 
     def __init__(
         self,
-        model_dir: Path,
+        model_xml: Path,
         num_slots: int,
         max_len: int,
         tokens_per_block: int,
@@ -59,8 +60,14 @@ class OpenVinoPagedRunner:
         precision: str = "fp32",
         threads: int = 0,
     ) -> None:
+        if kv_dtype not in OPENVINO_STORE_DTYPES:
+            raise ValueError(
+                f"kv_cache.dtype {kv_dtype!r}: the OpenVINO runner stores {' or '.join(OPENVINO_STORE_DTYPES)}"
+            )
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r}: the OpenVINO runner runs {' or '.join(PRECISIONS)}")
         core = ov.Core()
-        model = core.read_model(str(Path(model_dir) / "openvino_model.xml"))
+        model = core.read_model(str(model_xml))
         paged_attention_transformation(model, False, False, False, False, False, False)
         _last_rows_only(model)
         prec = PRECISIONS[precision]
@@ -149,7 +156,16 @@ class OpenVinoPagedRunner:
             trace.saves, trace.save_ns = len(plan.saves), now_ns() - t
         return out
 
-    def _run(self, seqs: list[tuple[str, tuple[int, ...], int, int]]) -> np.ndarray:
+    def prompt_logits(self, ids: list[int], slot: int = 0) -> np.ndarray:
+        """Logits at every position of one prompt computed from scratch in `slot` ([len(ids), vocab]; the
+        quality diff's scorer)."""
+        return self._run([("", tuple(ids), 0, slot)], all_rows=True)
+
+    def next_logits(self, token: int, position: int, slot: int = 0) -> np.ndarray:
+        """Logits after one more token at `position` of the sequence in `slot` (a greedy loop's step)."""
+        return self._run([("", (token,), position, slot)])[0]
+
+    def _run(self, seqs: list[tuple[str, tuple[int, ...], int, int]], all_rows: bool = False) -> np.ndarray:
         ids = np.concatenate([np.asarray(toks, np.int64) for _, toks, _, _ in seqs])
         pos = np.concatenate([np.arange(p, p + len(toks), dtype=np.int64) for _, toks, p, _ in seqs])
         begins = np.cumsum([0] + [len(toks) for _, toks, _, _ in seqs]).astype(np.int32)
@@ -162,7 +178,9 @@ class OpenVinoPagedRunner:
             "block_indices": np.concatenate([np.asarray(tb, np.int32) for tb in tables]),
             "block_indices_begins": np.cumsum([0] + [len(tb) for tb in tables]).astype(np.int32),
             "max_context_len": np.asarray(max(p + len(toks) for _, toks, p, _ in seqs), np.int32),
-            "logits_indices": (begins[1:] - 1).astype(np.int64),
+            "logits_indices": np.arange(len(ids), dtype=np.int64)
+            if all_rows
+            else (begins[1:] - 1).astype(np.int64),
         }
         for name, value in feeds.items():
             self.req.set_tensor(name, ov.Tensor(value))
@@ -202,31 +220,3 @@ def _block_runs(copies: list[BlockCopy], bs: int) -> list[tuple[int, int, list[i
         else:
             runs.append((c.slot, c.start, [c.block_id]))
     return runs
-
-
-def load_openvino_engine(engine_dir: Path, ov_model_dir: Path, precision: str = "fp32", overrides=None):
-    """An LLMEngine over OpenVinoPagedRunner with an engine folder's recipe settings and tokenizer (not started)."""
-    from tokenizers import Tokenizer
-
-    from llmkiln.engine_dir import EngineDir
-    from llmkiln.runtime.engine import LLMEngine
-    from llmkiln.runtime.scheduler import SchedulerConfig
-
-    folder = EngineDir(engine_dir)
-    recipe = folder.runtime_recipe(overrides)
-    info = folder.genai_config()
-    kv = recipe.kv_cache
-    tok_file = folder.tokenizer_file()
-    runner = OpenVinoPagedRunner(
-        ov_model_dir,
-        num_slots=recipe.scheduler.max_batch_size,
-        max_len=recipe.limits.max_seq_len,
-        tokens_per_block=kv.tokens_per_block,
-        store_max_bytes=kv.max_bytes if kv.prefix_reuse else 0,
-        kv_dtype=kv.dtype,
-        precision=precision,
-        threads=recipe.scheduler.intra_op_threads,
-    )
-    config = SchedulerConfig.from_recipe(recipe, info.eos_token_ids)
-    tokenizer = Tokenizer.from_file(str(tok_file)) if tok_file is not None else None
-    return LLMEngine(config, runner, tokenizer, recipe, engine_dir=folder.path)
