@@ -17,6 +17,7 @@ from llmkiln.recipe import Recipe, ignored_settings, load_recipe
 BASE = {
     Backend.ONNX_CPU: ("tiny-fp32", None),
     Backend.ONNX_GPU: ("tiny-fp32", {"backend": "onnx-gpu"}),
+    Backend.OPENVINO_CPU: ("stories-ov-fp32", None),
     Backend.TRTLLM: ("tiny-trtllm-fp8", None),
     Backend.TRTLLM_LLMAPI: ("tiny-trtllm-llmapi", None),
 }
@@ -108,14 +109,14 @@ def test_the_runtime_fields_the_issue_named_are_cpu_only() -> None:
         ("kv_cache", "slot_reuse"),
     ]:
         info = Recipe.model_fields[section].annotation.model_fields[field]  # type: ignore[union-attr]
-        assert set(field_backends(info)) == {Backend.ONNX_CPU, Backend.ONNX_GPU}
+        assert set(field_backends(info)) == {Backend.ONNX_CPU, Backend.ONNX_GPU, Backend.OPENVINO_CPU}
 
 
 def test_a_cpu_field_on_a_trtllm_recipe_is_exit_2_naming_the_field_and_its_backends() -> None:
     with pytest.raises(RecipeError) as exc:
         load_recipe("tiny-trtllm-llmapi", overrides={"scheduler": {"ttft_first": True}})
     msg = str(exc.value)
-    assert "scheduler.ttft_first: not used by backend trtllm-llmapi (honoured by onnx-cpu, onnx-gpu" in msg
+    assert "scheduler.ttft_first: not used by backend trtllm-llmapi (honoured by onnx-cpu, onnx-gpu, openvino-cpu" in msg
     assert exc.value.exit_code == 2
 
 

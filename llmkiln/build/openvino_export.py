@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ def _make_module(model_dir: Path, cfg: dict[str, Any]) -> Any:
             self.tied = "lm_head.weight" not in weights
             d = self.head_dim
             inv = 1.0 / (_rope_theta(cfg) ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
-            self.register_buffer("inv_freq", inv)
+            self.inv_freq = inv  # a traced constant
             self.w = torch.nn.ParameterDict(
                 {
                     k.replace(".", "_"): torch.nn.Parameter(v.float(), requires_grad=False)
@@ -169,7 +170,8 @@ def export_openvino(model_dir: Path, out_dir: Path) -> dict[str, Any]:
     in_names = ["input_ids", "attention_mask", "position_ids", *(f"past_key_values.{n}" for n in kv_names)]
     out_names = ["logits", *(f"present.{n}" for n in kv_names)]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.trace's, from OpenVINO's frontend
             model = ov.convert_model(module, example_input=example)
     except Exception as exc:
         raise BuildFailed(f"OpenVINO could not trace {model_dir}: {type(exc).__name__}: {exc}") from exc

@@ -56,7 +56,6 @@ class OpenVinoPagedRunner:
         tokens_per_block: int,
         store_max_bytes: int,
         kv_dtype: str = "fp32",
-        kv_scales=None,
         precision: str = "fp32",
         threads: int = 0,
     ) -> None:
@@ -110,12 +109,12 @@ class OpenVinoPagedRunner:
             self.kv_heads,
             tokens_per_block,
             self.head_dim,
-            kv_scales,
+            None,
             None,
         )
 
     def close(self) -> None:
-        self.req = None  # type: ignore[assignment]
+        self.req = None
 
     def _table(self, slot: int, length: int) -> range:
         first = slot * self.blocks_per_slot
