@@ -116,7 +116,10 @@ def test_a_cpu_field_on_a_trtllm_recipe_is_exit_2_naming_the_field_and_its_backe
     with pytest.raises(RecipeError) as exc:
         load_recipe("tiny-trtllm-llmapi", overrides={"scheduler": {"ttft_first": True}})
     msg = str(exc.value)
-    assert "scheduler.ttft_first: not used by backend trtllm-llmapi (honoured by onnx-cpu, onnx-gpu, openvino-cpu" in msg
+    assert (
+        "scheduler.ttft_first: not used by backend trtllm-llmapi (honoured by onnx-cpu, onnx-gpu, openvino-cpu"
+        in msg
+    )
     assert exc.value.exit_code == 2
 
 

@@ -1,4 +1,5 @@
-"""Acceptance: the real CPU runtime on the real stories260K engine, served by the real tritonserver."""
+"""Acceptance: the real CPU runtime on the real stories260K engines (onnxruntime and OpenVINO runners), served by
+the real tritonserver."""
 
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ def _ports() -> dict[str, int]:
     return {"http_port": http, "grpc_port": grpc, "metrics_port": metrics}
 
 
-@pytest.fixture(scope="module")
-def engine(engine_factory) -> Path:
-    return engine_factory("stories-fp32")
+@pytest.fixture(scope="module", params=["stories-fp32", "stories-ov-fp32"])
+def engine(engine_factory, request) -> Path:
+    return engine_factory(request.param)
 
 
 @pytest.fixture(scope="module")
