@@ -9,8 +9,8 @@ tokens, 32 output tokens each (ignore_eos), `--concurrency` clients in a closed 
 one after the other on the same engine (fresh user turns each), the median round reported. The engine uses the
 bench-optimized recipe's settings (TTFT-first, tpot_slo_ms 100, 512-token chunks, prefix reuse with slot reuse);
 with the torch and OpenVINO runners its TTFT-first prefill runs batch prompts on a cached past
-(batches_prefills_with_past). The `ov-*` runners run in the OpenVINO venv (openvino, plus pydantic, pyyaml,
-ml_dtypes and tokenizers for the runtime), with PYTHONPATH at this checkout.
+(batches_prefills_with_past). The `ov-*` runners load the openvino-cpu engines of the same weights (`kiln build
+bench-ov-fp32` / `bench-ov-bf16`, under `--ov-engines`; their recipes set max_prefill_tokens 256).
 """
 
 from __future__ import annotations
@@ -64,7 +64,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runner", default="ort", help="ort | torch-fp32 | torch-bf16 | ov-fp32 | ov-bf16")
     ap.add_argument(
-        "--ov-model", type=Path, default=Path("/tmp/wt20/ov-bench-fp32"), help="optimum-intel export"
+        "--ov-engines",
+        type=Path,
+        default=Path("engines"),
+        help="where `kiln build bench-ov-fp32` / `bench-ov-bf16` put their engines (backend openvino-cpu)",
     )
     ap.add_argument("--engine", type=Path, default=Path("/tmp/wt20/engines/bench-optimized"))
     ap.add_argument("--model", type=Path, default=Path("/tmp/wt20/bench-llama-125m"))
@@ -76,6 +79,7 @@ def main() -> None:
     ap.add_argument(
         "--rounds", type=int, default=3, help="closed loops run one after the other (median reported)"
     )
+    ap.add_argument("--profile", type=Path, default=None, help="write the runtime's step profile here (JSONL)")
     args = ap.parse_args()
     overrides: dict = {"scheduler": {"intra_op_threads": 2}}
     if args.max_prefill_tokens:
@@ -84,14 +88,16 @@ def main() -> None:
         from llmkiln.runtime.loader import load_engine
 
         eng = load_engine(args.engine, overrides)
-    elif args.runner.startswith("ov-"):  # in the OpenVINO venv (openvino is not a package dependency)
-        from llmkiln.runtime.openvino_runner import load_openvino_engine
+    elif args.runner.startswith("ov-"):  # the openvino-cpu engines of the same weights
+        from llmkiln.runtime.loader import load_engine
 
-        eng = load_openvino_engine(args.engine, args.ov_model, args.runner.split("-")[1], overrides)
+        eng = load_engine(args.ov_engines / f"bench-{args.runner}", overrides)
     else:
         from llmkiln.runtime.torch_runner import load_torch_engine
 
         eng = load_torch_engine(args.engine, args.model, args.runner.split("-")[1], overrides)
+    if args.profile:
+        eng.enable_profile(args.profile)
     if args.no_batch_past:
         eng.scheduler.batch_past_prefills = False
     rng = np.random.default_rng(0)

@@ -20,6 +20,7 @@ TOOL_PACKAGES = (
     "torch",
     "numpy",
     "nvidia-modelopt",
+    "openvino",
     "tensorrt_llm",
 )
 

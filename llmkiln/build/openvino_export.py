@@ -16,6 +16,7 @@ shapes and special tokens, so every reader of an engine folder (EngineDir.genai_
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import warnings
@@ -78,6 +79,7 @@ def _make_module(model_dir: Path, cfg: dict[str, Any]) -> Any:
             self.head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // self.heads)
             self.eps = float(cfg["rms_norm_eps"])
             self.tied = "lm_head.weight" not in weights
+            self.source = weights
             d = self.head_dim
             inv = 1.0 / (_rope_theta(cfg) ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
             self.inv_freq = inv  # a traced constant
@@ -157,6 +159,7 @@ def export_openvino(model_dir: Path, out_dir: Path) -> dict[str, Any]:
             + ". Use backend onnx-cpu for it"
         )
     module = _make_module(model_dir, cfg)
+    source = {k: v.detach().float().numpy() for k, v in module.source.items()}
     layers, kvh, d = module.layers, module.kv_heads, module.head_dim
     b, s, p = 2, 3, 4  # example shapes for tracing; every axis but heads and head size is made dynamic below
     past = [torch.zeros(b, kvh, p, d) for _ in range(2 * layers)]
@@ -207,6 +210,7 @@ def export_openvino(model_dir: Path, out_dir: Path) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     ov.save_model(model, str(out_dir / OPENVINO_XML), compress_to_fp16=False)
     _write_genai_config(cfg, model_dir, out_dir, layers, kvh, d)
+    weights = check_weights(model, source, model_dir)
     ops_count: dict[str, int] = {}
     for op in model.get_ops():
         ops_count[op.get_type_name()] = ops_count.get(op.get_type_name(), 0) + 1
@@ -216,7 +220,33 @@ def export_openvino(model_dir: Path, out_dir: Path) -> dict[str, Any]:
         "head_dim": d,
         "sdpa_ops": ops_count.get("ScaledDotProductAttention", 0),
         "ir_bytes": (out_dir / OPENVINO_BIN).stat().st_size,
+        "weights": weights,
     }
+
+
+def check_weights(model: Any, source: dict[str, np.ndarray], model_dir: Path) -> dict[str, Any]:
+    """Every source tensor is in the IR bit for bit (as fp32), or is all ones — a scale OpenVINO folded away
+    (x·1 = x exactly); anything else is BuildFailed: the weights are never changed."""
+    import openvino as ov
+
+    consts: set[str] = set()
+    for op in model.get_ops():
+        if op.get_type_name() == "Constant" and op.get_element_type() == ov.Type.f32:
+            consts.add(hashlib.sha256(np.ascontiguousarray(op.get_data()).tobytes()).hexdigest())
+    identical, folded, changed = 0, [], []
+    for name, value in sorted(source.items()):
+        if hashlib.sha256(np.ascontiguousarray(value, np.float32).tobytes()).hexdigest() in consts:
+            identical += 1
+        elif np.all(value == 1.0):
+            folded.append(name)
+        else:
+            changed.append(name)
+    if changed:
+        raise BuildFailed(
+            f"{model_dir}: the OpenVINO IR does not hold these weights bit for bit: {', '.join(changed[:5])}"
+            + (f" (+{len(changed) - 5} more)" if len(changed) > 5 else "")
+        )
+    return {"tensors": len(source), "bit_identical": identical, "all_ones_folded": len(folded)}
 
 
 def _write_genai_config(
@@ -297,7 +327,6 @@ class OpenVinoExportStage:
         info = export_openvino(ctx.source.path, out_dir)
         return {
             "tool": "openvino.convert_model (PyTorch frontend) + make_stateful",
-            "weights": "fp32 as stored in the source (compress_to_fp16 off)",
             "inference_precision": ctx.recipe.precision,
             "export_seconds": round(time.perf_counter() - t0, 3),
             **info,
