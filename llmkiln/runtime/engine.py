@@ -69,7 +69,8 @@ class Runner(Protocol):
     num_slots: int
     num_blocks: int
     vocab_size: int
-    # optional: `batches_prefills_with_past = True` lets TTFT-first runs batch prompts that start on a past
+    # optional: `batches_prefills_with_past = True` lets TTFT-first runs batch prompts that start on a past;
+    # `mixes_decodes_with_prefills = True` puts the running sequences' decode tokens in those runs too
 
     def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]: ...
 
@@ -101,6 +102,7 @@ class LLMEngine:
         self.block_store = store
         self.scheduler = Scheduler(config, store)
         self.scheduler.batch_past_prefills = bool(getattr(runner, "batches_prefills_with_past", False))
+        self.scheduler.mix_decodes = bool(getattr(runner, "mixes_decodes_with_prefills", False))
         self.stats = metrics_mod.StepStats()
         self._lock = threading.Condition()
         self._inbox: list[tuple[Request, RequestHandle, Reservation | None]] = []

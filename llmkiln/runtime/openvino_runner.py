@@ -47,6 +47,7 @@ class OpenVinoPagedRunner:
     """The Runner protocol (runtime.engine.Runner) on OpenVINO's PagedAttention graph: one infer per plan."""
 
     batches_prefills_with_past = True
+    mixes_decodes_with_prefills = True  # decode rows ride in the prefill run's infer call
 
     def __init__(
         self,

@@ -22,7 +22,10 @@ step after a forced decode prefills regardless, so prompts never starve (worst c
 alternate, as in the decode-first mode). One run per step lets each prompt's first token out as soon as its
 own prefill is done. The run is picked among running prompts and admittable waiting ones: those whose rest
 fits one chunk first (in policy order), then multi-chunk prompts; prompts without a cached prefix that fit one
-chunk are batched into one run up to `max_prefill_tokens` tokens.
+chunk are batched into one run up to `max_prefill_tokens` tokens. A runner that runs decode rows and prefill
+chunks in one call (`mixes_decodes_with_prefills`: the OpenVINO and torch runners) gets every running sequence's
+decode token in each prefill run as well (mixed steps): decoding advances every step, at the run's pace, and
+the TPOT bound still decides whether a run goes ahead.
 """
 
 from __future__ import annotations
@@ -160,6 +163,11 @@ class Scheduler:
         # several prompts with a past (a cached or resident prefix), up to max_prefill_tokens, in one engine call.
         # Off for onnxruntime's GroupQueryAttention, which takes a past only at batch 1.
         self.batch_past_prefills = False
+        # Set by the engine from its runner (`mixes_decodes_with_prefills`): a TTFT-first prefill run then also
+        # carries every running sequence's decode token (one engine call for both: the decode rows add a few rows
+        # to the run's products): a prefill run no longer stalls decoding; the TPOT bound still applies (a run too
+        # long for it gives way to a plain decode step).
+        self.mix_decodes = False
 
     # ------------------------------------------------------------------ state
     @property
@@ -270,6 +278,12 @@ class Scheduler:
             out.decodes.sort(key=lambda d: d.slot)
             return out
         self._forced_decode = False
+        if self.mix_decodes:  # the decode tokens ride in the prefill run (same projected time as above)
+            for r in decoding:
+                out.decodes.append(
+                    DecodeItem(r.request_id, r.slot_id, r.last_token_id(), r.num_computed_tokens)
+                )
+            out.decodes.sort(key=lambda d: d.slot)
         for request, hits, _ in picked:
             if request.status is RequestStatus.WAITING:
                 self.waiting.remove(request)

@@ -187,3 +187,31 @@ def test_prefills_with_a_past_batch_when_the_runner_can():
         assert sizes == expected, capable
         for r in reqs:
             assert outputs[r.request_id] == reference_generate(r.prompt_ids, 6)
+
+
+def test_mixed_steps_carry_the_decodes_when_the_runner_can():
+    """A runner that runs decode rows inside a prefill call (OpenVINO, torch): every TTFT-first prefill run also
+    decodes the running sequences; the outputs are unchanged, and no step is a prefill without the decodes."""
+    for capable in (False, True):
+        sched = _sched(max_prefill_tokens=8)
+        sched.mix_decodes = capable
+        runner = _runner(sched)
+        reqs = make_requests(4, prompt_len=6, max_tokens=8, seed=5)
+        outputs: dict[str, list[int]] = {}
+        mixed = 0
+        for i, r in enumerate(reqs):
+            sched.add_request(r)
+            for step in range(i * 3, i * 3 + 3):  # arrivals spread out: prompts come while others decode
+                plan, events = _step(sched, runner, step * MS, StepCosts(1, 1))
+                mixed += bool(plan.prefills and plan.decodes)
+                for request, ev in events:
+                    outputs.setdefault(request.request_id, []).append(ev.token_id)
+        for step in range(100, 300):
+            if not sched.has_work():
+                break
+            plan, events = _step(sched, runner, step * MS, StepCosts(1, 1))
+            for request, ev in events:
+                outputs.setdefault(request.request_id, []).append(ev.token_id)
+        assert (mixed > 0) == capable
+        for r in reqs:
+            assert outputs[r.request_id] == reference_generate(r.prompt_ids, 8), capable
