@@ -79,7 +79,9 @@ def main() -> None:
     ap.add_argument(
         "--rounds", type=int, default=3, help="closed loops run one after the other (median reported)"
     )
-    ap.add_argument("--profile", type=Path, default=None, help="write the runtime's step profile here (JSONL)")
+    ap.add_argument(
+        "--profile", type=Path, default=None, help="write the runtime's step profile here (JSONL)"
+    )
     args = ap.parse_args()
     overrides: dict = {"scheduler": {"intra_op_threads": 2}}
     if args.max_prefill_tokens:
