@@ -8,10 +8,13 @@ cannot load fails at validation (exit 2, naming the fields) instead of at load.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
+from llmkiln.build.generate import get_spec
+from llmkiln.build.stages import BuildContext
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe
 
@@ -64,3 +67,23 @@ def check_cpu_memory(
             f"{f' plus kv_cache.max_bytes {_gib(store)}' if store else ''}; this machine has {_gib(total)}: "
             "lower max_batch_size or max_seq_len"
         )
+
+
+def check_model_fits(ctx: BuildContext) -> dict[str, Any] | None:
+    """The source's config.json (a generated model's before it is made; None when there is none yet), after
+    checking that the recipe's pools fit this machine and `limits.max_seq_len` the model's context (BadInput)."""
+    config_path = ctx.source.path / "config.json"
+    if config_path.is_file():
+        config: dict[str, Any] = json.loads(config_path.read_text())
+    elif ctx.recipe.model.generated is not None:  # checks run before a generated model is made
+        config = get_spec(ctx.recipe.model.generated).hf_config()
+    else:
+        return None
+    check_cpu_memory(ctx.recipe, ctx.recipe_file, config)
+    max_pos = config.get("max_position_embeddings")
+    if isinstance(max_pos, int) and ctx.recipe.limits.max_seq_len > max_pos:
+        raise BadInput(
+            f"{ctx.recipe_file}: field 'limits.max_seq_len': {ctx.recipe.limits.max_seq_len} exceeds the "
+            f"model's max_position_embeddings ({max_pos}); use at most {max_pos}"
+        )
+    return config

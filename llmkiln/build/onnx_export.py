@@ -9,7 +9,6 @@ decode numerically consistent on CPU.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import sys
@@ -19,8 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from llmkiln.build.capacity import check_cpu_memory
-from llmkiln.build.generate import get_spec
+from llmkiln.build.capacity import check_model_fits
 from llmkiln.build.logs import output_to
 from llmkiln.build.rope_fix import derive_position_ids, needs_separate_rope
 from llmkiln.build.stages import BuildContext
@@ -133,20 +131,7 @@ class OnnxExportStage:
                 f"{ctx.recipe_file}: field 'precision': {ctx.recipe.precision!r} is not available on backend "
                 f"{ctx.recipe.backend!r}; allowed: {', '.join(PRECISION_OPTIONS)}"
             )
-        config_path = ctx.source.path / "config.json"
-        if config_path.is_file():
-            config = json.loads(config_path.read_text())
-        elif ctx.recipe.model.generated is not None:  # checks run before a generated model is made
-            config = get_spec(ctx.recipe.model.generated).hf_config()
-        else:
-            return
-        check_cpu_memory(ctx.recipe, ctx.recipe_file, config)
-        max_pos = config.get("max_position_embeddings")
-        if isinstance(max_pos, int) and ctx.recipe.limits.max_seq_len > max_pos:
-            raise BadInput(
-                f"{ctx.recipe_file}: field 'limits.max_seq_len': {ctx.recipe.limits.max_seq_len} exceeds the "
-                f"model's max_position_embeddings ({max_pos}); use at most {max_pos}"
-            )
+        check_model_fits(ctx)
 
     def cache_key(self, ctx: BuildContext) -> dict[str, Any]:
         return {

@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from llmkiln.build.capacity import check_cpu_memory
-from llmkiln.build.generate import get_spec
+from llmkiln.build.capacity import check_model_fits
 from llmkiln.build.stages import BuildContext
 from llmkiln.capabilities import OPENVINO_STORE_DTYPES
 from llmkiln.engine_dir import GENAI_CONFIG, OPENVINO_BIN, OPENVINO_XML
@@ -285,37 +284,19 @@ class OpenVinoExportStage:
     cacheable = True
 
     def check(self, ctx: BuildContext) -> None:
-        if ctx.recipe.precision not in PRECISIONS:
-            raise BadInput(
-                f"{ctx.recipe_file}: field 'precision': {ctx.recipe.precision!r} is not available on backend "
-                f"{ctx.recipe.backend!r}; allowed: {', '.join(PRECISIONS)}"
-            )
+        # precision: the recipe schema already allows only BACKEND_PRECISIONS[openvino-cpu] (fp32, bf16)
         if ctx.recipe.kv_cache.dtype not in OPENVINO_STORE_DTYPES:
             raise BadInput(
                 f"{ctx.recipe_file}: field 'kv_cache.dtype': {ctx.recipe.kv_cache.dtype!r} is not available on "
                 f"backend openvino-cpu (its prefix store keeps {' or '.join(OPENVINO_STORE_DTYPES)} blocks; int8/fp8 blocks "
                 "with calibrated scales are onnx-cpu's); use fp16 to halve the store"
             )
-        config_path = ctx.source.path / "config.json"
-        if config_path.is_file():
-            config = json.loads(config_path.read_text())
-        elif ctx.recipe.model.generated is not None:  # checks run before a generated model is made
-            config = get_spec(ctx.recipe.model.generated).hf_config()
-        else:
-            return
-        problems = _config_problems(config)
+        config = check_model_fits(ctx)
+        problems = _config_problems(config) if config is not None else []
         if problems:
             raise BadInput(
-                f"{config_path}: backend openvino-cpu exports Llama-architecture models only; this one has "
-                + "; ".join(problems)
-                + f". Set backend: onnx-cpu in {ctx.recipe_file}"
-            )
-        check_cpu_memory(ctx.recipe, ctx.recipe_file, config)
-        max_pos = config.get("max_position_embeddings")
-        if isinstance(max_pos, int) and ctx.recipe.limits.max_seq_len > max_pos:
-            raise BadInput(
-                f"{ctx.recipe_file}: field 'limits.max_seq_len': {ctx.recipe.limits.max_seq_len} exceeds the "
-                f"model's max_position_embeddings ({max_pos}); use at most {max_pos}"
+                f"{ctx.source.path / 'config.json'}: backend openvino-cpu exports Llama-architecture models only; "
+                "this one has " + "; ".join(problems) + f". Set backend: onnx-cpu in {ctx.recipe_file}"
             )
 
     def cache_key(self, ctx: BuildContext) -> dict[str, Any]:
