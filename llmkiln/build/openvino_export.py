@@ -32,7 +32,6 @@ from llmkiln.engine_dir import GENAI_CONFIG, OPENVINO_BIN, OPENVINO_XML
 from llmkiln.errors import BadInput, BuildFailed
 from llmkiln.versions import package_versions
 
-PRECISIONS = ("fp32", "bf16")  # bf16: the inference precision at load; the IR's weights stay fp32
 SUPPORTED_MODEL_TYPES = ("llama",)
 _TOOLS = ("openvino", "torch", "safetensors", "numpy")
 
