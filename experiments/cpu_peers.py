@@ -92,6 +92,7 @@ LLMKILN_PACKAGES = (
 )
 ISA_FLAGS = (
     "avx2",
+    "avx_vnni",
     "avx512f",
     "avx512_vnni",
     "avx512_bf16",
@@ -285,8 +286,11 @@ def lscpu() -> dict[str, Any]:
                     model = v.strip()
                 if k.strip() == "flags" and not flags:
                     flags = v.split()
+    family = "/".join(fields[k] for k in ("Vendor ID", "CPU family", "Model", "Stepping") if k in fields)
     return {
         "cpu_model": model or platform.processor() or platform.machine(),
+        "cpu_id": family or None,  # vendor/family/model/stepping: a VM's model name can be generic
+        "hypervisor": fields.get("Hypervisor vendor"),
         "cores": available_cores(),
         "isa": [f for f in ISA_FLAGS if f in flags],
     }
@@ -511,7 +515,7 @@ def _write(out: Path, summary: dict[str, Any]) -> None:
 
 def run_cpu_peers(cfg: CpuPeersConfig, console: Console | None = None) -> tuple[Path, dict[str, Any]]:
     """Run every selected system; write summary.json (after each system) and SUMMARY.md."""
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     systems = cfg.selected()
     with_vllm = any(s.kind == "vllm" for s in systems)
     if with_vllm:  # before anything is built or measured: exit 2 naming scripts/vllm_cpu_env.sh

@@ -198,7 +198,9 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         "checked through its /tokenize), on the same cores; the OpenAI servers are measured with "
         "llmkiln.bench.openai_client (completions), Triton with llmkiln.bench.client (gRPC streaming).",
         "",
-        f"Machine: {machine.get('cpu_model')}, {machine.get('cores')} cores for this run "
+        f"Machine: {machine.get('cpu_model')} ({machine.get('cpu_id') or 'id unknown'}"
+        f"{', under ' + machine['hypervisor'] if machine.get('hypervisor') else ''}), {machine.get('cores')} cores "
+        "for this run "
         f"({', '.join(machine.get('isa', [])) or 'ISA flags unknown'}); load average "
         f"{machine.get('loadavg_start')} at the start, {machine.get('loadavg_end')} at the end; whole run "
         f"{summary.get('wall_s', 0) / 60:.1f} min.",
@@ -224,7 +226,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         "## Results",
         "",
         "Milliseconds; a tail percentile with too few samples to quote (p95: 20, p99: 100) shows its sample count "
-        "in parentheses. Prompt tokens: as the server counted them (BOS included; Triton does not report it).",
+        "in parentheses. Prompt tokens: the server's count (its usage, or Triton's num_input_tokens) / the "
+        "workload's content tokens; one more on the server is the BOS every server adds.",
         "",
         "| c | system | TTFT p50 | p95 | p99 | ITL p50 | p99 | TPOT p50 | out tok/s | prompt tokens | "
         "cached / prompt | out tokens | errors |",
@@ -239,7 +242,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
                 f"| {c} | {name} | {_ms(lv['ttft_ms'], 'p50')} | {_ms(lv['ttft_ms'], 'p95')} | "
                 f"{_ms(lv['ttft_ms'], 'p99')} | {_ms(lv['itl_ms'], 'p50', '.1f')} | {_ms(lv['itl_ms'], 'p99', '.1f')} | "
                 f"{_ms(lv['tpot_ms'], 'p50', '.1f')} | {_f(lv['output_tok_s'])} | "
-                f"{_f(lv.get('server_prompt_tokens_mean'), '.0f')} | {_f(lv.get('prefix_hit_rate'), '.3f')} | "
+                f"{_f(lv.get('server_prompt_tokens_mean'))} / {_f(lv.get('prompt_tokens_mean'))} | "
+                f"{_f(lv.get('prefix_hit_rate'), '.3f')} | "
                 f"{_f(lv.get('output_tokens_mean'))} | {lv['errors']} |"
             )
     lines += ["", "## Targets (the CPU-engine issue)", ""]

