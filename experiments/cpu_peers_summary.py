@@ -98,6 +98,15 @@ def metric(summary: dict[str, Any], system: str, concurrency: int, name: str) ->
     return float(d[q]), ""
 
 
+def bos_added(system: dict[str, Any]) -> float | None:
+    """Server prompt tokens − the workload's content tokens at the first level that has both (1: the BOS)."""
+    for lv in system.get("levels", {}).values():
+        served, content = lv.get("server_prompt_tokens_mean"), lv.get("prompt_tokens_mean")
+        if served is not None and content is not None:
+            return round(served - content, 3)
+    return None
+
+
 def _precision_rank(precision: str) -> int:
     return {"fp32": 0, "bf16": 1, "fp16": 1, "fp8": 2, "int8": 2, "int4": 3}.get(precision, 1)
 
@@ -213,10 +222,20 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         "|---|---|---|---:|---|---|---|",
     ]
     for name, s in systems.items():
-        note = s.get("error") or ""
+        notes = [s["error"]] if s.get("error") else []
         tok = s.get("tokenization")
         if tok is not None:
-            note = note or ("same token ids as llmkiln" if tok.get("same") else f"tokens differ: {tok}")
+            notes.append(
+                "same token ids as llmkiln's tokenizer" if tok.get("same") else f"tokens differ: {tok}"
+            )
+        bos = bos_added(s)
+        if bos == 1:
+            notes.append("BOS added to the prompt")
+        elif bos == 0:
+            notes.append("no BOS: the server's prompt is the content tokens only")
+        elif bos is not None:
+            notes.append(f"server prompt = content {bos:+.1f} tokens")
+        note = "; ".join(notes)
         lines.append(
             f"| {name} | {FRONT_DOORS[s['kind']]} | {s.get('precision') or '-'} | {_f(s.get('ready_s'), '.0f')} | "
             f"{s.get('loadavg_before', '-')} | {s.get('loadavg_after', '-')} | {note} |"

@@ -2,8 +2,8 @@
 
 The peer runs from its own venv (scripts/vllm_cpu_env.sh; `find_venv` says how to make it when it is missing) on
 the same source weights and the engine's tokenizer, on 127.0.0.1, and is measured with the same OpenAI client as
-llmkiln's Dynamo endpoint (llmkiln.bench.openai_client through llmkiln.bench.runner). How it is run (the
-CPU-engine issue, must-have 5):
+llmkiln's Dynamo endpoint (llmkiln.bench.openai_client through llmkiln.bench.runner). How it is run (vLLM's
+recommended CPU setup, tuned to the bench workloads' batch of 8):
 - environment: VLLM_CPU_OMP_THREADS_BIND = the cores this process may use (e.g. 0-1), VLLM_CPU_KVCACHE_SPACE = 4
   (GiB), LD_PRELOAD = tcmalloc + the venv's libiomp5 (vLLM's CPU worker warns without them; vLLM would
   otherwise preload torch's libgomp itself);
