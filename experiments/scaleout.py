@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -34,16 +32,16 @@ from rich.console import Console
 from llmkiln.backends import build
 from llmkiln.bench.report import BenchReport, print_report, save_records, save_report, write_atomic
 from llmkiln.bench.runner import BenchConfig, requests_needed, run_bench
+from llmkiln.bench.serving import serve_dynamo_engine
 from llmkiln.bench.stats import Slo
 from llmkiln.bench.workloads import Workload, WorkloadSpec, build_workload, load_tokenizer
 from llmkiln.cli.main import run_command
 from llmkiln.cli.options import engines_dir_option
 from llmkiln.dynamo.cluster import RouterMode, available_cores
-from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, make_spec
+from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.runtime.kv_quant import bytes_per_block
-from llmkiln.serve.ports import free_ports
 
 
 @dataclass(frozen=True)
@@ -182,22 +180,19 @@ def _run_setup(
     out: Path,
     console: Console,
 ) -> dict[str, Any]:
-    state = Path(tempfile.mkdtemp(prefix="llmkiln-scaleout-"))
     opts = DynamoOptions(
         workers=setup.workers,
-        http_port=free_ports(1)[0],
         router_mode=setup.router_mode,
         grace_period_s=1.0,
         overrides={"kv_cache": {"max_bytes": store_bytes(engine, cfg, setup.prompts_per_store)}},
     )
-    spec = make_spec(engine, opts, state)
-    result: dict[str, Any] = {
-        "workers": setup.workers,
-        "router_mode": setup.router_mode,
-        "threads_per_worker": spec.threads,
-        "prompts_per_store": setup.prompts_per_store,
-    }
-    with DynamoLauncher(spec) as launcher:
+    with serve_dynamo_engine(engine, opts) as launcher:
+        result: dict[str, Any] = {
+            "workers": setup.workers,
+            "router_mode": setup.router_mode,
+            "threads_per_worker": launcher.spec.threads,
+            "prompts_per_store": setup.prompts_per_store,
+        }
         result["store_blocks"] = launcher.worker_metrics(0)["kv_blocks_total"]
         model = launcher.spec.served_model_name or EngineDir(engine).recipe().serve.model_name
         warmup = BenchConfig(
@@ -254,7 +249,6 @@ def _run_setup(
             save_report(report, out / f"{setup.name}-open.json")
             save_records(records, cfg.raw_dir / f"{setup.name}-open.jsonl")
             result["open"] = _level_summary(report)
-    shutil.rmtree(state, ignore_errors=True)
     return result
 
 

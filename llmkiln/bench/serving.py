@@ -1,8 +1,11 @@
-"""Serve an engine folder with tritonserver on free loopback ports for the duration of a benchmark."""
+"""Serve an engine folder for the duration of a benchmark, on free loopback ports, through either front door:
+`serve_engine` (tritonserver, gRPC: `kiln serve`) or `serve_dynamo_engine` (Dynamo's frontend and llmkiln workers,
+OpenAI endpoint: `kiln serve --dynamo`). Both verify the engine first and leave no process or state behind."""
 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -10,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, make_spec
 from llmkiln.engine_dir import EngineDir
 from llmkiln.serve.ports import free_ports
 from llmkiln.serve.repository import spec_from_engine, write_repository
@@ -70,3 +74,29 @@ def serve_engine(
             yield Served(url=server.url_grpc, model=model_name, server=server, ready_s=ready_s)
         finally:
             server.stop()
+
+
+@contextlib.contextmanager
+def serve_dynamo_engine(
+    engine_dir: Path, opts: DynamoOptions | None = None, ready_timeout_s: float = 300.0, echo: bool = False
+) -> Iterator[DynamoLauncher]:
+    """`kiln serve ENGINE --dynamo` for a benchmark: the launch of `opts` (default: two workers, 1 s grace period)
+    on a free loopback HTTP port unless `opts.http_port` is set, its state and logs in a temp folder removed after
+    a clean stop (kept after a failure: the LaunchFailed message names the logs). Yields the ready launcher (`launcher.url` is the OpenAI base URL; `launcher.spec.served_model_name` or the recipe's
+    serve.model_name is the model)."""
+    engine_dir = Path(engine_dir).resolve()
+    EngineDir(
+        engine_dir
+    ).require().verify()  # never benchmark a corrupted engine (IntegrityError names the file)
+    opts = opts if opts is not None else DynamoOptions(grace_period_s=1.0)
+    if opts.http_port is None:
+        opts = replace(opts, http_port=free_ports(1)[0])
+    state = Path(tempfile.mkdtemp(prefix="llmkiln-bench-dynamo-"))
+    launcher = DynamoLauncher(make_spec(engine_dir, opts, state), echo=sys.stderr if echo else None)
+    try:
+        launcher.start()
+        launcher.wait_ready(ready_timeout_s)
+        yield launcher
+    finally:
+        launcher.stop()
+    shutil.rmtree(state, ignore_errors=True)  # after a failure the logs stay (the error names them)

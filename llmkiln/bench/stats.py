@@ -15,10 +15,13 @@ Definitions (all times from the client's clock, milliseconds in reports):
   per-request objective (TTFT ≤ slo.ttft_ms, TPOT ≤ slo.tpot_ms; failed requests never do); attainment is their
   share of all requests; the percentile objectives (TTFT p95, TPOT p95 within the same limits) are reported too.
 Percentiles use linear interpolation between closest ranks (numpy's default), over successful requests only.
+A tail percentile is quoted in summaries only when it rests on enough samples (`quotable`: p95 needs 20, p99
+100, i.e. at least one sample beyond it on average); with fewer it is an interpolation between the top few.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -106,6 +109,19 @@ def summarize(values: Iterable[float | None]) -> Dist:
         max=float(xs.max()),
         **{f"p{p}": float(v) for p, v in zip(PERCENTILES, pct, strict=True)},
     )
+
+
+def min_samples(percentile: float) -> int:
+    """Samples a percentile needs to be quoted: 100 / (100 - p) rounded up (p95: 20, p99: 100), 1 up to the median."""
+    if percentile <= 50:
+        return 1
+    return math.ceil(100 / (100 - percentile) - 1e-9)
+
+
+def quotable(d: Dist, percentile: int) -> float | None:
+    """d's p-th percentile (50, 90, 95 or 99) when it rests on at least `min_samples(p)` samples, else None."""
+    value = getattr(d, f"p{percentile}")
+    return value if value is not None and d.count >= min_samples(percentile) else None
 
 
 class GroupStats(BaseModel):

