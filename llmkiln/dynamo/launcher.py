@@ -33,9 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from tokenizers import Tokenizer
+
 from llmkiln.dynamo.cluster import ClusterSpec, RouterMode
 from llmkiln.dynamo.openai_front import OpenAIFront
-from llmkiln.engine_dir import resolve_engine
+from llmkiln.engine_dir import EngineDir, resolve_engine
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.host.check import check_engine
 from llmkiln.host.metrics import parse_exposition
@@ -174,7 +176,9 @@ class DynamoLauncher:
         self.reaper.start()
         self.reaper.remove_tree(s.discovery_dir)
         if s.frontend_port:
-            self.front = OpenAIFront(s.host, s.http_port, s.frontend_address)
+            tok_file = EngineDir(s.engine).tokenizer_file()
+            tokenizer = Tokenizer.from_file(str(tok_file)) if tok_file is not None else None
+            self.front = OpenAIFront(s.host, s.http_port, s.frontend_address, tokenizer)
             try:
                 self.front.start()
             except OSError as exc:

@@ -10,6 +10,11 @@ Every request passes to Dynamo's frontend unchanged, except:
   for 429/529, 503 for 503) with `Retry-After: 1`; anything else is relayed as it arrives (the first event is
   the first token, so TTFT does not move).
 - while the launch drains (SIGTERM), new requests get 503 + `Retry-After` at once; streams in flight go on.
+- a `/v1/completions` prompt given as text is tokenized here with the engine's tokenizer, special tokens
+  included (BOS), and forwarded as token ids: Dynamo 1.6.1's frontend tokenizes completion text without special
+  tokens, so the same prompt would reach the engine without the BOS that `kiln serve` (Triton), transformers and
+  vLLM give it — other tokens, other output, another prefix-cache key. Token-id prompts and chat requests (whose
+  template writes the BOS) pass unchanged.
 Measured cost of the hop: docs/serve.md ("The OpenAI front").
 
 It runs an aiohttp server on its own event loop in a thread of the launcher process.
@@ -18,12 +23,15 @@ It runs an aiohttp server on its own event loop in a thread of the launcher proc
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
 
 from llmkiln.serve.loop_thread import LoopThread
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade"}
 RETRY_AFTER_S = "1"
@@ -48,6 +56,25 @@ def _wants_stream(body: bytes) -> bool:
     return isinstance(data, dict) and data.get("stream") is True
 
 
+def completion_with_token_ids(body: bytes, tokenizer: Tokenizer) -> bytes:
+    """A /v1/completions body whose text prompt (a string or a list of strings) is replaced by its token ids,
+    special tokens included; any other body is returned as it is (Dynamo's frontend answers what is wrong)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return body
+    if not isinstance(data, dict):
+        return body
+    prompt = data.get("prompt")
+    if isinstance(prompt, str):
+        data["prompt"] = tokenizer.encode(prompt).ids
+    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        data["prompt"] = [e.ids for e in tokenizer.encode_batch(prompt)]
+    else:
+        return body
+    return json.dumps(data).encode()
+
+
 def _error_event(event: bytes) -> tuple[int, str] | None:
     """(code, message) when an SSE event is Dynamo's error event with an overload/shutdown code."""
     for line in event.splitlines():
@@ -69,9 +96,10 @@ class OpenAIFront(LoopThread):
 
     thread_name = "llmkiln-openai-front"
 
-    def __init__(self, host: str, port: int, upstream: str) -> None:
+    def __init__(self, host: str, port: int, upstream: str, tokenizer: Tokenizer | None = None) -> None:
         super().__init__()
         self.host, self.port, self.upstream = host, port, upstream
+        self.tokenizer = tokenizer  # the engine's: completion text prompts become token ids with BOS
         self.draining = False
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -101,6 +129,13 @@ class OpenAIFront(LoopThread):
         if self.draining and (request.method == "POST" or request.path.rstrip("/").endswith("/health")):
             return _error(503, SHUTTING_DOWN, "unavailable")
         body = await request.read()
+        if (
+            self.tokenizer is not None
+            and request.method == "POST"
+            and request.path.rstrip("/").endswith("/completions")
+        ):
+            if not request.path.rstrip("/").endswith("/chat/completions"):
+                body = completion_with_token_ids(body, self.tokenizer)
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         url = f"http://{self.upstream}{request.path_qs}"

@@ -105,3 +105,17 @@ def test_draining_refuses_new_requests_with_503(front: OpenAIFront):
         assert requests.get(f"http://127.0.0.1:{front.port}/v1/models", timeout=10).status_code == 200
     finally:
         front.draining = False
+
+
+def test_completion_text_becomes_token_ids_with_bos(stories_engine):
+    from tokenizers import Tokenizer
+
+    from llmkiln.dynamo.openai_front import completion_with_token_ids
+
+    tok = Tokenizer.from_file(str(stories_engine / "tokenizer.json"))
+    one = json.loads(completion_with_token_ids(b'{"model": "m", "prompt": "Once upon a time"}', tok))
+    assert one["prompt"] == tok.encode("Once upon a time").ids and one["prompt"][0] == 1
+    two = json.loads(completion_with_token_ids(b'{"prompt": ["A cat", "A dog"], "max_tokens": 3}', tok))
+    assert two["prompt"] == [tok.encode("A cat").ids, tok.encode("A dog").ids] and two["max_tokens"] == 3
+    for unchanged in (b'{"prompt": [1, 2, 3]}', b'{"messages": []}', b"not json", b"[1]"):
+        assert completion_with_token_ids(unchanged, tok) == unchanged
