@@ -9,6 +9,7 @@ import pytest
 from llmkiln.dynamo.cluster import ClusterSpec, available_cores
 from llmkiln.dynamo.launcher import DynamoOptions, make_spec, status_ports
 from llmkiln.errors import BadInput
+from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
 
 
 def spec(**kw) -> ClusterSpec:
@@ -88,6 +89,25 @@ def test_prefill_and_decode_workers_get_their_roles_and_core_shares():
         roles.append(cmd[cmd.index("--role") + 1])
         assert cmd[cmd.index("--kv-export-timeout") + 1] == "30"
     assert roles == ["prefill", "decode", "decode"]
+    limits = [s.worker_commandline(i) for i in range(3)]
+    assert limits[0][limits[0].index("--max-local-prefill-tokens") + 1] == str(MAX_LOCAL_PREFILL_TOKENS)
+    assert all("--max-local-prefill-tokens" not in cmd for cmd in limits[1:])  # the prefill tier decides
+    off = spec(
+        workers=2,
+        status_ports=(20001, 20002),
+        prefill_workers=1,
+        decode_workers=1,
+        max_local_prefill_tokens=0,
+    )
+    assert off.worker_commandline(0)[-1] == "0"
+    with pytest.raises(BadInput, match="--max-local-prefill-tokens"):
+        spec(
+            workers=2,
+            status_ports=(20001, 20002),
+            prefill_workers=1,
+            decode_workers=1,
+            max_local_prefill_tokens=-1,
+        ).check()
     assert "--role" not in spec().worker_commandline(0)  # aggregated: the worker's default role
     tuned = spec(
         workers=2,
@@ -115,5 +135,24 @@ def test_make_spec_counts_prefill_and_decode_workers(tmp_path, engine_factory):
                 http_port=0,
                 overrides={"kv_cache": {"prefix_reuse": False}},
             ),
+            tmp_path,
+        )
+    with pytest.raises(
+        BadInput, match="max_prefill_tokens"
+    ):  # a bad prefill-only field: exit 2, before any start
+        make_spec(
+            engine,
+            DynamoOptions(
+                prefill_workers=1,
+                decode_workers=1,
+                http_port=0,
+                prefill_overrides={"scheduler": {"max_prefill_tokens": "many"}},
+            ),
+            tmp_path,
+        )
+    with pytest.raises(BadInput, match="--prefill-set"):
+        make_spec(
+            engine,
+            DynamoOptions(http_port=0, prefill_overrides={"scheduler": {"max_prefill_tokens": 128}}),
             tmp_path,
         )
