@@ -215,6 +215,7 @@ def _measure(
     workers = range(launcher.spec.workers)
     start = [launcher.worker_metrics(i) for i in workers]
     before = start[decode_idx] if setup.decode else {}
+    t_wall = time.time_ns()
     bench = BenchConfig(
         url=launcher.url,
         model=model,
@@ -246,7 +247,38 @@ def _measure(
     ]
     if setup.decode:
         out["kv_transfer"] = _kv(end[decode_idx], before)
+    out["window_ns"] = [t_wall, time.time_ns()]  # for the step profile, read once the launch is stopped
     return out
+
+
+def step_stats(path: Path, window: list[int]) -> dict[str, Any] | None:
+    """One worker's engine steps that started in `window` (time.time_ns() from, to; its step profile): decode-only
+    steps and steps with a prefill (ms), the largest step and prefix load, and the prompt tokens it computed
+    itself (prompt less cached, from its request records), in all and the most for one request. None without a
+    profile."""
+    if not path.is_file():
+        return None
+    steps, computed = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:  # a line being written
+            continue
+        if rec.get("kind") == "step" and window[0] <= rec.get("t", 0) <= window[1]:
+            steps.append(rec)
+        elif rec.get("kind") == "request" and window[0] <= (rec.get("arrival") or 0) <= window[1]:
+            computed.append(int(rec.get("prompt") or 0) - int(rec.get("cached") or 0))
+    decode = [s["total_us"] / 1e3 for s in steps if s.get("decode") and not s.get("prefill")]
+    prefill = [s["total_us"] / 1e3 for s in steps if s.get("prefill")]
+    return {
+        "steps": len(steps),
+        "decode_only_ms": _dist(decode),
+        "with_prefill_ms": _dist(prefill),
+        "max_step_ms": max((s["total_us"] / 1e3 for s in steps), default=None),
+        "max_load_ms": max((s.get("load_us", 0) / 1e3 for s in steps), default=None),
+        "computed_tokens": sum(computed),
+        "max_computed_tokens": max(computed, default=0),
+    }
 
 
 def _probe(
@@ -306,7 +338,9 @@ def _run_setup(
         if setup.prefill_chunk
         else {},
         max_local_prefill_tokens=setup.max_local_prefill,
+        profile_dir=cfg.raw_dir / "profiles" / setup.name,  # the step profile (a few list appends per step)
     )
+    shutil.rmtree(cfg.raw_dir / "profiles" / setup.name, ignore_errors=True)
     spec = make_spec(engine, opts, state)
     result: dict[str, Any] = {"setup": asdict(setup), "threads_per_worker": spec.threads, "runs": {}}
     model = EngineDir(engine).recipe().serve.model_name
@@ -338,6 +372,10 @@ def _run_setup(
                 )
         if setup.decode and cfg.probe_requests:
             result["probe"] = _probe(cfg, launcher, setup, model, probe)
+    if spec.profile_dir is not None:  # stopped: every worker's profile is written out
+        for run in result["runs"].values():
+            window = run.pop("window_ns")
+            run["steps_per_worker"] = [step_stats(spec.profile_path(i), window) for i in range(spec.workers)]
     shutil.rmtree(state, ignore_errors=True)
     return result
 
@@ -520,6 +558,32 @@ def summary_markdown(summary: dict[str, Any]) -> str:
             per = s["runs"].get(run, {}).get("server_ttft_ms_per_worker")
             cells.append(" / ".join(f"{v:.0f}" for v in per) if per else "-")
         lines.append(f"| {run} | " + " | ".join(cells) + " |")
+    step_rows = []
+    for run in runs:
+        for sname, s in setups.items():
+            r = s["runs"].get(run) or {}
+            per = r.get("steps_per_worker")
+            if not per or not sname.startswith("pd-"):
+                continue
+            d = per[s["setup"]["prefill"]]  # the first decode worker
+            if not d:
+                continue
+            dec, pre = d["decode_only_ms"], d["with_prefill_ms"]
+            step_rows.append(
+                f"| {run} | {sname} | {_f(dec['p50'], '.1f')} / {_f(dec['p99'], '.1f')} | {pre['n']} | "
+                f"{_f(pre['p50'], '.1f')} / {_f(pre['p99'], '.1f')} | {_f(d['max_step_ms'])} | "
+                f"{_f(d['max_load_ms'], '.1f')} | {d['computed_tokens']} ({d['max_computed_tokens']}) |"
+            )
+    if step_rows:
+        lines += [
+            "",
+            "## The decode worker's steps (its step profile, $LLMKILN_PROFILE)",
+            "",
+            "| run | setup | decode-only step p50 / p99 ms | steps with a prefill | their p50 / p99 ms | largest step ms "
+            "| largest prefix load ms | prompt tokens it computed (most for one request) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
+            *step_rows,
+        ]
     lines += ["", "## Targets", ""]
     for t in summary["targets"]:
         lines.append(f"- {'met' if t['met'] else 'NOT met'}: {t['target']} (measured {t['value']:.2f})")

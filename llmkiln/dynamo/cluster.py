@@ -28,6 +28,7 @@ from typing import Any, Literal, get_args
 
 from llmkiln.errors import BadInput
 from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
+from llmkiln.runtime.profile import PROFILE_ENV
 
 RouterMode = Literal["kv", "round-robin", "random"]
 ROUTER_MODES: tuple[str, ...] = get_args(RouterMode)
@@ -100,6 +101,8 @@ class ClusterSpec:
     # prompts whose uncached part is at most this many tokens skip the prefill tier (the decode worker prefills
     # them; KvTransfer.local_handoff); 0: every prompt is prefilled on the prefill tier
     max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS
+    # each worker's engine appends its step profile (llmkiln.runtime.profile) to profile_dir/worker-<i>.jsonl
+    profile_dir: Path | None = None
 
     @property
     def disaggregated(self) -> bool:
@@ -228,7 +231,14 @@ class ClusterSpec:
                 "DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS": '["generate"]',
             }
         )
+        if self.profile_dir is not None:
+            env[PROFILE_ENV] = str(self.profile_path(index))
         return env
+
+    def profile_path(self, index: int) -> Path:
+        """Where worker `index` writes its step profile (with profile_dir set)."""
+        assert self.profile_dir is not None
+        return self.profile_dir / f"worker-{index}.jsonl"
 
     def worker_args(self, index: int = 0) -> list[str]:
         args = [

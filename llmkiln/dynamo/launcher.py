@@ -393,6 +393,7 @@ class DynamoOptions:
     prefill_overrides: dict[str, Any] = field(default_factory=dict)  # recipe fields for prefill workers only
     max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS  # shorter uncached prompts skip the prefill tier
     extra_env: dict[str, str] = field(default_factory=dict)  # added to every process's environment
+    profile_dir: Path | None = None  # each worker's step profile: profile_dir/worker-<i>.jsonl
 
     @property
     def num_workers(self) -> int:
@@ -450,6 +451,7 @@ def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> Clust
         prefill_overrides=dict(opts.prefill_overrides),
         max_local_prefill_tokens=opts.max_local_prefill_tokens,
         extra_env=dict(opts.extra_env),
+        profile_dir=opts.profile_dir,
     )
 
 
