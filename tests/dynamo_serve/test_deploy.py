@@ -182,6 +182,8 @@ def test_disaggregated_cpu_recipe_gets_prefill_and_decode_components(engines_roo
         args = comp["podTemplate"]["spec"]["containers"][0]["args"]
         assert args[:2] == ["-m", "llmkiln.dynamo.worker"]
         assert args[args.index("--role") + 1] == role
+        # the prefill tier decides which prompts are short enough for the decode worker to prefill itself
+        assert ("--max-local-prefill-tokens" in args) == (role == "prefill")
     assert "--disaggregated" in (out / "README.md").read_text() and "NIXL" in (out / "README.md").read_text()
     template = yaml.safe_load((DYNAMO_ROOT / "profiler/templates/dgd/trtllm/disagg.yaml").read_text())
     check_layout(doc, template)
