@@ -13,8 +13,8 @@ one), so N workers on a few cores do not oversubscribe them.
 
 Prefill/decode separation (`prefill_workers` P and `decode_workers` D, both ≥ 1): workers 0..P-1 run `--role
 prefill`, P..P+D-1 `--role decode` (llmkiln.host.roles); `workers` is then P + D, each with its core share.
-Prefill workers get `--max-local-prefill-tokens` (short prompts are prefilled on the decode worker) and the
-recipe fields of `prefill_overrides` over `overrides`.
+Both roles get `--max-local-prefill-tokens` (prefill workers hand shorter uncached prompts to the decode worker,
+which caps its prefill runs to it); prefill workers get the recipe fields of `prefill_overrides` over `overrides`.
 """
 
 from __future__ import annotations
@@ -265,8 +265,8 @@ class ClusterSpec:
                 "--kv-export-timeout",
                 f"{self.kv_export_timeout_s:g}",
             ]
-            if self.worker_role(index) == "prefill":
-                args += ["--max-local-prefill-tokens", str(self.max_local_prefill_tokens)]
+            # prefill: the hand-off threshold; decode: its prefill runs are capped to it (llmkiln.dynamo.worker)
+            args += ["--max-local-prefill-tokens", str(self.max_local_prefill_tokens)]
         return args
 
     def worker_overrides(self, index: int) -> dict[str, Any]:

@@ -23,7 +23,8 @@ checkpoints on the PyTorch backend, not trtllm-build engines).
 `--disaggregated` (DeployOptions.disaggregated) writes the prefill/decode variant, laid out as the wheel's
 disagg template (dynamo/profiler/templates/dgd/trtllm/disagg.yaml: components `prefill` and `decode` of types
 prefill / decode beside the Frontend): CPU recipes get `LlmkilnPrefill` (`--role prefill
---max-local-prefill-tokens N`, KV moved by NIXL, llmkiln.host.kv_transfer) and `LlmkilnDecode` (`--role decode`); LLM-API recipes get `TrtllmPrefill` /
+--max-local-prefill-tokens N`, KV moved by NIXL, llmkiln.host.kv_transfer) and `LlmkilnDecode` (`--role decode`,
+the same N: it caps the decode worker's prefill runs); LLM-API recipes get `TrtllmPrefill` /
 `TrtllmDecode` (`python3 -m dynamo.trtllm ... --disaggregation-mode prefill --publish-kv-events` / `decode`)
 with `prefill.yaml` / `decode.yaml` = `disaggregated_llm_api_options(recipe, role)` (llmkiln.trtllm.
 cache_transceiver: the aggregated options plus cache_transceiver_config, overlap scheduler off on prefill), both
@@ -223,11 +224,7 @@ def cpu_worker(
             "--drain-timeout",
             str(recipe.serve.exit_timeout_s),
             *(["--role", role] if role else []),
-            *(
-                ["--max-local-prefill-tokens", str(opts.max_local_prefill_tokens)]
-                if role == "prefill"
-                else []
-            ),
+            *(["--max-local-prefill-tokens", str(opts.max_local_prefill_tokens)] if role else []),
         ],
         "resources": _cpu_resources(threads, memory),
         "volumeMounts": [{"name": "engines", "mountPath": ENGINES_MOUNT, "readOnly": True}],
@@ -444,9 +441,9 @@ def readme(recipe: Recipe, doc: dict[str, Any], opts: DeployOptions) -> str:
             "directly (UCX picks TCP between nodes, shared memory on one)."
         )
         lines.append(
-            f"- `--max-local-prefill-tokens {opts.max_local_prefill_tokens}` on the prefill workers: a prompt whose "
-            "uncached part is at most that many tokens is prefilled on the decode worker instead (it never waits at "
-            "the prefill tier; 0: every prompt through it)."
+            f"- `--max-local-prefill-tokens {opts.max_local_prefill_tokens}` on both tiers: a prompt whose uncached "
+            "part is at most that many tokens is prefilled on the decode worker instead (it never waits at the "
+            "prefill tier; 0: every prompt through it), in runs of at most that many tokens."
         )
     return text + "\n".join(lines) + "\n"
 

@@ -25,7 +25,8 @@ is counted (llmkiln_kv_transfer_fallbacks_total) and the decode worker prefills 
 Short prompts skip the prefill tier's engine: when a prompt's uncached part is at most --max-local-prefill-tokens
 (KvTransfer.local_handoff), the prefill worker answers at once — no token, no engine call, no KV — with a
 "prefill locally" hand-off, and the decode worker prefills the prompt itself (counted apart from fallbacks:
-llmkiln_kv_transfer_local_handoffs_total / _local_prefills_total).
+llmkiln_kv_transfer_local_handoffs_total / _local_prefills_total); a decode worker given the same limit caps its
+prefill runs to it, so short prompts arriving together do not stall its decodes for a whole 512-token run.
 
 Faults: a request the runtime rejects is an InvalidArgument (the client sees a 4xx); a request that fails in the
 runtime ends with an error. When the engine's scheduler thread dies the engine is unhealthy: every request in
@@ -148,7 +149,8 @@ class WorkerArgs:
             type=int,
             default=MAX_LOCAL_PREFILL_TOKENS,
             help="Prefill role: a prompt whose uncached part is at most this many tokens is handed back at once "
-            "for the decode worker to prefill itself (0: every prompt is prefilled here).",
+            "for the decode worker to prefill itself (0: every prompt is prefilled here). Decode role: its prefill "
+            "runs are capped to this many tokens (scheduler.max_prefill_tokens, unless --overrides sets it).",
         )
         a = p.parse_args(argv)
         overrides = json.loads(a.overrides)
@@ -193,12 +195,29 @@ class KilnWorker(DynamoEngine):
         self._handles: dict[str, ServingHandle] = {}
         self._watch: asyncio.Task[None] | None = None
 
+    def engine_overrides(self) -> dict[str, Any]:
+        """The recipe overrides this worker's engine runs with: the command line's, and on a decode worker with
+        local prefills on, its prefill run capped to --max-local-prefill-tokens (scheduler.max_prefill_tokens,
+        unless --overrides sets it): short prompts arriving together are then prefilled in runs of at most that
+        many tokens, so they stall the running decodes no longer than one such prompt does (without the cap the
+        TTFT-first scheduler batches them up to the recipe's chunk, 512 tokens in bench-optimized)."""
+        out = self.args.engine_overrides()
+        limit = self.args.max_local_prefill_tokens
+        if self.args.role is not WorkerRole.DECODE or limit <= 0:
+            return out
+        sched = out.get("scheduler")
+        if isinstance(sched, dict) and "max_prefill_tokens" in sched:
+            return out
+        if self.folder.recipe(out or None).scheduler.max_prefill_tokens > limit:
+            out.setdefault("scheduler", {})["max_prefill_tokens"] = limit
+        return out
+
     # ------------------------------------------------------------------ lifecycle
     @classmethod
     async def from_args(cls, argv: list[str] | None = None) -> tuple[KilnWorker, WorkerConfig]:
         args = WorkerArgs.parse(argv)
         worker = cls(args)
-        recipe = worker.folder.recipe(args.engine_overrides())
+        recipe = worker.folder.recipe(worker.engine_overrides())
         config = WorkerConfig(
             namespace=args.namespace,
             component=args.component,
@@ -223,7 +242,7 @@ class KilnWorker(DynamoEngine):
                 "`kiln build --force`"
             )
         options = HostOptions(
-            overrides=self.args.engine_overrides(),
+            overrides=self.engine_overrides(),
             role=self.args.role,
             kv_export_timeout_s=self.args.kv_export_timeout_s,
             max_local_prefill_tokens=self.args.max_local_prefill_tokens,

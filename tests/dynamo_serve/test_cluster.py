@@ -89,9 +89,8 @@ def test_prefill_and_decode_workers_get_their_roles_and_core_shares():
         roles.append(cmd[cmd.index("--role") + 1])
         assert cmd[cmd.index("--kv-export-timeout") + 1] == "30"
     assert roles == ["prefill", "decode", "decode"]
-    limits = [s.worker_commandline(i) for i in range(3)]
-    assert limits[0][limits[0].index("--max-local-prefill-tokens") + 1] == str(MAX_LOCAL_PREFILL_TOKENS)
-    assert all("--max-local-prefill-tokens" not in cmd for cmd in limits[1:])  # the prefill tier decides
+    for cmd in (s.worker_commandline(i) for i in range(3)):  # prefill: the threshold; decode: its run cap
+        assert cmd[cmd.index("--max-local-prefill-tokens") + 1] == str(MAX_LOCAL_PREFILL_TOKENS)
     off = spec(
         workers=2,
         status_ports=(20001, 20002),
@@ -159,3 +158,24 @@ def test_make_spec_counts_prefill_and_decode_workers(tmp_path, engine_factory):
             DynamoOptions(http_port=0, prefill_overrides={"scheduler": {"max_prefill_tokens": 128}}),
             tmp_path,
         )
+
+
+def test_a_decode_worker_caps_its_prefill_runs_to_the_local_limit(stories_engine):
+    """Short prompts handed to the decode worker arrive together: its TTFT-first scheduler would batch them into
+    one run of up to the recipe's chunk; with local prefills on, a decode worker caps its runs to the limit
+    (unless the overrides set the chunk); the prefill tier and an aggregated worker keep the recipe's chunk."""
+    from llmkiln.dynamo.worker import KilnWorker, WorkerArgs
+
+    def overrides(*argv: str) -> dict:
+        return KilnWorker(WorkerArgs.parse(["--engine", str(stories_engine), *argv])).engine_overrides()
+
+    assert overrides("--role", "decode") == {"scheduler": {"max_prefill_tokens": MAX_LOCAL_PREFILL_TOKENS}}
+    assert overrides("--role", "decode", "--max-local-prefill-tokens", "64") == {
+        "scheduler": {"max_prefill_tokens": 64}
+    }
+    assert overrides("--role", "decode", "--max-local-prefill-tokens", "0") == {}
+    mine = '{"scheduler": {"max_prefill_tokens": 256}}'
+    assert overrides("--role", "decode", "--overrides", mine) == {"scheduler": {"max_prefill_tokens": 256}}
+    assert overrides("--role", "prefill") == {} and overrides() == {}
+    with pytest.raises(SystemExit):
+        WorkerArgs.parse(["--engine", str(stories_engine), "--max-local-prefill-tokens", "-1"])
