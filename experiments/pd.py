@@ -6,12 +6,15 @@ completions endpoint (prompt lengths exact), greedy, every setup a fresh launch 
 - `agg-2w`: two aggregated workers (one core each), KV router;
 - `pd-1p1d`: one prefill worker and one decode worker (one core each), KV router for the prefill tier;
 - `pd-1p1d-chunk128`: the same with 128-token prefill chunks on the prefill worker (it runs no decodes: smaller
-  chunks only bound how long a short prompt waits there behind a long one).
-`--setups` picks others (`pd-1p1d-cond`: Dynamo's conditional disaggregation in the frontend).
+  chunks only bound how long a short prompt waits there behind a long one);
+- `pd-1p1d-local128`: pd-1p1d-chunk128 plus conditional disaggregation by length: a prompt whose uncached part is
+  at most 128 tokens (`--max-local-prefill-tokens`, the default) skips the prefill tier and is prefilled on the
+  decode worker (the other pd setups set it to 0: every prompt through the prefill tier).
+`--setups` picks others (`pd-1p1d-cond`: Dynamo's own conditional disaggregation in the frontend, isl_bounding).
 Workloads: mixed-long-short (2048-token prompts among 32-128-token ones, one long every `long_every`) and
 shared-prefix (system prompts of `system_tokens` tokens plus a user turn). Each workload runs closed loop at
 concurrency 4 and 8 and open loop (Poisson arrivals at `request_rate`). Per run: TTFT and ITL p50/p95/p99 for the
-short and the long requests (shared-prefix: all requests), output tok/s, and for pd the KV transfer per request
+short and the long requests (shared-prefix: all requests), output tok/s, and for pd the KV transfer per import
 (bytes and seconds from the decode worker's llmkiln_kv_transfer_* counters) and the fallbacks.
 
 Before measuring, each launch gets one short and one long request (not measured: the first shapes, the first KV
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -57,6 +61,9 @@ class Setup:
     # whose uncached part is at most this many tokens may be prefilled on the decode worker; 0: off
     local_prefill_below: int = 0
     prefill_chunk: int = 0  # the prefill workers' scheduler.max_prefill_tokens (0: the recipe's)
+    # llmkiln's conditional disaggregation: prompts whose uncached part is at most this many tokens are prefilled
+    # on the decode worker (--max-local-prefill-tokens; 0: every prompt through the prefill tier)
+    max_local_prefill: int = 0
 
     def frontend_args(self) -> tuple[str, ...]:
         if not self.local_prefill_below:
@@ -73,14 +80,16 @@ AVAILABLE = (
     Setup("pd-1p1d", prefill=1, decode=1),
     # a prefill tier runs no decodes: smaller chunks there only bound how long a short prompt waits behind a long
     Setup("pd-1p1d-chunk128", prefill=1, decode=1, prefill_chunk=128),
+    Setup("pd-1p1d-local128", prefill=1, decode=1, prefill_chunk=128, max_local_prefill=128),
     Setup("pd-1p1d-cond", prefill=1, decode=1, local_prefill_below=512),
 )
-SETUPS = AVAILABLE[:3]
+SETUPS = AVAILABLE[:4]
 
 
 @dataclass(frozen=True)
 class PdConfig:
-    """Sizes (defaults: the committed run, about 10-15 minutes on 2 idle cores)."""
+    """Sizes (defaults: the committed run, about 20 minutes on 2 idle cores: 64 requests per level, so a p99 is
+    the 64th-percentile neighbour's, not the maximum of 24)."""
 
     out_dir: Path = Path("bench/results/pd")
     raw_dir: Path = Path("bench/results/raw/pd")
@@ -95,8 +104,8 @@ class PdConfig:
     system_prompts: int = 2
     user_tokens: tuple[int, int] = (32, 96)
     concurrency: tuple[int, ...] = (4, 8)
-    requests: int = 24  # per closed-loop level
-    open_requests: int = 24
+    requests: int = 64  # per closed-loop level (>= 64: p99 is quotable)
+    open_requests: int = 64
     request_rate: float = 1.0
     probe_requests: int = 3
     setups: tuple[Setup, ...] = SETUPS
@@ -132,7 +141,7 @@ class PdConfig:
 
     def spec(self, workload: str, n: int) -> WorkloadSpec:
         return WorkloadSpec(
-            name=workload,  # type: ignore[arg-type]
+            name=workload,
             num_requests=n,
             seed=self.seed,
             output_tokens=self.output_tokens,
@@ -182,6 +191,8 @@ def _kv(m: dict[str, float], b: dict[str, float]) -> dict[str, float]:
     return {
         "imports": n,
         "fallbacks": d("kv_transfer_fallbacks_total"),
+        "local_prefills": d("kv_transfer_local_prefills_total"),
+        "local_prefill_tokens": d("kv_transfer_local_prefill_tokens_total"),
         "bytes_per_request": d("kv_transfer_import_bytes_total") / n if n else 0.0,
         "ms_per_request": 1e3 * d("kv_transfer_import_seconds_total") / n if n else 0.0,
         "read_ms_per_request": 1e3 * d("kv_transfer_import_read_seconds_total") / n if n else 0.0,
@@ -203,6 +214,7 @@ def _measure(
     workers = range(launcher.spec.workers)
     start = [launcher.worker_metrics(i) for i in workers]
     before = start[decode_idx] if setup.decode else {}
+    t_wall = time.time_ns()
     bench = BenchConfig(
         url=launcher.url,
         model=model,
@@ -234,7 +246,38 @@ def _measure(
     ]
     if setup.decode:
         out["kv_transfer"] = _kv(end[decode_idx], before)
+    out["window_ns"] = [t_wall, time.time_ns()]  # for the step profile, read once the launch is stopped
     return out
+
+
+def step_stats(path: Path, window: list[int]) -> dict[str, Any] | None:
+    """One worker's engine steps that started in `window` (time.time_ns() from, to; its step profile): decode-only
+    steps and steps with a prefill (ms), the largest step and prefix load, and the prompt tokens it computed
+    itself (prompt less cached, from its request records), in all and the most for one request. None without a
+    profile."""
+    if not path.is_file():
+        return None
+    steps, computed = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:  # a line being written
+            continue
+        if rec.get("kind") == "step" and window[0] <= rec.get("t", 0) <= window[1]:
+            steps.append(rec)
+        elif rec.get("kind") == "request" and window[0] <= (rec.get("arrival") or 0) <= window[1]:
+            computed.append(int(rec.get("prompt") or 0) - int(rec.get("cached") or 0))
+    decode = [s["total_us"] / 1e3 for s in steps if s.get("decode") and not s.get("prefill")]
+    prefill = [s["total_us"] / 1e3 for s in steps if s.get("prefill")]
+    return {
+        "steps": len(steps),
+        "decode_only_ms": _dist(decode),
+        "with_prefill_ms": _dist(prefill),
+        "max_step_ms": max((s["total_us"] / 1e3 for s in steps), default=None),
+        "max_load_ms": max((s.get("load_us", 0) / 1e3 for s in steps), default=None),
+        "computed_tokens": sum(computed),
+        "max_computed_tokens": max(computed, default=0),
+    }
 
 
 def _probe(
@@ -291,9 +334,13 @@ def _run_setup(
         prefill_overrides={"scheduler": {"max_prefill_tokens": setup.prefill_chunk}}
         if setup.prefill_chunk
         else {},
+        max_local_prefill_tokens=setup.max_local_prefill,
+        profile_dir=cfg.raw_dir / "profiles" / setup.name,  # the step profile (a few list appends per step)
     )
+    shutil.rmtree(cfg.raw_dir / "profiles" / setup.name, ignore_errors=True)
     model = EngineDir(engine).recipe().serve.model_name
     with serve_dynamo_engine(engine, opts) as launcher:
+        spec = launcher.spec
         result: dict[str, Any] = {
             "setup": asdict(setup),
             "threads_per_worker": launcher.spec.threads,
@@ -326,6 +373,10 @@ def _run_setup(
                 )
         if setup.decode and cfg.probe_requests:
             result["probe"] = _probe(cfg, launcher, setup, model, probe)
+    if spec.profile_dir is not None:  # stopped: every worker's profile is written out
+        for run in result["runs"].values():
+            window = run.pop("window_ns")
+            run["steps_per_worker"] = [step_stats(spec.profile_path(i), window) for i in range(spec.workers)]
     return result
 
 
@@ -452,9 +503,9 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         f"Machine: {summary['cores']} cores, load average {summary['loadavg_start']} at the start, "
         f"{summary['loadavg_end']} at the end; whole run {summary['wall_s'] / 60:.1f} min.",
         "",
-        "| run | setup | class | TTFT p50 | p95 | p99 ms | ITL p50 | p95 | p99 ms | out tok/s | KV/request | "
-        "transfer ms/request (read) | fallbacks | prompt tokens per worker | errors |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "| run | setup | class | TTFT p50 | p95 | p99 ms | ITL p50 | p95 | p99 ms | out tok/s | KV/import | "
+        "transfer ms/import (read) | imports / local prefills | fallbacks | prompt tokens per worker | errors |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     runs = sorted({r for s in setups.values() for r in s["runs"]})
     for run in runs:
@@ -473,6 +524,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
                     f"{_f(c['itl_ms']['p99'], '.1f')} | {_f(r['output_tok_s'], '.1f')} | "
                     f"{(_f(kv['bytes_per_request'] / 2**20, '.1f') + ' MiB') if kv else '-'} | "
                     f"{(_f(kv['ms_per_request'], '.1f') + ' (' + _f(kv.get('read_ms_per_request'), '.1f') + ')') if kv else '-'} | "
+                    f"{(str(int(kv['imports'])) + ' / ' + str(int(kv.get('local_prefills', 0)))) if kv else '-'} | "
                     f"{int(kv['fallbacks']) if kv else '-'} | "
                     f"{' / '.join(str(int(t)) for t in r.get('prompt_tokens_per_worker', []))} | {r['errors']} |"
                 )
@@ -506,6 +558,32 @@ def summary_markdown(summary: dict[str, Any]) -> str:
             per = s["runs"].get(run, {}).get("server_ttft_ms_per_worker")
             cells.append(" / ".join(f"{v:.0f}" for v in per) if per else "-")
         lines.append(f"| {run} | " + " | ".join(cells) + " |")
+    step_rows = []
+    for run in runs:
+        for sname, s in setups.items():
+            r = s["runs"].get(run) or {}
+            per = r.get("steps_per_worker")
+            if not per or not sname.startswith("pd-"):
+                continue
+            d = per[s["setup"]["prefill"]]  # the first decode worker
+            if not d:
+                continue
+            dec, pre = d["decode_only_ms"], d["with_prefill_ms"]
+            step_rows.append(
+                f"| {run} | {sname} | {_f(dec['p50'], '.1f')} / {_f(dec['p99'], '.1f')} | {pre['n']} | "
+                f"{_f(pre['p50'], '.1f')} / {_f(pre['p99'], '.1f')} | {_f(d['max_step_ms'])} | "
+                f"{_f(d['max_load_ms'], '.1f')} | {d['computed_tokens']} ({d['max_computed_tokens']}) |"
+            )
+    if step_rows:
+        lines += [
+            "",
+            "## The decode worker's steps (its step profile, $LLMKILN_PROFILE)",
+            "",
+            "| run | setup | decode-only step p50 / p99 ms | steps with a prefill | their p50 / p99 ms | largest step ms "
+            "| largest prefix load ms | prompt tokens it computed (most for one request) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
+            *step_rows,
+        ]
     lines += ["", "## Targets", ""]
     for t in summary["targets"]:
         lines.append(f"- {'met' if t['met'] else 'NOT met'}: {t['target']} (measured {t['value']:.2f})")
@@ -534,7 +612,9 @@ def resummarize(out: Path) -> Path:
 @click.option(
     "--quick", is_flag=True, help="Short prompts, few requests (minutes, for checking the harness)."
 )
-@click.option("--requests", "requests_", type=int, default=None, help="Requests per level (default 24).")
+@click.option(
+    "--requests", "requests_", type=int, default=None, help="Requests per level (default 64; --quick 8)."
+)
 @click.option(
     "--out-dir",
     "--out",

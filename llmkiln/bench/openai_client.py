@@ -69,6 +69,7 @@ async def run_one(
     usage: dict[str, Any] | None = None
     finish: str | None = None
     rec.send_ns = time.perf_counter_ns()
+    rec.send_wall_ns = time.time_ns()  # lines up with server-side stamps (a step profile)
     try:
         async with client.stream(
             "POST", url + path, json=request_body(model, req, api), timeout=timeout_s

@@ -9,6 +9,7 @@ import click
 from llmkiln.cli.options import engines_dir_option
 from llmkiln.dynamo.cluster import ROUTER_MODES, RouterMode
 from llmkiln.dynamo.deploy import DeployOptions, write_deployment
+from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
 
 
 @click.group()
@@ -51,6 +52,14 @@ def deploy() -> None:
 @click.option(
     "--prefill-replicas", type=int, default=1, show_default=True, help="--disaggregated: prefill workers."
 )
+@click.option(
+    "--max-local-prefill-tokens",
+    type=int,
+    default=MAX_LOCAL_PREFILL_TOKENS,
+    show_default=True,
+    help="--disaggregated CPU workers: a prompt whose uncached part is at most this many tokens is prefilled on "
+    "the decode worker (0: every prompt on the prefill tier).",
+)
 @click.option("--force", is_flag=True, help="Replace a non-empty --out folder.")
 def dynamo(
     recipe: str,
@@ -67,6 +76,7 @@ def dynamo(
     checkpoint: str | None,
     disaggregated: bool,
     prefill_replicas: int,
+    max_local_prefill_tokens: int,
     force: bool,
 ) -> None:
     """DynamoGraphDeployment (nvidia.com/v1beta1): Dynamo frontend + llmkiln CPU workers (onnx-cpu recipes) or
@@ -84,6 +94,7 @@ def dynamo(
         checkpoint=checkpoint,
         disaggregated=disaggregated,
         prefill_replicas=prefill_replicas,
+        max_local_prefill_tokens=max_local_prefill_tokens,
     )
     path = write_deployment(recipe, out, opts, force=force)
     click.echo(f"wrote {path} (and README.md); checked against the v1beta1 layout the ai-dynamo wheel ships")

@@ -9,6 +9,8 @@
   user turns, 32 output tokens).
 - `sweep_options(concurrency, requests, warmup)` + `sweep_levels(kw)`: the load levels. Declared once; the
   defaults are the command's (`kiln bench` sweeps 1,4,8,16 cold, `kiln profile` looks at one warm level).
+- `recipe_sets(items, flag)`: recipe overrides given as SECTION.FIELD=VALUE (`kiln profile --set`, `kiln serve
+  --prefill-set`).
 """
 
 from __future__ import annotations
@@ -23,10 +25,39 @@ from llmkiln.bench.runner import parse_concurrency
 from llmkiln.bench.workloads import WorkloadSpec, parse_range
 from llmkiln.engine_dir import DEFAULT_ENGINES_ROOT, ENGINES_ENV, default_engines_root
 from llmkiln.errors import BadInput
+from llmkiln.jsonl import loads_json
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 WORKLOADS = ("shared-prefix", "unique", "mixed-long-short", "jsonl")
+
+
+def recipe_sets(items: tuple[str, ...], flag: str) -> dict[str, Any]:
+    """('scheduler.tpot_slo_ms=50', ...) -> {"scheduler": {"tpot_slo_ms": 50}} (values parsed as JSON, else kept
+    as strings). BadInput (exit 2) naming `flag` for an item that is not SECTION.FIELD=VALUE; the fields and values
+    themselves are checked by the recipe schema where the overrides are applied."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        parts = key.split(".")
+        if not sep or len(parts) < 2 or not all(parts):
+            raise BadInput(
+                f"{flag} {item!r}: give SECTION.FIELD=VALUE, e.g. scheduler.max_prefill_tokens=128"
+            )
+        try:
+            value = loads_json(raw)
+        except ValueError:
+            value = raw
+        node = out
+        for p in parts[:-1]:
+            child = node.setdefault(p, {})
+            if not isinstance(child, dict):
+                raise BadInput(f"{flag} {item!r}: {p} is set to a value by another {flag} item")
+            node = child
+        if isinstance(node.get(parts[-1]), dict):
+            raise BadInput(f"{flag} {item!r}: {key} is a section (set its fields)")
+        node[parts[-1]] = value
+    return out
 
 
 def _engines_root(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path:

@@ -14,33 +14,13 @@ from llmkiln.bench.runner import requests_needed
 from llmkiln.bench.workloads import build_workload, load_tokenizer
 from llmkiln.cli.options import (
     engines_dir_option,
+    recipe_sets,
     sweep_levels,
     sweep_options,
     workload_options,
     workload_spec,
 )
 from llmkiln.engine_dir import resolve_engine
-from llmkiln.errors import BadInput
-from llmkiln.jsonl import loads_json
-
-
-def _overrides(items: tuple[str, ...]) -> dict[str, Any]:
-    """('scheduler.tpot_slo_ms=50', ...) -> {"scheduler": {"tpot_slo_ms": 50}} (values parsed as JSON)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        parts = key.split(".")
-        if not sep or len(parts) < 2 or not all(parts):
-            raise BadInput(f"--set {item!r}: give SECTION.FIELD=VALUE, e.g. scheduler.tpot_slo_ms=50")
-        try:
-            value = loads_json(raw)
-        except ValueError:
-            value = raw
-        node = out
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
-    return out
 
 
 @click.command("profile")
@@ -78,7 +58,7 @@ def profile(
         levels,
         requests_,
         warmup_requests,
-        overrides=_overrides(sets),
+        overrides=recipe_sets(sets, "--set"),
         label=folder.path.name,
         keep=Path(raw_profile) if raw_profile else None,
     )

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import click
 
-from llmkiln.cli.options import engines_dir_option
+from llmkiln.cli.options import engines_dir_option, recipe_sets
 from llmkiln.dynamo.cluster import ROUTER_MODES, RouterMode
 from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, serve_dynamo
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
+from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
 from llmkiln.serve.backend_env import check_triton_python
 from llmkiln.serve.launch import ServeOptions, serve_engine
 from llmkiln.serve.repository import check_repository, spec_from_engine, write_repository
@@ -145,6 +146,22 @@ def _check_trtllm(repo_dir: Path, upstream: Path | None, take: bool) -> None:
     help="--dynamo with prefill workers: seconds a prompt's exported KV stays pinned for a decode worker.",
 )
 @click.option(
+    "--max-local-prefill-tokens",
+    type=int,
+    default=MAX_LOCAL_PREFILL_TOKENS,
+    show_default=True,
+    help="--dynamo with prefill workers: a prompt whose uncached part is at most this many tokens skips the "
+    "prefill tier (the decode worker prefills it); 0: every prompt goes through the prefill tier.",
+)
+@click.option(
+    "--prefill-set",
+    "prefill_sets",
+    multiple=True,
+    metavar="SECTION.FIELD=VALUE",
+    help="--dynamo with prefill workers: a recipe override for the prefill workers only (repeatable), e.g. "
+    "scheduler.max_prefill_tokens=128.",
+)
+@click.option(
     "--router-mode",
     type=click.Choice(ROUTER_MODES),
     default="kv",
@@ -192,6 +209,8 @@ def serve(
     prefill_workers: int,
     decode_workers: int,
     kv_export_timeout: float,
+    max_local_prefill_tokens: int,
+    prefill_sets: tuple[str, ...],
     router_mode: RouterMode,  # click.Choice(ROUTER_MODES)
     migration_limit: int,
     threads_per_worker: int,
@@ -208,11 +227,13 @@ def serve(
     With --dynamo: the Dynamo frontend (OpenAI API: /v1/models, /v1/completions, /v1/chat/completions) and
     --workers llmkiln workers, each warmed up before it registers; Ctrl-C or SIGTERM stops them all.
     --prefill-workers P --decode-workers D: prefill/decode separation instead (P + D workers, each with its core
-    share; the prompt's KV moves from prefill to decode worker with NIXL).
+    share; the prompt's KV moves from prefill to decode worker with NIXL; a prompt whose uncached part is at most
+    --max-local-prefill-tokens is prefilled on the decode worker instead; --prefill-set tunes the prefill workers).
 
     A flag of the other front door is refused (exit 2): --grpc-port, --metrics-port and --log-verbose are
-    Triton's; --workers, --prefill-workers, --decode-workers, --kv-export-timeout, --router-mode,
-    --migration-limit, --threads-per-worker, --grace-period and --state-dir are Dynamo's.
+    Triton's; --workers, --prefill-workers, --decode-workers, --kv-export-timeout, --max-local-prefill-tokens,
+    --prefill-set, --router-mode, --migration-limit, --threads-per-worker, --grace-period and --state-dir are
+    Dynamo's.
     """
     ctx = click.get_current_context()
     _refuse_other_front_door(ctx, dynamo)
@@ -223,6 +244,19 @@ def serve(
             )
         if not (prefill_workers and decode_workers):
             raise BadInput("--prefill-workers and --decode-workers go together (at least 1 each)")
+    elif dynamo:
+        given = [
+            "--" + name.replace("_", "-")
+            for name in PD_ONLY
+            if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
+        ]
+        if given:
+            raise BadInput(
+                f"{', '.join(given)}: flag(s) of prefill/decode separation: add --prefill-workers P "
+                "--decode-workers D, or remove them"
+            )
+    if max_local_prefill_tokens < 0:
+        raise BadInput(f"--max-local-prefill-tokens must be >= 0 (0: off), got {max_local_prefill_tokens}")
     del verify_full  # every start re-hashes every engine file
     if dynamo:
         return _serve_dynamo(
@@ -232,6 +266,8 @@ def serve(
                 prefill_workers=prefill_workers,
                 decode_workers=decode_workers,
                 kv_export_timeout_s=kv_export_timeout,
+                max_local_prefill_tokens=max_local_prefill_tokens,
+                prefill_overrides=recipe_sets(prefill_sets, "--prefill-set"),
                 host=host,
                 http_port=http_port,
                 router_mode=router_mode,
@@ -274,12 +310,17 @@ DYNAMO_ONLY = (
     "prefill_workers",
     "decode_workers",
     "kv_export_timeout",
+    "max_local_prefill_tokens",
+    "prefill_sets",
     "router_mode",
     "migration_limit",
     "threads_per_worker",
     "grace_period",
     "state_dir",
 )
+
+
+PD_ONLY = ("kv_export_timeout", "max_local_prefill_tokens", "prefill_sets")
 
 
 def _refuse_other_front_door(ctx: click.Context, dynamo: bool) -> None:

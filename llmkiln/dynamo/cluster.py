@@ -13,6 +13,8 @@ one), so N workers on a few cores do not oversubscribe them.
 
 Prefill/decode separation (`prefill_workers` P and `decode_workers` D, both ≥ 1): workers 0..P-1 run `--role
 prefill`, P..P+D-1 `--role decode` (llmkiln.host.roles); `workers` is then P + D, each with its core share.
+Both roles get `--max-local-prefill-tokens` (prefill workers hand shorter uncached prompts to the decode worker,
+which caps its prefill runs to it); prefill workers get the recipe fields of `prefill_overrides` over `overrides`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from llmkiln.errors import BadInput
+from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
+from llmkiln.runtime.profile import PROFILE_ENV
 
 RouterMode = Literal["kv", "round-robin", "random"]
 ROUTER_MODES: tuple[str, ...] = get_args(RouterMode)
@@ -39,6 +43,17 @@ def available_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def merge_overrides(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """Nested recipe overrides `top` over `base`, merged one section deep (copies; neither is changed)."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -83,6 +98,11 @@ class ClusterSpec:
     # nested recipe fields for the prefill workers only, over `overrides` (a prefill tier runs no decodes: e.g.
     # smaller prefill chunks bound how long a short prompt waits behind a long one there)
     prefill_overrides: dict[str, Any] = field(default_factory=dict)
+    # prompts whose uncached part is at most this many tokens skip the prefill tier (the decode worker prefills
+    # them; KvTransfer.local_handoff); 0: every prompt is prefilled on the prefill tier
+    max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS
+    # each worker's engine appends its step profile (llmkiln.runtime.profile) to profile_dir/worker-<i>.jsonl
+    profile_dir: Path | None = None
 
     @property
     def disaggregated(self) -> bool:
@@ -105,6 +125,10 @@ class ClusterSpec:
                 raise ValueError(f"workers {self.workers} != prefill + decode workers")
             if self.kv_export_timeout_s <= 0:
                 raise BadInput(f"--kv-export-timeout must be > 0, got {self.kv_export_timeout_s}")
+            if self.max_local_prefill_tokens < 0:
+                raise BadInput(
+                    f"--max-local-prefill-tokens must be >= 0, got {self.max_local_prefill_tokens}"
+                )
         if self.workers < 1:
             raise BadInput(f"--workers must be at least 1, got {self.workers}")
         if self.router_mode not in ROUTER_MODES:
@@ -207,7 +231,14 @@ class ClusterSpec:
                 "DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS": '["generate"]',
             }
         )
+        if self.profile_dir is not None:
+            env[PROFILE_ENV] = str(self.profile_path(index))
         return env
+
+    def profile_path(self, index: int) -> Path:
+        """Where worker `index` writes its step profile (with profile_dir set)."""
+        assert self.profile_dir is not None
+        return self.profile_dir / f"worker-{index}.jsonl"
 
     def worker_args(self, index: int = 0) -> list[str]:
         args = [
@@ -234,19 +265,16 @@ class ClusterSpec:
                 "--kv-export-timeout",
                 f"{self.kv_export_timeout_s:g}",
             ]
+            # prefill: the hand-off threshold; decode: its prefill runs are capped to it (llmkiln.dynamo.worker)
+            args += ["--max-local-prefill-tokens", str(self.max_local_prefill_tokens)]
         return args
 
     def worker_overrides(self, index: int) -> dict[str, Any]:
         """The recipe overrides of worker `index`: `overrides`, with `prefill_overrides` on top for prefill workers
         (merged one section deep)."""
-        out = {k: dict(v) if isinstance(v, dict) else v for k, v in self.overrides.items()}
         if self.worker_role(index) == "prefill":
-            for key, value in self.prefill_overrides.items():
-                if isinstance(value, dict) and isinstance(out.get(key), dict):
-                    out[key] = {**out[key], **value}
-                else:
-                    out[key] = value
-        return out
+            return merge_overrides(self.overrides, self.prefill_overrides)
+        return merge_overrides(self.overrides, {})
 
     def worker_commandline(self, index: int = 0) -> list[str]:
         return [*self.worker_command, *self.worker_args(index)]

@@ -22,8 +22,9 @@ checkpoints on the PyTorch backend, not trtllm-build engines).
 
 `--disaggregated` (DeployOptions.disaggregated) writes the prefill/decode variant, laid out as the wheel's
 disagg template (dynamo/profiler/templates/dgd/trtllm/disagg.yaml: components `prefill` and `decode` of types
-prefill / decode beside the Frontend): CPU recipes get `LlmkilnPrefill` (`--role prefill`, KV moved by NIXL,
-llmkiln.host.kv_transfer) and `LlmkilnDecode` (`--role decode`); LLM-API recipes get `TrtllmPrefill` /
+prefill / decode beside the Frontend): CPU recipes get `LlmkilnPrefill` (`--role prefill
+--max-local-prefill-tokens N`, KV moved by NIXL, llmkiln.host.kv_transfer) and `LlmkilnDecode` (`--role decode`,
+the same N: it caps the decode worker's prefill runs); LLM-API recipes get `TrtllmPrefill` /
 `TrtllmDecode` (`python3 -m dynamo.trtllm ... --disaggregation-mode prefill --publish-kv-events` / `decode`)
 with `prefill.yaml` / `decode.yaml` = `disaggregated_llm_api_options(recipe, role)` (llmkiln.trtllm.
 cache_transceiver: the aggregated options plus cache_transceiver_config, overlap scheduler off on prefill), both
@@ -48,6 +49,7 @@ from llmkiln.capabilities import Backend
 from llmkiln.dynamo.cluster import RouterMode
 from llmkiln.engine_dir import HF_CHECKPOINT_DIR, EngineDir, default_engines_root
 from llmkiln.errors import BadInput
+from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
 from llmkiln.recipe import Recipe, load_recipe
 from llmkiln.trtllm import pins
 from llmkiln.trtllm.cache_transceiver import ROLES, disaggregated_llm_api_options
@@ -93,6 +95,8 @@ class DeployOptions:
     )
     disaggregated: bool = False  # prefill/decode workers instead of aggregated ones
     prefill_replicas: int = 1  # with disaggregated (the decode replicas are `replicas`)
+    # CPU prefill workers: shorter uncached prompts are prefilled on the decode worker (0: never)
+    max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS
 
 
 def _k8s_name(text: str) -> str:
@@ -129,6 +133,10 @@ def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) ->
             f"recipe {recipe.name}: backend {recipe.backend!r} cannot run in llmkiln's Dynamo workers (onnx-cpu) "
             "nor in dynamo.trtllm (which loads HF checkpoints on TensorRT-LLM's PyTorch backend: use a "
             "trtllm-llmapi recipe)"
+        )
+    if opts.max_local_prefill_tokens < 0:
+        raise BadInput(
+            f"--max-local-prefill-tokens must be >= 0 (0: off), got {opts.max_local_prefill_tokens}"
         )
     if opts.replicas < 1 or opts.threads_per_worker < 1 or opts.prefill_replicas < 1:
         raise BadInput(
@@ -216,6 +224,7 @@ def cpu_worker(
             "--drain-timeout",
             str(recipe.serve.exit_timeout_s),
             *(["--role", role] if role else []),
+            *(["--max-local-prefill-tokens", str(opts.max_local_prefill_tokens)] if role else []),
         ],
         "resources": _cpu_resources(threads, memory),
         "volumeMounts": [{"name": "engines", "mountPath": ENGINES_MOUNT, "readOnly": True}],
@@ -430,6 +439,11 @@ def readme(recipe: Recipe, doc: dict[str, Any], opts: DeployOptions) -> str:
         lines.append(
             "- the prompt's KV moves from prefill to decode pods with NIXL (UCX): pods must reach each other "
             "directly (UCX picks TCP between nodes, shared memory on one)."
+        )
+        lines.append(
+            f"- `--max-local-prefill-tokens {opts.max_local_prefill_tokens}` on both tiers: a prompt whose uncached "
+            "part is at most that many tokens is prefilled on the decode worker instead (it never waits at the "
+            "prefill tier; 0: every prompt through it), in runs of at most that many tokens."
         )
     return text + "\n".join(lines) + "\n"
 

@@ -35,11 +35,12 @@ from typing import IO, Any
 
 from tokenizers import Tokenizer
 
-from llmkiln.dynamo.cluster import ClusterSpec, RouterMode
+from llmkiln.dynamo.cluster import ClusterSpec, RouterMode, merge_overrides
 from llmkiln.dynamo.openai_front import OpenAIFront
 from llmkiln.engine_dir import EngineDir, resolve_engine
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.host.check import check_engine
+from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
 from llmkiln.host.metrics import parse_exposition
 from llmkiln.serve.ports import free_ports, port_free
 from llmkiln.serve.reaper import Reaper, die_with_parent
@@ -394,7 +395,9 @@ class DynamoOptions:
     decode_workers: int = 0
     kv_export_timeout_s: float = 30.0
     prefill_overrides: dict[str, Any] = field(default_factory=dict)  # recipe fields for prefill workers only
+    max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS  # shorter uncached prompts skip the prefill tier
     extra_env: dict[str, str] = field(default_factory=dict)  # added to every process's environment
+    profile_dir: Path | None = None  # each worker's step profile: profile_dir/worker-<i>.jsonl
 
     @property
     def num_workers(self) -> int:
@@ -416,13 +419,19 @@ def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> Clust
         )
     recipe = folder.recipe()
     serve = recipe.serve
-    if (opts.prefill_workers or opts.decode_workers) and not folder.recipe(
-        opts.overrides or None
-    ).kv_cache.prefix_reuse:
-        raise BadInput(
-            f"{folder.path}: prefill/decode separation moves the prompt's KV through the prefix store: the recipe "
-            "has kv_cache.prefix_reuse off"
-        )
+    if opts.prefill_workers or opts.decode_workers:
+        if not folder.recipe(opts.overrides or None).kv_cache.prefix_reuse:
+            raise BadInput(
+                f"{folder.path}: prefill/decode separation moves the prompt's KV through the prefix store: the "
+                "recipe has kv_cache.prefix_reuse off"
+            )
+        if opts.prefill_overrides:  # validated here (exit 2 naming the field), not in a worker's log
+            try:
+                folder.recipe(merge_overrides(opts.overrides, opts.prefill_overrides))
+            except BadInput as exc:
+                raise BadInput(f"prefill overrides (--prefill-set): {exc}") from None
+    elif opts.prefill_overrides:
+        raise BadInput("prefill overrides (--prefill-set) apply to prefill workers: add --prefill-workers")
     n = opts.num_workers
     return ClusterSpec(
         engine=folder.path,
@@ -444,7 +453,9 @@ def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> Clust
         decode_workers=opts.decode_workers,
         kv_export_timeout_s=opts.kv_export_timeout_s,
         prefill_overrides=dict(opts.prefill_overrides),
+        max_local_prefill_tokens=opts.max_local_prefill_tokens,
         extra_env=dict(opts.extra_env),
+        profile_dir=opts.profile_dir,
     )
 
 

@@ -2,6 +2,7 @@
 
     python -m llmkiln.dynamo.worker --engine engines/NAME [--threads 1] [--overrides JSON] [--no-kv-events]
                                     [--role aggregated|prefill|decode] [--kv-export-timeout 30]
+                                    [--max-local-prefill-tokens 128]
 
 `kiln serve ENGINE --dynamo` starts these (llmkiln.dynamo.launcher) with the environment of its launch
 (llmkiln.dynamo.cluster: file discovery, loopback addresses). Life of a worker, driven by Dynamo's Rust
@@ -21,6 +22,11 @@ in its last chunk's `disaggregated_params`. The frontend then sends the request 
 `prefill_result`: it pulls the blocks into its prefix store (NIXL READ; the prefill worker releases them on the
 READ's notification), submits the request with them (reported as cached tokens), and decodes. A failed pull
 is counted (llmkiln_kv_transfer_fallbacks_total) and the decode worker prefills the prompt itself.
+Short prompts skip the prefill tier's engine: when a prompt's uncached part is at most --max-local-prefill-tokens
+(KvTransfer.local_handoff), the prefill worker answers at once — no token, no engine call, no KV — with a
+"prefill locally" hand-off, and the decode worker prefills the prompt itself (counted apart from fallbacks:
+llmkiln_kv_transfer_local_handoffs_total / _local_prefills_total); a decode worker given the same limit caps its
+prefill runs to it, so short prompts arriving together do not stall its decodes for a whole 512-token run.
 
 Faults: a request the runtime rejects is an InvalidArgument (the client sees a 4xx); a request that fails in the
 runtime ends with an error. When the engine's scheduler thread dies the engine is unhealthy: every request in
@@ -58,7 +64,7 @@ from llmkiln.dynamo.kv_events import KvEventBridge
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import KilnError
 from llmkiln.host.engine_host import EngineHost, HostOptions
-from llmkiln.host.kv_transfer import TransferFailed
+from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS, KvTransfer, TransferFailed
 from llmkiln.host.roles import WorkerRole
 from llmkiln.runtime.engine import EngineClosed
 from llmkiln.runtime.protocol import ServingHandle
@@ -95,6 +101,7 @@ class WorkerArgs:
     drain_timeout_s: float
     role: WorkerRole = WorkerRole.AGGREGATED
     kv_export_timeout_s: float = 30.0
+    max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS
 
     @classmethod
     def parse(cls, argv: list[str] | None) -> WorkerArgs:
@@ -137,12 +144,22 @@ class WorkerArgs:
             help="Prefill role: release a prompt's exported KV blocks after this many seconds if no decode worker "
             "has read them.",
         )
+        p.add_argument(
+            "--max-local-prefill-tokens",
+            type=int,
+            default=MAX_LOCAL_PREFILL_TOKENS,
+            help="Prefill role: a prompt whose uncached part is at most this many tokens is handed back at once "
+            "for the decode worker to prefill itself (0: every prompt is prefilled here). Decode role: its prefill "
+            "runs are capped to this many tokens (scheduler.max_prefill_tokens, unless --overrides sets it).",
+        )
         a = p.parse_args(argv)
         overrides = json.loads(a.overrides)
         if not isinstance(overrides, dict):
             p.error(f"--overrides must be a JSON object, got {a.overrides!r}")
         if a.threads < 0:
             p.error(f"--threads must be >= 0, got {a.threads}")
+        if a.max_local_prefill_tokens < 0:
+            p.error(f"--max-local-prefill-tokens must be >= 0, got {a.max_local_prefill_tokens}")
         return cls(
             engine=Path(a.engine),
             served_model_name=a.served_model_name,
@@ -156,6 +173,7 @@ class WorkerArgs:
             drain_timeout_s=a.drain_timeout,
             role=WorkerRole(a.role),
             kv_export_timeout_s=a.kv_export_timeout,
+            max_local_prefill_tokens=a.max_local_prefill_tokens,
         )
 
     def engine_overrides(self) -> dict[str, Any]:
@@ -177,12 +195,29 @@ class KilnWorker(DynamoEngine):
         self._handles: dict[str, ServingHandle] = {}
         self._watch: asyncio.Task[None] | None = None
 
+    def engine_overrides(self) -> dict[str, Any]:
+        """The recipe overrides this worker's engine runs with: the command line's, and on a decode worker with
+        local prefills on, its prefill run capped to --max-local-prefill-tokens (scheduler.max_prefill_tokens,
+        unless --overrides sets it): short prompts arriving together are then prefilled in runs of at most that
+        many tokens, so they stall the running decodes no longer than one such prompt does (without the cap the
+        TTFT-first scheduler batches them up to the recipe's chunk, 512 tokens in bench-optimized)."""
+        out = self.args.engine_overrides()
+        limit = self.args.max_local_prefill_tokens
+        if self.args.role is not WorkerRole.DECODE or limit <= 0:
+            return out
+        sched = out.get("scheduler")
+        if isinstance(sched, dict) and "max_prefill_tokens" in sched:
+            return out
+        if self.folder.recipe(out or None).scheduler.max_prefill_tokens > limit:
+            out.setdefault("scheduler", {})["max_prefill_tokens"] = limit
+        return out
+
     # ------------------------------------------------------------------ lifecycle
     @classmethod
     async def from_args(cls, argv: list[str] | None = None) -> tuple[KilnWorker, WorkerConfig]:
         args = WorkerArgs.parse(argv)
         worker = cls(args)
-        recipe = worker.folder.recipe(args.engine_overrides())
+        recipe = worker.folder.recipe(worker.engine_overrides())
         config = WorkerConfig(
             namespace=args.namespace,
             component=args.component,
@@ -207,9 +242,10 @@ class KilnWorker(DynamoEngine):
                 "`kiln build --force`"
             )
         options = HostOptions(
-            overrides=self.args.engine_overrides(),
+            overrides=self.engine_overrides(),
             role=self.args.role,
             kv_export_timeout_s=self.args.kv_export_timeout_s,
+            max_local_prefill_tokens=self.args.max_local_prefill_tokens,
         )
         host = await asyncio.to_thread(EngineHost.open, self.folder, options, log)
         self.host = host
@@ -318,9 +354,29 @@ class KilnWorker(DynamoEngine):
             host.metrics.add("rejected")
             raise
         rid = context.id()
+        if role is WorkerRole.PREFILL and not probe and host.kv is not None:
+            local = host.kv.local_handoff(token_ids)
+            if (
+                local is not None
+            ):  # a short prompt: the decode worker prefills it; this engine is not involved
+                yield {
+                    "token_ids": [],
+                    "index": 0,
+                    "finish_reason": "length",
+                    "completion_usage": usage(len(token_ids), 0, 0),
+                    "disaggregated_params": local,
+                }
+                return
         kv_import = None
+        local_prefill = False
         if role is WorkerRole.DECODE and not probe:
-            kv_import = await self._pull(host, request, token_ids)
+            prefill = extract_prefill_result(request) or {}
+            handoff_params = prefill.get("disaggregated_params") if isinstance(prefill, dict) else None
+            if host.kv is not None and KvTransfer.is_local(handoff_params):
+                local_prefill = True  # handed back by the prefill worker: prefilled here, by choice
+                host.metrics.add("kv_local_prefills")
+            else:
+                kv_import = await self._pull(host, handoff_params, token_ids)
         try:
             handoff: dict[str, Any] = {}  # LLMEngine's hand-off arguments (the roles run only on it)
             if kv_import is not None:
@@ -359,6 +415,8 @@ class KilnWorker(DynamoEngine):
                     host.metrics.observe_request(
                         len(token_ids), handle.num_cached_tokens, ttft / 1e6 if ttft is not None else None
                     )
+                    if local_prefill:
+                        host.metrics.add("kv_local_prefill_tokens", len(token_ids) - handle.num_cached_tokens)
                 ids: list[int] = [] if event.token_id is None else [event.token_id]
                 n_out += len(ids)
                 last: GenerateChunk = {
@@ -391,11 +449,10 @@ class KilnWorker(DynamoEngine):
             raise
         return host.kv.open_export(pinned) or {}
 
-    async def _pull(self, host: EngineHost, request: GenerateRequest, token_ids: list[int]) -> Any:
-        """Decode role: the prompt's blocks from the prefill worker (a reservation for submit), or None — no
-        handle (nothing whole to move), or a failed transfer (counted; this worker prefills the prompt)."""
-        prefill = extract_prefill_result(request) or {}
-        handle = prefill.get("disaggregated_params") if isinstance(prefill, dict) else None
+    async def _pull(self, host: EngineHost, handle: Any, token_ids: list[int]) -> Any:
+        """Decode role: the prompt's blocks from the prefill worker (`handle`: its disaggregated_params; a
+        reservation for submit), or None — no handle (nothing whole to move), or a failed transfer (counted; this
+        worker prefills the prompt)."""
         if not handle or host.kv is None:
             return None
         pulling = asyncio.ensure_future(asyncio.to_thread(host.kv.pull, handle, token_ids))

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.host.check import check_engine
-from llmkiln.host.kv_transfer import KvTransfer
+from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS, KvTransfer
 from llmkiln.host.metrics import HostMetrics, exposition
 from llmkiln.host.roles import WorkerRole
 from llmkiln.host.warmup import WarmupResult, run_warmup
@@ -57,13 +57,15 @@ class HostLog(Protocol):
 class HostOptions:
     """How to open an engine: recipe overrides (nested fields, validated like the recipe), `--verify`, the role,
     a step-profile file (default: $LLMKILN_PROFILE, set by `kiln profile`); prefill hosts release an export
-    the decode side never answered after kv_export_timeout_s."""
+    the decode side never answered after kv_export_timeout_s, and hand a prompt whose uncached part is at most
+    max_local_prefill_tokens back to the decode side at once (KvTransfer.local_handoff; 0: never)."""
 
     overrides: Mapping[str, Any] | None = None
     role: WorkerRole = WorkerRole.AGGREGATED
     profile: str | None = None
     engines_root: Path | None = None
     kv_export_timeout_s: float = 30.0
+    max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS
 
 
 DEFAULT_STALL_TIMEOUT_S = 30.0  # the recipe's serve.stall_timeout_s default, for engines without a recipe
@@ -132,7 +134,7 @@ class EngineHost:
         host = cls(eng, folder, opts.role, log)
         if opts.role.moves_kv:
             try:
-                host.attach_kv_transfer(opts.kv_export_timeout_s)
+                host.attach_kv_transfer(opts.kv_export_timeout_s, opts.max_local_prefill_tokens)
             except BaseException:
                 eng.shutdown(0.0)
                 raise
@@ -140,11 +142,20 @@ class EngineHost:
         host.log.info(f"llmkiln: engine {folder.path} loaded in {host.load_seconds:.2f} s")
         return host
 
-    def attach_kv_transfer(self, export_timeout_s: float = 30.0) -> KvTransfer:
+    def attach_kv_transfer(
+        self, export_timeout_s: float = 30.0, max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS
+    ) -> KvTransfer:
         """The NIXL agent of a prefill or decode host (the engine must be an LLMEngine with a prefix store)."""
         if not isinstance(self.engine, LLMEngine):
             raise BadInput(f"the {self.role.value} role needs the CPU runtime's engine")
-        self.kv = KvTransfer(self.engine, self.role, self.metrics, export_timeout_s, log=self.log)
+        self.kv = KvTransfer(
+            self.engine,
+            self.role,
+            self.metrics,
+            export_timeout_s,
+            log=self.log,
+            max_local_prefill_tokens=max_local_prefill_tokens,
+        )
         self.log.info(f"llmkiln: {self.role.value} host: NIXL agent {self.kv.name}")
         return self.kv
 

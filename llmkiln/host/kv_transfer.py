@@ -21,6 +21,11 @@ notification `release:<id>` arrives with the data), when the decode side says it
 polled by one thread every POLL_S. The decode side reserves its blocks (LLMEngine.reserve_import, pinned, not
 visible), reads, and hands the reservation to `submit`; if the read fails or times out it gives the blocks back,
 tells the peer, and the caller prefills the prompt itself (counted as a fallback).
+
+Short prompts (`local_handoff`, prefill side): a prompt whose uncached part is at most `max_local_prefill_tokens`
+is not prefilled here at all: the prefill role answers at once with a `LOCAL_KIND` hand-off (no KV, no pin),
+and the decode side (`is_local`) prefills it itself — conditional disaggregation, decided where Dynamo 1.6.1's
+frontend always sends a prompt first (docs/serve.md, "Short prompts skip the prefill tier").
 """
 
 from __future__ import annotations
@@ -42,6 +47,13 @@ from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.kv_blocks import Reservation
 
 PARAMS_KIND = "llmkiln.kv/1"
+LOCAL_KIND = "llmkiln.local/1"  # disaggregated_params of a prompt the decode worker prefills itself
+# The prefill role hands a prompt whose uncached part is at most this many tokens back to the decode worker at once
+# (docs/serve.md, "Short prompts skip the prefill tier"): measured on this 2-core host, bench-llama-125m on one core
+# prefills 128 tokens in ~100 ms (the recipe's tpot_slo_ms), so a local prefill stretches the decode worker's running
+# decodes by about one TPOT budget, while on the prefill tier the prompt would wait for the chunk in progress
+# there (128-512 tokens: 0.1-0.4 s), then a second hop and a transfer.
+MAX_LOCAL_PREFILL_TOKENS = 128
 POLL_S = 0.005  # how often the prefill side looks for release notifications and expired exports
 XFER_POLL_S = 0.0002  # how often a pull checks its transfer's state
 ENGINE_CALL_S = 30.0  # the longest a scheduler-thread call may take (a long step runs first)
@@ -95,6 +107,7 @@ class KvTransfer:
         export_timeout_s: float = 30.0,
         pull_timeout_s: float = 10.0,
         log: HostLog | None = None,
+        max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS,
     ) -> None:
         if role is WorkerRole.AGGREGATED:
             raise ValueError("an aggregated host moves no KV")
@@ -109,6 +122,9 @@ class KvTransfer:
         self.metrics = metrics
         self.export_timeout_s = export_timeout_s
         self.pull_timeout_s = pull_timeout_s
+        if max_local_prefill_tokens < 0:
+            raise BadInput(f"max_local_prefill_tokens must be >= 0, got {max_local_prefill_tokens}")
+        self.max_local_prefill_tokens = max_local_prefill_tokens
         self.log: HostLog = log if log is not None else logging.getLogger("llmkiln.host.kv_transfer")
         self.data = data
         self.tokens_per_block = store.tokens_per_block
@@ -139,6 +155,21 @@ class KvTransfer:
             self._poller.start()
 
     # ------------------------------------------------------------------ prefill side
+    def local_handoff(self, token_ids: Sequence[int]) -> dict[str, Any] | None:
+        """The hand-off of a prompt whose uncached part (here: the prompt less the prefix this host's store holds,
+        `LLMEngine.cached_prefix_estimate`, read without the scheduler thread) is at most
+        `max_local_prefill_tokens`: JSON telling the decode worker to prefill it itself — the request never waits
+        at this engine —; None (0: off) when this host should prefill it and export its KV. Counted."""
+        limit = self.max_local_prefill_tokens
+        n = len(token_ids)
+        if limit <= 0:
+            return None
+        uncached = n if n <= limit else n - self.engine.cached_prefix_estimate(token_ids)
+        if uncached > limit:
+            return None
+        self.metrics.add("kv_local_handoffs")
+        return {"kind": LOCAL_KIND, "prompt_tokens": n, "uncached_tokens": uncached, "limit": limit}
+
     def export(self, token_ids: Sequence[int]) -> dict[str, Any] | None:
         """Pin the prompt's stored blocks for a decode host; the JSON handle (None: no whole block stored).
         Runs a scheduler-thread call (it waits for the step in progress); a request submitted with
@@ -238,6 +269,11 @@ class KvTransfer:
                 self.release(export_id, "timeout")
 
     # ------------------------------------------------------------------ decode side
+    @staticmethod
+    def is_local(params: object) -> bool:
+        """A prefill worker's `local_handoff`: prefill the prompt here (by choice: not a fallback)."""
+        return isinstance(params, Mapping) and params.get("kind") == LOCAL_KIND
+
     def pull(self, params: Mapping[str, Any], token_ids: Sequence[int]) -> tuple[Reservation, PullStats]:
         """Read an export's blocks into this host's store: a reservation to pass to `submit(kv_import=...)`.
         TransferFailed when it cannot (the reservation is given back, the peer told)."""

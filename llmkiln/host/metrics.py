@@ -34,6 +34,10 @@ Prometheus text on its status port (`exposition`); `kiln diagnose` reads either 
   llmkiln_kv_transfer_import_seconds_total counter   decode: seconds pulling (reserve + read)
   llmkiln_kv_transfer_import_read_seconds_total counter decode: of those, seconds in the NIXL read itself
   llmkiln_kv_transfer_fallbacks_total     counter    decode: failed transfers, prompt prefilled locally
+  llmkiln_kv_transfer_local_handoffs_total counter   prefill: short prompts handed to the decode worker at once
+                                                     (uncached part <= --max-local-prefill-tokens; no KV moved)
+  llmkiln_kv_transfer_local_prefills_total counter   decode: those prompts, prefilled here by choice (no fallback)
+  llmkiln_kv_transfer_local_prefill_tokens_total counter decode: prompt tokens computed for them (not cached here)
   llmkiln_engine{metric="<name>"}         gauge      every LLMEngine.metrics() value (names: runtime.metrics.
                                                      EngineMetric), e.g. mean_queue_time_ms, num_running
 
@@ -154,6 +158,21 @@ FAMILIES: dict[str, Family] = {
     "kv_fallbacks": Family(
         "llmkiln_kv_transfer_fallbacks_total",
         "Decode requests whose KV transfer failed: prefilled on the decode worker instead",
+        Kind.COUNTER,
+    ),
+    "kv_local_handoffs": Family(
+        "llmkiln_kv_transfer_local_handoffs_total",
+        "Short prompts handed to the decode worker to prefill itself (uncached part <= the local limit)",
+        Kind.COUNTER,
+    ),
+    "kv_local_prefills": Family(
+        "llmkiln_kv_transfer_local_prefills_total",
+        "Prompts prefilled on this decode worker because the prefill worker handed them back (not fallbacks)",
+        Kind.COUNTER,
+    ),
+    "kv_local_prefill_tokens": Family(
+        "llmkiln_kv_transfer_local_prefill_tokens_total",
+        "Prompt tokens this decode worker computed for locally prefilled prompts (not served from its cache)",
         Kind.COUNTER,
     ),
 }

@@ -357,6 +357,22 @@ class LLMEngine:
         ids = [int(t) for t in token_ids]
         return self.call(lambda: self._pin_prompt(ids))
 
+    def cached_prefix_estimate(self, token_ids: Sequence[int]) -> int:
+        """Tokens of this prompt's longest stored prefix that a request for it could use (whole blocks, at most
+        len - 1), read from any thread WITHOUT the scheduler thread: the store's index is read as it is (dict
+        and attribute reads, atomic under the GIL), nothing pinned, no statistics. So it may be a step stale — a
+        block evicted or stored meanwhile —: a routing hint (the prefill role's local hand-off decision), never
+        a reservation. 0 without a prefix store."""
+        store = self.block_store
+        if store is None:
+            return 0
+        ids = [int(t) for t in token_ids]
+        try:
+            found = store.lookup(ids, max(0, len(ids) - 1), record=False)
+        except (IndexError, KeyError, RuntimeError):  # a concurrent change met mid-walk: no hint
+            return 0
+        return len(found) * store.tokens_per_block
+
     def release_blocks(self, block_ids: Sequence[int]) -> Future[None]:
         """Unpin blocks pinned by `export_prefix`."""
         store = self.block_store

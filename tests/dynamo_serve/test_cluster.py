@@ -9,6 +9,7 @@ import pytest
 from llmkiln.dynamo.cluster import ClusterSpec, available_cores
 from llmkiln.dynamo.launcher import DynamoOptions, make_spec, status_ports
 from llmkiln.errors import BadInput
+from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
 
 
 def spec(**kw) -> ClusterSpec:
@@ -88,6 +89,24 @@ def test_prefill_and_decode_workers_get_their_roles_and_core_shares():
         roles.append(cmd[cmd.index("--role") + 1])
         assert cmd[cmd.index("--kv-export-timeout") + 1] == "30"
     assert roles == ["prefill", "decode", "decode"]
+    for cmd in (s.worker_commandline(i) for i in range(3)):  # prefill: the threshold; decode: its run cap
+        assert cmd[cmd.index("--max-local-prefill-tokens") + 1] == str(MAX_LOCAL_PREFILL_TOKENS)
+    off = spec(
+        workers=2,
+        status_ports=(20001, 20002),
+        prefill_workers=1,
+        decode_workers=1,
+        max_local_prefill_tokens=0,
+    )
+    assert off.worker_commandline(0)[-1] == "0"
+    with pytest.raises(BadInput, match="--max-local-prefill-tokens"):
+        spec(
+            workers=2,
+            status_ports=(20001, 20002),
+            prefill_workers=1,
+            decode_workers=1,
+            max_local_prefill_tokens=-1,
+        ).check()
     assert "--role" not in spec().worker_commandline(0)  # aggregated: the worker's default role
     tuned = spec(
         workers=2,
@@ -98,6 +117,9 @@ def test_prefill_and_decode_workers_get_their_roles_and_core_shares():
     )
     assert tuned.worker_overrides(0) == {"scheduler": {"max_batch_size": 4, "max_prefill_tokens": 128}}
     assert tuned.worker_overrides(1) == {"scheduler": {"max_batch_size": 4}}
+    profiled = spec(profile_dir=Path("/p"))
+    assert profiled.worker_env(1)["LLMKILN_PROFILE"] == "/p/worker-1.jsonl"
+    assert spec().worker_env(1).get("LLMKILN_PROFILE") != "/p/worker-1.jsonl"  # off unless asked for
     with pytest.raises(BadInput, match="at least one of each"):
         spec(workers=1, status_ports=(20001,), prefill_workers=1).check()
 
@@ -117,3 +139,43 @@ def test_make_spec_counts_prefill_and_decode_workers(tmp_path, engine_factory):
             ),
             tmp_path,
         )
+    with pytest.raises(
+        BadInput, match="max_prefill_tokens"
+    ):  # a bad prefill-only field: exit 2, before any start
+        make_spec(
+            engine,
+            DynamoOptions(
+                prefill_workers=1,
+                decode_workers=1,
+                http_port=0,
+                prefill_overrides={"scheduler": {"max_prefill_tokens": "many"}},
+            ),
+            tmp_path,
+        )
+    with pytest.raises(BadInput, match="--prefill-set"):
+        make_spec(
+            engine,
+            DynamoOptions(http_port=0, prefill_overrides={"scheduler": {"max_prefill_tokens": 128}}),
+            tmp_path,
+        )
+
+
+def test_a_decode_worker_caps_its_prefill_runs_to_the_local_limit(stories_engine):
+    """Short prompts handed to the decode worker arrive together: its TTFT-first scheduler would batch them into
+    one run of up to the recipe's chunk; with local prefills on, a decode worker caps its runs to the limit
+    (unless the overrides set the chunk); the prefill tier and an aggregated worker keep the recipe's chunk."""
+    from llmkiln.dynamo.worker import KilnWorker, WorkerArgs
+
+    def overrides(*argv: str) -> dict:
+        return KilnWorker(WorkerArgs.parse(["--engine", str(stories_engine), *argv])).engine_overrides()
+
+    assert overrides("--role", "decode") == {"scheduler": {"max_prefill_tokens": MAX_LOCAL_PREFILL_TOKENS}}
+    assert overrides("--role", "decode", "--max-local-prefill-tokens", "64") == {
+        "scheduler": {"max_prefill_tokens": 64}
+    }
+    assert overrides("--role", "decode", "--max-local-prefill-tokens", "0") == {}
+    mine = '{"scheduler": {"max_prefill_tokens": 256}}'
+    assert overrides("--role", "decode", "--overrides", mine) == {"scheduler": {"max_prefill_tokens": 256}}
+    assert overrides("--role", "prefill") == {} and overrides() == {}
+    with pytest.raises(SystemExit):
+        WorkerArgs.parse(["--engine", str(stories_engine), "--max-local-prefill-tokens", "-1"])

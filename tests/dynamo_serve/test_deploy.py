@@ -17,6 +17,7 @@ from llmkiln.cli.main import main
 from llmkiln.dynamo.deploy import DGD_FILE, DeployOptions, check_layout, deployment, write_deployment
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
+from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
 from llmkiln.recipe import load_recipe
 
 DYNAMO_ROOT = Path(importlib.util.find_spec("dynamo").submodule_search_locations[0])
@@ -182,6 +183,8 @@ def test_disaggregated_cpu_recipe_gets_prefill_and_decode_components(engines_roo
         args = comp["podTemplate"]["spec"]["containers"][0]["args"]
         assert args[:2] == ["-m", "llmkiln.dynamo.worker"]
         assert args[args.index("--role") + 1] == role
+        # the prefill tier decides which prompts the decode worker prefills itself; the decode tier caps its runs
+        assert args[args.index("--max-local-prefill-tokens") + 1] == str(MAX_LOCAL_PREFILL_TOKENS)
     assert "--disaggregated" in (out / "README.md").read_text() and "NIXL" in (out / "README.md").read_text()
     template = yaml.safe_load((DYNAMO_ROOT / "profiler/templates/dgd/trtllm/disagg.yaml").read_text())
     check_layout(doc, template)

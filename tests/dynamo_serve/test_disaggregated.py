@@ -2,7 +2,9 @@
 processes): the decode tier's greedy outputs equal the aggregated worker's, the imported prompt tokens are
 reported as cached, the router keeps sending a prompt's prefill to the prefill worker holding it, and faults
 leave nothing pinned — a decode worker killed mid-transfer, a prefill worker killed before its KV was read (the
-decode worker prefills the prompt itself and counts the fallback)."""
+decode worker prefills the prompt itself and counts the fallback). Conditional disaggregation: a prompt whose
+uncached part is at most --max-local-prefill-tokens skips the prefill worker's engine and is prefilled on the
+decode worker (same output, counted apart from fallbacks)."""
 
 from __future__ import annotations
 
@@ -59,8 +61,9 @@ def expected(aggregated) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def pd(launch, stories_engine):
-    """Two prefill workers (0, 1) and one decode worker (2)."""
-    return launch(stories_engine, prefill_workers=2, decode_workers=1)
+    """Two prefill workers (0, 1) and one decode worker (2); every prompt through the prefill tier (no local
+    prefills: these tests are about the transfer)."""
+    return launch(stories_engine, prefill_workers=2, decode_workers=1, max_local_prefill_tokens=0)
 
 
 def test_roles_and_registration(pd):
@@ -119,6 +122,7 @@ def faulty_pd(launch, stories_engine):
         decode_workers=1,
         kv_export_timeout_s=2.0,
         migration_limit=0,
+        max_local_prefill_tokens=0,
         extra_env={PULL_DELAY_ENV: "3"},
     )
 
@@ -194,3 +198,84 @@ def test_prefill_killed_before_the_read_falls_back_to_local_prefill(faulty_pd, e
     m = faulty_pd.worker_metrics(1)
     assert m["kv_transfer_fallbacks_total"] == 1 and m["kv_transfer_imports_total"] == 0
     assert m["kv_blocks_pinned"] == 0
+
+
+LOCAL_LIMIT = 64  # between PROMPTS[1] (31 tokens) and PROMPTS[2]
+
+
+@pytest.fixture(scope="module")
+def cond_pd(launch, stories_engine):
+    """One prefill (0) and one decode worker (1); prompts with at most LOCAL_LIMIT uncached tokens skip the prefill
+    tier."""
+    return launch(stories_engine, prefill_workers=1, decode_workers=1, max_local_prefill_tokens=LOCAL_LIMIT)
+
+
+def _counts(launcher) -> dict[str, float]:
+    pre, dec = launcher.worker_metrics(0), launcher.worker_metrics(1)
+    return {
+        "pre_prompt_tokens": pre["prompt_tokens_total"],
+        "handoffs": pre["kv_transfer_local_handoffs_total"],
+        "exports": pre["kv_transfer_exports_total"],
+        "local": dec["kv_transfer_local_prefills_total"],
+        "local_tokens": dec["kv_transfer_local_prefill_tokens_total"],
+        "imports": dec["kv_transfer_imports_total"],
+        "fallbacks": dec["kv_transfer_fallbacks_total"],
+    }
+
+
+def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before[k] for k in after}
+
+
+def test_short_prompts_skip_the_prefill_tier(cond_pd, expected):
+    """A short prompt never reaches the prefill worker's engine (its prompt tokens do not move, nothing is
+    exported); the decode worker prefills it — output identical to the aggregated worker's — and counts it as a
+    local prefill, not as a fallback."""
+    for prompt in PROMPTS[:2]:
+        before = _counts(cond_pd)
+        text, usage = complete(cond_pd, prompt)
+        assert text == expected[prompt], prompt
+        assert usage.prompt_tokens <= LOCAL_LIMIT
+        d = _delta(_counts(cond_pd), before)
+        assert d["pre_prompt_tokens"] == 0 and d["exports"] == 0 and d["handoffs"] == 1, (prompt, d)
+        assert d["local"] == 1 and d["imports"] == 0 and d["fallbacks"] == 0, (prompt, d)
+        computed = usage.prompt_tokens - usage.prompt_tokens_details.cached_tokens
+        assert d["local_tokens"] == computed > 0
+    # streamed and chat requests take the same way
+    before = _counts(cond_pd)
+    stream = client(cond_pd).completions.create(
+        model=MODEL, prompt=PROMPTS[1], max_tokens=24, temperature=0, stream=True
+    )
+    assert "".join(c.choices[0].text for c in stream if c.choices) == expected[PROMPTS[1]]
+    chat = client(cond_pd).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0
+    )
+    assert chat.choices[0].message.content and chat.usage.prompt_tokens <= LOCAL_LIMIT
+    d = _delta(_counts(cond_pd), before)
+    assert d["handoffs"] == 2 and d["local"] == 2 and d["pre_prompt_tokens"] == 0 and d["fallbacks"] == 0
+
+
+def test_long_prompts_go_through_the_prefill_tier_and_cached_repeats_skip_it(cond_pd, expected):
+    """A prompt longer than the limit is prefilled on the prefill worker and its KV moved; a repeat (its uncached
+    part on the prefill worker is now a partial block) is handed back, and the decode worker serves its prefix
+    from the blocks it imported the first time."""
+    prompt = PROMPTS[3]
+    before = _counts(cond_pd)
+    text, usage = complete(cond_pd, prompt)
+    assert text == expected[prompt] and usage.prompt_tokens > LOCAL_LIMIT
+    d = _delta(_counts(cond_pd), before)
+    assert d["imports"] == 1 and d["exports"] == 1 and d["handoffs"] == 0 and d["local"] == 0, d
+    whole = (usage.prompt_tokens - 1) // 16 * 16
+    assert usage.prompt_tokens_details.cached_tokens >= whole
+    before = _counts(cond_pd)
+    text, usage = complete(cond_pd, prompt)
+    assert text == expected[prompt]
+    d = _delta(_counts(cond_pd), before)
+    assert d["handoffs"] == 1 and d["local"] == 1 and d["imports"] == 0 and d["fallbacks"] == 0, d
+    assert usage.prompt_tokens_details.cached_tokens >= whole  # the decode worker's own store
+    assert d["local_tokens"] <= LOCAL_LIMIT
+    wait_until(lambda: cond_pd.worker_metrics(0)["kv_transfer_exports_open"] == 0, 10)
+    assert (
+        cond_pd.worker_metrics(0)["kv_blocks_pinned"] == 0
+        and cond_pd.worker_metrics(1)["kv_blocks_pinned"] == 0
+    )

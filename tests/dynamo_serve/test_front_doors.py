@@ -34,6 +34,9 @@ def test_a_tampered_engine_is_never_served(stories_engine: Path, tmp_path: Path,
     assert "ready" not in r.stderr
 
 
+PD = ["--dynamo", "--prefill-workers", "1", "--decode-workers", "1", "--http-port", "1"]
+
+
 @pytest.mark.parametrize(
     ("flags", "named"),
     [
@@ -44,6 +47,13 @@ def test_a_tampered_engine_is_never_served(stories_engine: Path, tmp_path: Path,
         (["--prefill-workers", "1", "--decode-workers", "1"], "--prefill-workers, --decode-workers"),
         (["--dynamo", "--workers", "3", "--prefill-workers", "1", "--decode-workers", "1"], "--workers"),
         (["--dynamo", "--prefill-workers", "1"], "go together"),
+        (["--max-local-prefill-tokens", "64"], "--max-local-prefill-tokens"),
+        (["--dynamo", "--max-local-prefill-tokens", "64"], "flag(s) of prefill/decode separation"),
+        (["--dynamo", "--prefill-set", "scheduler.max_prefill_tokens=128"], "--prefill-set"),
+        (PD + ["--max-local-prefill-tokens", "-1"], "--max-local-prefill-tokens must be >= 0"),
+        (PD + ["--prefill-set", "scheduler"], "give SECTION.FIELD=VALUE"),
+        (PD + ["--prefill-set", "scheduler.max_prefill_tokens=lots"], "max_prefill_tokens"),
+        (PD + ["--prefill-set", "scheduler.no_such_field=1"], "no_such_field"),
     ],
 )
 def test_a_flag_of_the_other_front_door_is_refused(stories_engine: Path, flags: list[str], named: str):

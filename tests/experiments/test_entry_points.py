@@ -72,3 +72,27 @@ def test_the_shared_engines_dir_option_honours_the_env(cli, tmp_path, monkeypatc
     monkeypatch.setenv(ENGINES_ENV, str(tmp_path))
     with cli.make_context(cli.name, []) as ctx:
         assert ctx.params["engines_dir"] == tmp_path
+
+
+def test_pd_defaults_quote_p99_and_read_the_decode_workers_step_profile(tmp_path):
+    """bench-pd runs >= 64 requests per closed-loop level with the conditional setup among the defaults, and reads
+    a worker's step profile for one run's window (steps and requests outside it are left out)."""
+    cfg = pd.PdConfig.make()
+    assert cfg.requests >= 64 and "pd-1p1d-local128" in [s.name for s in cfg.setups]
+    prof = tmp_path / "worker-1.jsonl"
+    lines = [
+        '{"kind":"start","pid":1,"t":0}',
+        '{"kind":"step","t":50,"total_us":999000,"prefill":[[1,512,0,990000,["x"]]],"decode":null,"load_us":0}',
+        '{"kind":"step","t":100,"total_us":20000,"prefill":[],"decode":[4,4,100,19000],"load_us":0}',
+        '{"kind":"step","t":110,"total_us":40000,"prefill":[[1,16,2032,30000,["a"]]],"decode":null,"load_us":7000}',
+        '{"kind":"step","t":120,"total_us":22000,"prefill":[],"decode":[4,4,101,21000],"load_us":0}',
+        '{"kind":"request","id":"a","arrival":105,"prompt":2048,"cached":2032}',
+        "{half a line",
+    ]
+    prof.write_text("\n".join(lines) + "\n")
+    s = pd.step_stats(prof, [100, 200])
+    assert s is not None and s["steps"] == 3
+    assert s["decode_only_ms"]["n"] == 2 and s["with_prefill_ms"]["n"] == 1
+    assert s["max_step_ms"] == 40.0 and s["max_load_ms"] == 7.0
+    assert (s["computed_tokens"], s["max_computed_tokens"]) == (16, 16)
+    assert pd.step_stats(tmp_path / "none.jsonl", [0, 1]) is None

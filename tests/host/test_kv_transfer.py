@@ -104,3 +104,38 @@ def test_unanswered_export_expires(hosts) -> None:
     assert pinned(pre) == 0
     assert pre.metrics.values["kv_exports_expired"] >= 1
     assert pre.metrics.values["kv_export_blocks"] == 0
+
+
+def test_local_handoff_decides_on_the_uncached_part(hosts) -> None:
+    """Conditional disaggregation on the prefill host: a prompt whose uncached part is at most the limit is handed
+    back at once (no engine call, nothing pinned, no KV); a longer uncached one is prefilled here; once its
+    prefix is stored, a repeat's uncached part is short and it is handed back too."""
+    agg, pre, dec = hosts
+    kv = pre.kv
+    assert kv is not None and dec.kv is not None
+    limit = kv.max_local_prefill_tokens
+    assert limit == 128  # the default (MAX_LOCAL_PREFILL_TOKENS)
+    short = agg.engine.encode(PROMPT * 2)
+    long = agg.engine.encode("The cat sat on a warm mat and purred. " * 20)
+    assert len(short) <= limit < len(long)
+    before = pre.metrics.values["kv_local_handoffs"]
+    local = kv.local_handoff(short)
+    assert local is not None and dec.kv.is_local(local) and not dec.kv.is_local({"kind": "llmkiln.kv/1"})
+    assert local["uncached_tokens"] == len(short) and "block_ids" not in local
+    assert pinned(pre) == 0 and kv.num_open_exports == 0
+    assert kv.local_handoff(long) is None  # nothing of it stored here: prefilled on the prefill tier
+    assert pre.engine.cached_prefix_estimate(long) == 0
+    params = prefill(pre, long)
+    kv.release(params["export_id"], "test", wait=True)
+    bs = pre.engine.block_store.tokens_per_block
+    whole = (len(long) - 1) // bs * bs
+    assert pre.engine.cached_prefix_estimate(long) == len(params["block_ids"]) * bs == whole
+    again = kv.local_handoff(long)  # its prefix is stored here now: only the last partial block is uncached
+    assert again is not None and again["uncached_tokens"] == len(long) - whole
+    assert pre.metrics.values["kv_local_handoffs"] == before + 2
+    assert pinned(pre) == 0 and kv.num_open_exports == 0
+    kv.max_local_prefill_tokens = 0  # off: every prompt is prefilled on the prefill tier
+    try:
+        assert kv.local_handoff(short) is None
+    finally:
+        kv.max_local_prefill_tokens = limit
