@@ -194,7 +194,9 @@ def test_prefill_killed_before_the_read_falls_back_to_local_prefill(faulty_pd, e
     assert "result" in out, out
     text, usage = out["result"]
     assert text == expected[prompt]
-    assert usage.prompt_tokens_details.cached_tokens == 0  # prefilled on the decode worker
+    # prefilled on the decode worker: nothing imported; at most a slot-resident start shared with an earlier
+    # prompt (BOS + a few words, less than one block) is reused
+    assert usage.prompt_tokens_details.cached_tokens < 16
     m = faulty_pd.worker_metrics(1)
     assert m["kv_transfer_fallbacks_total"] == 1 and m["kv_transfer_imports_total"] == 0
     assert m["kv_blocks_pinned"] == 0
