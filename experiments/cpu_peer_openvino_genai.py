@@ -13,22 +13,24 @@ run stops before anything is measured (exit 2, naming the script).
 2. The pipeline's model folder (`--model-dir`, default next to the venv: models/<engine name>): the engine's IR,
    configs and tokenizer files linked, plus openvino_tokenizer.xml / openvino_detokenizer.xml converted from the
    engine's tokenizer by openvino-tokenizers (worker `model`).
-3. The requests: the shared-prefix workload of experiments.cpu_peers (llmkiln.bench.workloads with the engine's
-   tokenizer: one 1500-token system prompt + 80-120 fresh tokens, 32 output tokens, seed 0), split the same way
-   (warm-up requests first, then each level's consecutive slice), each prompt encoded exactly as llmkiln's server
-   does (`Tokenizer.encode(prompt, add_special_tokens=True)`, BOS included) and fed to the pipeline as token ids (no
-   tokenizer difference possible). Greedy, EOS ignored, min_new_tokens = max_new_tokens. NOTE: the slices depend on
-   --warmup and --requests: pass the same values as experiments.cpu_peers for the same prompts per level (the ids'
-   sha256 per level is in each report's run.extra).
+3. The requests: experiments.cpu_peers' (its CpuPeersConfig gives the sizes, its spec the shared-prefix workload,
+   its split_workload the warm-up and per-level slices: one 1500-token system prompt + 80-120 fresh tokens, 32
+   output tokens, seed 0; the same --quick, --concurrency, --requests and --warmup give the same requests per level),
+   built with the engine's tokenizer, each prompt encoded exactly as llmkiln's server does
+   (`Tokenizer.encode(prompt, add_special_tokens=True)`, BOS included) and fed to the pipeline as token ids (no
+   tokenizer difference possible). Greedy, EOS ignored, min_new_tokens = max_new_tokens. The ids' sha256 per level
+   is in each report's run.extra.
 4. Per precision (`--precisions`, default fp32,bf16: INFERENCE_PRECISION_HINT and KV_CACHE_PRECISION f32 / bf16),
-   one pipeline: the warm-up (not measured), then the levels (`--concurrency` 1,4,8 with `--requests` 16,24,48) in a
+   one pipeline: the warm-up (not measured), then the levels (`--concurrency` 1,4,8 with `--requests` 24,32,64, cpu_peers' defaults) in a
    closed loop (worker docstring). Pipeline settings (worker.PipelineSettings): prefix caching on, dynamic split
    fuse (chunked prefill) on, max_num_seqs 8, max_num_batched_tokens 1024, a 4 GB KV cache, 2 threads.
 
-Results: OUT/ovgenai-fp32.json and OUT/ovgenai-bf16.json (BenchReport, schema llmkiln.bench/1, like
-experiments.cpu_peers' per-system reports: TTFT, ITL, TPOT, throughput per level), their raw per-request records
-OUT/raw/ovgenai-*.jsonl (llmkiln.bench.report.save_records), the worker's raw output OUT/raw/ovgenai-*.raw.json (turn
-it into a report with `load_peer_report`, or `--report-only`). Times are this process's perf_counter_ns, as for
+Results (OUT and OUT/raw as experiments.cpu_peers': default bench/results/cpu-peers and
+bench/results/raw/cpu-peers): OUT/ovgenai-fp32.json and OUT/ovgenai-bf16.json (BenchReport, schema llmkiln.bench/1,
+like cpu_peers' per-system reports: TTFT, ITL, TPOT, throughput per level), their raw per-request records
+RAW/ovgenai-*.jsonl (llmkiln.bench.report.save_records), the worker's raw output RAW/ovgenai-*.raw.json (turn it into
+a report with `load_peer_report`, into a cpu_peers summary.json entry with `summary_entry`, or rewrite the reports
+with `--report-only`). Times are this process's perf_counter_ns, as for
 llmkiln.bench.peers' in-process peers: no HTTP/gRPC hop, no streaming cost (the served systems pay both).
 
 `--check`: the correctness check instead of the bench: greedy tokens of ContinuousBatchingPipeline (each prompt
@@ -54,10 +56,11 @@ import click
 from rich.console import Console
 
 from experiments.cpu_peer_openvino_genai_worker import PRECISIONS, PipelineSettings
+from experiments.cpu_peers import DEFAULT_OUT, CpuPeersConfig, split_workload
+from experiments.cpu_peers_summary import level_metrics
 from llmkiln.bench.report import BenchReport, RunInfo, make_report, print_report, save_records, save_report
-from llmkiln.bench.runner import parse_concurrency
 from llmkiln.bench.stats import RequestRecord, level_stats
-from llmkiln.bench.workloads import BenchRequest, Workload, WorkloadSpec, build_workload, load_tokenizer
+from llmkiln.bench.workloads import BenchRequest, WorkloadSpec, build_workload, load_tokenizer
 from llmkiln.cli.main import run_command
 from llmkiln.cli.options import engines_dir_option
 from llmkiln.engine_dir import EngineDir, resolve_engine
@@ -69,8 +72,6 @@ ENV_SCRIPT = "scripts/openvino_genai_env.sh"
 VENV_ENV = "LLMKILN_OVGENAI_VENV"
 DEFAULT_VENV = Path("/tmp/llmkiln-ovgenai/venv")
 VENV_STAMP = ".llmkiln-ovgenai"  # written by scripts/openvino_genai_env.sh when the install finished
-DEFAULT_OUT = Path("bench/results/cpu-peers")
-DEFAULT_RAW = Path("bench/results/raw/cpu-peers")
 SYSTEM = "openvino-genai"
 RECORD_FIELDS = frozenset(RequestRecord.__dataclass_fields__)
 
@@ -82,24 +83,41 @@ def system_name(precision: str) -> str:
 
 @dataclass(frozen=True)
 class PeerConfig:
-    """Sizes of the run. The defaults take well under a minute per precision on 2 idle cores (bench-llama-125m)."""
+    """Sizes of the run: experiments.cpu_peers' (CpuPeersConfig: the same defaults, --quick sizes, options and
+    split, so the same arguments give the same requests per level), plus the pipeline's own. The defaults take
+    well under a minute per precision on 2 idle cores (bench-llama-125m)."""
 
-    out_dir: Path = DEFAULT_OUT
-    raw_dir: Path = DEFAULT_RAW
+    sizes: CpuPeersConfig = field(default_factory=CpuPeersConfig)
     engine: str = "bench-ov-fp32"
     venv: Path | None = None  # None: $LLMKILN_OVGENAI_VENV or /tmp/llmkiln-ovgenai/venv
     model_dir: Path | None = None  # None: <venv>/../models/<engine name>
     precisions: tuple[str, ...] = ("fp32", "bf16")
-    seed: int = 0
-    system_tokens: int = 1500
-    user_tokens: tuple[int, int] = (80, 120)
-    output_tokens: int = 32
-    levels: tuple[int, ...] = (1, 4, 8)
-    requests: tuple[int, ...] = (16, 24, 48)
-    warmup: int = 8  # sent at the top concurrency, not measured (as experiments.cpu_peers)
     settings: PipelineSettings = field(default_factory=PipelineSettings)
-    quick: bool = False
     worker_timeout_s: float = 3600.0
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.sizes.out_dir)
+
+    @property
+    def raw_dir(self) -> Path:
+        return Path(self.sizes.raw_dir)
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        return self.sizes.levels
+
+    @property
+    def requests(self) -> tuple[int, ...]:
+        return self.sizes.requests
+
+    @property
+    def warmup(self) -> int:
+        return self.sizes.warmup
+
+    @property
+    def seed(self) -> int:
+        return self.sizes.seed
 
     @classmethod
     def make(
@@ -115,18 +133,10 @@ class PeerConfig:
         model_dir: Path | None = None,
         settings: dict[str, Any] | None = None,
     ) -> PeerConfig:
-        cfg = cls()
-        if quick:  # experiments.cpu_peers' --quick sizes: short prompts, a few requests
-            cfg = replace(
-                cfg,
-                quick=True,
-                system_tokens=512,
-                user_tokens=(16, 32),
-                output_tokens=8,
-                requests=(4, 4, 8),
-                warmup=2,
-                out_dir=Path("bench/results/raw/cpu-peers-quick"),
-            )
+        sizes = CpuPeersConfig.make(
+            quick=quick, out_dir=out_dir, concurrency=concurrency, requests=requests, warmup=warmup
+        )
+        cfg = cls(sizes=sizes, venv=venv, model_dir=model_dir)
         if engine is not None:
             cfg = replace(cfg, engine=engine)
         if precisions is not None:
@@ -137,64 +147,15 @@ class PeerConfig:
                     f"--precisions {precisions!r}: give distinct names among {', '.join(PRECISIONS)}, comma-separated"
                 )
             cfg = replace(cfg, precisions=names)
-        if concurrency is not None:
-            levels = tuple(parse_concurrency(concurrency))
-            cfg = replace(cfg, levels=levels, requests=parse_requests(str(max(cfg.requests)), levels))
-        if requests is not None:
-            cfg = replace(cfg, requests=parse_requests(requests, cfg.levels))
-        if warmup is not None:
-            if warmup < 1:
-                raise BadInput(f"--warmup {warmup}: at least one warm-up request (it fills the prefix cache)")
-            cfg = replace(cfg, warmup=warmup)
         if settings:
             try:
                 cfg = replace(cfg, settings=replace(cfg.settings, **settings))
             except TypeError as exc:
                 raise BadInput(f"pipeline settings: {exc}") from None
-        if out_dir is not None:
-            cfg = replace(cfg, out_dir=Path(out_dir))
-        raw = DEFAULT_RAW if Path(cfg.out_dir) == DEFAULT_OUT else Path(cfg.out_dir) / "raw"
-        return replace(cfg, raw_dir=raw, venv=venv, model_dir=model_dir)
+        return cfg
 
-    def spec(self, num_requests: int | None = None) -> WorkloadSpec:
-        return WorkloadSpec(
-            name="shared-prefix",
-            num_requests=num_requests if num_requests is not None else self.warmup + sum(self.requests),
-            seed=self.seed,
-            output_tokens=self.output_tokens,
-            system_tokens=self.system_tokens,
-            user_tokens=self.user_tokens,
-            num_system_prompts=1,
-        )
-
-
-def parse_requests(text: str, levels: tuple[int, ...]) -> tuple[int, ...]:
-    """'16,24,48' (one per level) or '48' (every level) -> per-level counts, each at least the level's concurrency."""
-    try:
-        counts = tuple(int(x) for x in str(text).split(",") if x.strip())
-    except ValueError:
-        counts = ()
-    if len(counts) == 1:
-        counts = counts * len(levels)
-    if len(counts) != len(levels):
-        raise BadInput(f"--requests {text!r}: give one count, or one per level ({len(levels)}: {levels})")
-    for c, n in zip(levels, counts, strict=True):
-        if n < c:
-            raise BadInput(f"--requests {text!r}: {n} requests at concurrency {c}: give at least {c}")
-    return counts
-
-
-def split_workload(
-    wl: Workload, warmup: int, levels: tuple[int, ...], counts: tuple[int, ...]
-) -> tuple[Workload, dict[int, Workload]]:
-    """(the warm-up requests, each level's requests): disjoint consecutive slices, in that order (the same split
-    as experiments.cpu_peers, so the same arguments give the same prompts per level)."""
-    warm = replace(wl, requests=wl.requests[:warmup])
-    out, at = {}, warmup
-    for c, n in zip(levels, counts, strict=True):
-        out[c] = replace(wl, requests=wl.requests[at : at + n])
-        at += n
-    return warm, out
+    def spec(self) -> WorkloadSpec:
+        return self.sizes.spec()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -340,6 +301,27 @@ def report_from_raw(raw: dict[str, Any], extra: dict[str, Any] | None = None) ->
         },
     )
     return make_report(run, levels, records), records
+
+
+def summary_entry(raw: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(system name, entry) in the shape of experiments.cpu_peers' summary.json["systems"] entries (levels through
+    cpu_peers_summary.level_metrics), for one table with the served systems. Its `kind` is "openvino-genai": the
+    summary's FRONT_DOORS needs an entry for it (e.g. "openvino-genai ContinuousBatchingPipeline, in-process")."""
+    report, records = report_from_raw(raw)
+    entry: dict[str, Any] = {
+        "kind": SYSTEM,
+        "recipe": None,
+        "precision": raw["precision"],
+        "engine": raw.get("engine_dir"),
+        "api": "in-process",
+        "ready_s": raw.get("load_s"),
+        "loadavg_before": raw.get("loadavg_before"),
+        "loadavg_after": raw.get("loadavg_after"),
+        "compiled": raw.get("compiled"),
+        "settings": raw.get("settings"),
+        "levels": {str(lv.concurrency): level_metrics(lv, records[lv.concurrency]) for lv in report.levels},
+    }
+    return system_name(raw["precision"]), entry
 
 
 def load_peer_report(path: str | Path) -> BenchReport:
@@ -531,7 +513,7 @@ def rewrite_reports(cfg: PeerConfig, console: Console) -> dict[str, BenchReport]
 @click.option("--precisions", default=None, help="fp32 and/or bf16, comma-separated [default: fp32,bf16].")
 @click.option("--concurrency", default=None, help="Closed-loop levels [default: 1,4,8].")
 @click.option(
-    "--requests", default=None, help="Requests per level, one or one per level [default: 16,24,48]."
+    "--requests", default=None, help="Requests per level, one or one per level [default: 24,32,64]."
 )
 @click.option("--warmup", type=int, default=None, help="Warm-up requests, not measured [default: 8].")
 @click.option("--threads", type=int, default=None, help="INFERENCE_NUM_THREADS [default: 2].")

@@ -17,6 +17,8 @@ import pytest
 
 from experiments import cpu_peer_openvino_genai as peer
 from experiments import cpu_peer_openvino_genai_worker as worker
+from experiments.cpu_peers import CpuPeersConfig
+from experiments.cpu_peers_summary import metric
 from llmkiln.bench.report import BenchReport
 from llmkiln.bench.workloads import load_tokenizer
 from llmkiln.errors import BadInput
@@ -61,13 +63,20 @@ def test_config_options_reach_the_settings_and_the_levels():
     )
     assert (cfg.levels, cfg.requests, cfg.warmup, cfg.precisions) == (
         (1, 4, 8),
-        (16, 24, 48),
+        (24, 32, 64),
         8,
         ("fp32", "bf16"),
     )
     spec = cfg.spec()
     assert (spec.system_tokens, spec.user_tokens, spec.output_tokens) == (1500, (80, 120), 32)
-    assert spec.num_requests == 8 + 16 + 24 + 48
+    assert spec.num_requests == 8 + 24 + 32 + 64
+    for kw in ({}, {"quick": True}, {"requests": "20,30,40", "warmup": 3, "concurrency": "1,4,8"}):
+        ours = peer.PeerConfig.make(**kw)
+        theirs = CpuPeersConfig.make(**kw)  # the served harness: the same requests for the same arguments
+        assert (
+            ours.spec() == theirs.spec() and ours.requests == theirs.requests and ours.warmup == theirs.warmup
+        )
+        assert (ours.out_dir, ours.raw_dir) == (theirs.out_dir, theirs.raw_dir)
     quick = peer.PeerConfig.make(quick=True, precisions="bf16", out_dir=Path("x"))
     assert quick.precisions == ("bf16",) and quick.raw_dir == Path("x/raw") and quick.requests == (4, 4, 8)
     for bad in ({"precisions": "fp16"}, {"requests": "2,2"}, {"requests": "1,1,1"}, {"warmup": 0}):
@@ -203,6 +212,17 @@ def test_the_raw_records_become_a_bench_report(tmp_path):
         peer.report_from_raw({"schema": "x"})
     with pytest.raises(BadInput, match="no such file"):
         peer.load_peer_report(tmp_path / "missing.json")
+
+
+def test_a_summary_entry_in_cpu_peers_shape():
+    raw = raw_doc("bf16")
+    raw.update(load_s=0.5, engine_dir="/e", loadavg_before=[0.1], loadavg_after=[0.2])
+    name, entry = peer.summary_entry(raw)
+    assert name == "ovgenai-bf16" and entry["kind"] == "openvino-genai" and entry["precision"] == "bf16"
+    assert set(entry["levels"]) == {"1", "4"} and entry["levels"]["4"]["requests"] == 5
+    summary = {"systems": {name: entry}}
+    assert metric(summary, name, 4, "output_tok_s")[0] == entry["levels"]["4"]["output_tok_s"] > 0
+    assert metric(summary, name, 4, "ttft_p50")[0] == entry["levels"]["4"]["ttft_ms"]["p50"]
 
 
 def test_report_only_rewrites_the_reports_from_raw(tmp_path):
