@@ -7,14 +7,24 @@ stateful past) is turned into OpenVINO's PagedAttention graph at load by its own
 then compiled for the CPU in the recipe's precision (fp32, or bf16: AVX512-BF16 / AMX products and bf16 KV).
 One `execute` = one infer request over every sequence of the plan — prefill chunks on any past (several prompts'
 suffixes in one call) and decode tokens, concatenated (varlen), each with its past length and block table. KV
-lives in per-layer block pools [blocks, kv_heads, block_size, head_dim] in the inference precision; slot s owns a
-fixed run of blocks (its block table is that run), so the runner keeps the Runner protocol's slot semantics;
-prefix-store loads and saves copy between the store and a slot's blocks as the onnxruntime runner does. (The
-graph takes any block table, so the store's blocks could be shared by table instead of copied: not done yet.)
+lives in per-layer block pools [blocks, kv_heads, block_size, head_dim] in the inference precision. Slot s owns
+a fixed run of private blocks, and its block table starts as that run (the Runner protocol's slot semantics).
+
+Prefix hits are shared by block table, not copied per request: the pool has a second part of *shared* blocks,
+each holding one OpenVINO block (32 tokens here, two or more store blocks) of a stored prefix, keyed by the
+chained hash of its last store block (which determines every token up to its end, so equal keys mean equal KV).
+A load that covers a whole OpenVINO block points the slot's table at the shared block — materialized from the
+store the first time (the same conversion as a copy), reused by every later request with that prefix — so eight
+requests on one system prompt read one copy of its KV in each decode step instead of eight. A block the slot
+must write into (its prefill or decode positions, a partial load) is first made private again: its content is
+copied out of the shared block only when the slot still needs tokens in it before the write (copy-on-write).
+Shared blocks are reference-counted by the tables that point at them and evicted least recently used when none
+does. Saves read through the table. Results are the same as with copies (tests).
 """
 
 from __future__ import annotations
 
+from collections import Counter, OrderedDict
 from pathlib import Path
 
 import ml_dtypes
@@ -84,8 +94,17 @@ class OpenVinoPagedRunner:
         self.num_layers = len(cache_inputs)
         self.cache_type = cache_inputs[0].get_element_type()
         self.num_slots, self.max_len, self.tokens_per_block = num_slots, max_len, tokens_per_block
-        self.blocks_per_slot = -(-max_len // self.block_size)
-        shape = [num_slots * self.blocks_per_slot, self.kv_heads, self.block_size, self.head_dim]
+        self.blocks_per_slot = bps = -(-max_len // self.block_size)
+        block_bytes = bytes_per_block(
+            kv_dtype, self.num_layers, self.kv_heads, tokens_per_block, self.head_dim
+        )
+        self.num_blocks = store_max_bytes // block_bytes
+        # shared blocks: as many tokens as the store holds, when store blocks tile OpenVINO's blocks
+        shareable = self.block_size % tokens_per_block == 0
+        num_shared = self.num_blocks * tokens_per_block // self.block_size if shareable else 0
+        self.shared = _SharedBlocks(num_slots * bps, num_shared)
+        self.tables = [[s * bps + j for j in range(bps)] for s in range(num_slots)]
+        shape = [num_slots * bps + num_shared, self.kv_heads, self.block_size, self.head_dim]
         self.k: list[np.ndarray] = []  # numpy views of the OpenVINO tensors (bf16 via ml_dtypes)
         self.v: list[np.ndarray] = []
         self._tensors: list[ov.Tensor] = []
@@ -99,10 +118,6 @@ class OpenVinoPagedRunner:
                 self._tensors.append(tensor)
                 pools.append(arr)
         self.vocab_size = int(self.compiled.output("logits").get_partial_shape()[-1].get_length())
-        block_bytes = bytes_per_block(
-            kv_dtype, self.num_layers, self.kv_heads, tokens_per_block, self.head_dim
-        )
-        self.num_blocks = store_max_bytes // block_bytes
         self.blocks = BlockData(
             kv_dtype,
             self.num_blocks,
@@ -117,14 +132,12 @@ class OpenVinoPagedRunner:
     def close(self) -> None:
         self.req = None
 
-    def _table(self, slot: int, length: int) -> range:
-        first = slot * self.blocks_per_slot
-        return range(first, first + -(-length // self.block_size))
+    def _table(self, slot: int, length: int) -> list[int]:
+        return self.tables[slot][: -(-length // self.block_size)]
 
     def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]:
         t = now_ns()
-        for slot, start, ids in _block_runs(plan.loads, self.tokens_per_block):
-            self._load_blocks(ids, slot, start)
+        self._load(plan.loads)
         if trace is not None:
             trace.loads, trace.load_ns = len(plan.loads), now_ns() - t
         seqs: list[tuple[str, tuple[int, ...], int, int]] = []  # (request id, new tokens, past length, slot)
@@ -166,6 +179,10 @@ class OpenVinoPagedRunner:
         return self._run([("", (token,), position, slot)])[0]
 
     def _run(self, seqs: list[tuple[str, tuple[int, ...], int, int]], all_rows: bool = False) -> np.ndarray:
+        for _, toks, p, slot in seqs:  # the blocks each sequence writes into are the slot's own
+            bs = self.block_size
+            for j in range(p // bs, (p + len(toks) - 1) // bs + 1):
+                self._own(slot, j, keep=j * bs < p)
         ids = np.concatenate([np.asarray(toks, np.int64) for _, toks, _, _ in seqs])
         pos = np.concatenate([np.arange(p, p + len(toks), dtype=np.int64) for _, toks, p, _ in seqs])
         begins = np.cumsum([0] + [len(toks) for _, toks, _, _ in seqs]).astype(np.int32)
@@ -187,15 +204,65 @@ class OpenVinoPagedRunner:
         self.req.infer()
         return np.array(self.req.get_tensor("logits").data[:, 0], dtype=np.float32)
 
-    # ------------------------------------------------------------------ prefix store copies
+    # ------------------------------------------------------------------ prefix store: shared blocks, copies
+    def _own(self, slot: int, j: int, keep: bool) -> None:
+        """Make block j of the slot's table private (copying the shared content in when `keep`)."""
+        private = slot * self.blocks_per_slot + j
+        current = self.tables[slot][j]
+        if current == private:
+            return
+        if keep:
+            for pools in (self.k, self.v):
+                for pool in pools:
+                    pool[private] = pool[current]
+        self.shared.unref(current)
+        self.tables[slot][j] = private
+
+    def _point(self, slot: int, j: int, sid: int) -> None:
+        current = self.tables[slot][j]
+        if current == sid:
+            return
+        self.shared.ref(sid)
+        if current != slot * self.blocks_per_slot + j:
+            self.shared.unref(current)
+        self.tables[slot][j] = sid
+
+    def _load(self, loads: list[BlockCopy]) -> None:
+        """Store blocks into slots: whole OpenVINO blocks by shared block, the rest by copy."""
+        bs, tpb = self.block_size, self.tokens_per_block
+        per = bs // tpb if self.shared.capacity else 0
+        by_slot: dict[int, dict[int, BlockCopy]] = {}
+        for c in loads:
+            by_slot.setdefault(c.slot, {})[c.start] = c
+        for slot, starts in by_slot.items():
+            copies: list[BlockCopy] = []
+            for j in sorted({start // bs for start in starts}):
+                group = [starts.get(j * bs + i * tpb) for i in range(per)] if per else []
+                last = group[-1] if group else None
+                if group and all(g is not None for g in group) and last is not None and last.key:
+                    sid = self.shared.get(last.key)
+                    if sid is None and (sid := self.shared.add(last.key)) is not None:
+                        ids = [g.block_id for g in group if g is not None]
+                        self._write(ids, np.full(bs, sid), np.arange(bs))
+                    if sid is not None:
+                        self._point(slot, j, sid)
+                        continue
+                self._own(slot, j, keep=True)  # a partial block: the slot's own, copied into
+                copies += [starts[j * bs + i] for i in range(0, bs, tpb) if j * bs + i in starts]
+            for s, start, ids in _block_runs(copies, tpb):
+                self._load_blocks(ids, s, start)
+
     def _positions(self, slot: int, start: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         p = np.arange(start, start + n)
-        return slot * self.blocks_per_slot + p // self.block_size, p % self.block_size
+        return np.asarray(self.tables[slot])[p // self.block_size], p % self.block_size
 
     def _load_blocks(self, block_ids: list[int], slot: int, start: int) -> None:
+        self._write(block_ids, *self._positions(slot, start, len(block_ids) * self.tokens_per_block))
+
+    def _write(self, block_ids: list[int], blk: np.ndarray, off: np.ndarray) -> None:
+        """Store blocks' KV into pool positions (block, offset), one per token."""
         kv = self.blocks.read_many(block_ids)  # (n, L, 2, heads, bs, head_dim)
         n = len(block_ids) * self.tokens_per_block
-        blk, off = self._positions(slot, start, n)
         for layer in range(self.num_layers):
             for j, pool in enumerate((self.k[layer], self.v[layer])):
                 vals = kv[:, layer, j].transpose(0, 2, 1, 3).reshape(n, self.kv_heads, self.head_dim)
@@ -210,6 +277,50 @@ class OpenVinoPagedRunner:
                 vals = pool[blk, :, off].astype(np.float32)  # (n, heads, head_dim)
                 kv[:, layer, j] = vals.reshape(nb, bs, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
         self.blocks.write_many(block_ids, kv)
+
+
+class _SharedBlocks:
+    """Pool blocks [first, first + capacity) holding stored prefixes, by content key; reference-counted by the
+    slots' tables, least recently used first out among the unreferenced."""
+
+    def __init__(self, first: int, capacity: int) -> None:
+        self.capacity = capacity
+        self.free = list(range(first + capacity - 1, first - 1, -1))
+        self.by_key: OrderedDict[int, int] = OrderedDict()
+        self.key_of: dict[int, int] = {}
+        self.refs: Counter[int] = Counter()
+
+    def get(self, key: int) -> int | None:
+        sid = self.by_key.get(key)
+        if sid is not None:
+            self.by_key.move_to_end(key)
+        return sid
+
+    def add(self, key: int) -> int | None:
+        """A block for new content `key` (None: every block is in use)."""
+        if not self.free:
+            victim = next((k for k, sid in self.by_key.items() if not self.refs[sid]), None)
+            if victim is None:
+                return None
+            sid = self.by_key.pop(victim)
+            del self.key_of[sid]
+            self.free.append(sid)
+        sid = self.free.pop()
+        self.by_key[key] = sid
+        self.key_of[sid] = key
+        return sid
+
+    def ref(self, sid: int) -> None:
+        self.refs[sid] += 1
+
+    def unref(self, sid: int) -> None:
+        self.refs[sid] -= 1
+        if self.refs[sid] <= 0:
+            del self.refs[sid]
+
+    @property
+    def in_use(self) -> int:
+        return len(self.refs)
 
 
 def _block_runs(copies: list[BlockCopy], bs: int) -> list[tuple[int, int, list[int]]]:

@@ -83,11 +83,14 @@ _SECTIONS: dict[str, type[recipe_schema.Strict]] = {
 
 @dataclass(frozen=True)
 class BlockCopy:
-    """Copy block `block_id` of the prefix store to/from tokens [start, start + tokens_per_block) of `slot`."""
+    """Copy block `block_id` of the prefix store to/from tokens [start, start + tokens_per_block) of `slot`.
+    `key`: the block's chained hash (its content: every token up to its end), so a runner may keep and share
+    what it loaded (0: unknown)."""
 
     block_id: int
     slot: int
     start: int
+    key: int = 0
 
 
 @dataclass(frozen=True)
@@ -384,7 +387,7 @@ class Scheduler:
             self.block_store.pin(hits)
             request.pinned_block_ids = list(hits)
             for i, block_id in enumerate(loaded, start=len(hits) - len(loaded)):
-                out.loads.append(BlockCopy(block_id, slot, i * bs))
+                out.loads.append(BlockCopy(block_id, slot, i * bs, request.block_hashes[i]))
             request.parent_hash = self.block_store.blocks[hits[-1]].key
         request.num_cached_tokens = max(resident, len(hits) * bs)
         if self.block_store is not None:

@@ -166,3 +166,40 @@ def test_served_bf16_greedy_equals_alone(xml):
         eng.shutdown()
     same = sum(a == b for a, b in zip(alone, together, strict=True))
     assert same == len(prompts), (alone, together)
+
+
+def test_prefix_hits_share_blocks_and_give_what_copies_give(xml):
+    """Loads of whole OpenVINO blocks point the slots' tables at shared blocks (one copy of the prefix for every
+    request), partial overlaps are copied on write; the tokens equal those of a runner that copies every load."""
+    rng = np.random.default_rng(4)
+    system = rng.integers(3, 500, 75).tolist()  # 2 whole OpenVINO blocks of 32 + 11 tokens
+    prompts = [system + rng.integers(3, 500, n).tolist() for n in (3, 9, 20, 1, 14)]
+    prompts += [system[:40] + rng.integers(3, 500, 12).tolist(), system[:33] + [7, 8, 9]]  # partial overlaps
+    config = SchedulerConfig.make(
+        eos_token_ids=(2,), tokens_per_block=16, max_bytes=2**20, max_seq_len=512, **SMALL
+    )
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+
+    def run(share: bool):
+        runner = ov_runner.OpenVinoPagedRunner(xml, 4, 512, 16, 2**20, precision="fp32", threads=1)
+        if not share:
+            runner.shared = ov_runner._SharedBlocks(0, 0)
+        eng = LLMEngine(config, runner)
+        try:
+            first = eng.submit(prompts[0], params)
+            while not first.finished:
+                eng.step()
+            out = [first.result(timeout=60)]
+            handles = [eng.submit(p, params) for p in prompts[1:]]
+            eng.start()
+            out += [h.result(timeout=60) for h in handles]
+            hits = eng.metrics()["prefix_cache_hits"]
+        finally:
+            eng.shutdown()
+        return out, runner, hits
+
+    shared_out, runner, hits = run(True)
+    copied_out, _, _ = run(False)
+    assert shared_out == copied_out
+    assert hits >= 4
+    assert len(runner.shared.by_key) >= 1  # the system prompt's whole blocks were shared, not copied per request
