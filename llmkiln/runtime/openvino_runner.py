@@ -14,8 +14,10 @@ Prefix hits are shared by block table, not copied per request: the pool has a se
 each holding one OpenVINO block (32 tokens here, two or more store blocks) of a stored prefix, keyed by the
 chained hash of its last store block (which determines every token up to its end, so equal keys mean equal KV).
 A load that covers a whole OpenVINO block points the slot's table at the shared block — materialized from the
-store the first time (the same conversion as a copy), reused by every later request with that prefix — so eight
-requests on one system prompt read one copy of its KV in each decode step instead of eight. A block the slot
+store the first time (the same conversion as a copy), reused by every later request with that prefix — and a
+prompt block a slot has just computed and saved is promoted to a shared block (or pointed at the one already
+holding that content), so eight requests on one system prompt read one copy of its KV in each decode step
+instead of eight. A block the slot
 must write into (its prefill or decode positions, a partial load) is first made private again: its content is
 copied out of the shared block only when the slot still needs tokens in it before the write (copy-on-write).
 Shared blocks are reference-counted by the tables that point at them and evicted least recently used when none
@@ -165,6 +167,13 @@ class OpenVinoPagedRunner:
         t = now_ns()
         for slot, start, block_ids in _block_runs(plan.saves, self.tokens_per_block):
             self._save_blocks(block_ids, slot, start)
+        for save in plan.saves:  # a whole OpenVINO block of a prompt just computed: share it from now on
+            if (
+                save.key
+                and self.shared.capacity
+                and (save.start + self.tokens_per_block) % self.block_size == 0
+            ):
+                self._promote(save.slot, save.start // self.block_size, save.key)
         if trace is not None:
             trace.saves, trace.save_ns = len(plan.saves), now_ns() - t
         return out
@@ -226,6 +235,22 @@ class OpenVinoPagedRunner:
         if current != slot * self.blocks_per_slot + j:
             self.shared.unref(current)
         self.tables[slot][j] = sid
+
+    def _promote(self, slot: int, j: int, key: int) -> None:
+        """Block j of the slot, complete prompt KV with content `key`: point the table at the shared block of that
+        content (made from this one if there is none), so later requests, and this slot's next ones, read one copy."""
+        current = self.tables[slot][j]
+        if current != slot * self.blocks_per_slot + j:
+            return  # shared already
+        sid = self.shared.get(key)
+        if sid is None:
+            sid = self.shared.add(key)
+            if sid is None:
+                return
+            for pools in (self.k, self.v):
+                for pool in pools:
+                    pool[sid] = pool[current]
+        self._point(slot, j, sid)
 
     def _load(self, loads: list[BlockCopy]) -> None:
         """Store blocks into slots: whole OpenVINO blocks by shared block, the rest by copy."""

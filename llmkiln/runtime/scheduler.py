@@ -433,7 +433,7 @@ class Scheduler:
             request.parent_hash = key
             request.num_saved_blocks += 1
             if block_id is not None:
-                out.saves.append(BlockCopy(block_id, request.slot_id, i * bs))
+                out.saves.append(BlockCopy(block_id, request.slot_id, i * bs, key))
 
     # ------------------------------------------------------------------ results
     def update_from_output(
