@@ -6,6 +6,7 @@
 #   bash scripts/cpu_engine_other_workloads.sh OUT [RECIPE ...]     # default: bench-optimized bench-ov-fp32 bench-ov-bf16
 #
 # Engines are looked up (and built when missing) under $ENGINES (default ./engines). ~8 min on 2 idle cores.
+# RATE=R: open loop instead (Poisson arrivals at R requests/s, at most 8 in flight); WORKLOADS="unique": a subset.
 set -euo pipefail
 OUT=${1:?usage: $0 OUT [RECIPE ...]}
 shift
@@ -14,6 +15,10 @@ RECIPES=("$@")
 ENGINES=${ENGINES:-engines}
 KILN=${KILN:-.venv/bin/kiln}
 REQUESTS=${REQUESTS:-32}
+WORKLOADS=${WORKLOADS:-unique mixed-long-short}
+LOOP=()
+SUFFIX=""
+if [ -n "${RATE:-}" ]; then LOOP=(--request-rate "$RATE"); SUFFIX="-open$RATE"; fi
 mkdir -p "$OUT"
 for r in "${RECIPES[@]}"; do
   "$KILN" build "$r" --engines-dir "$ENGINES" --quiet
@@ -29,10 +34,10 @@ for r in "${RECIPES[@]}"; do
     kill -0 $pid 2>/dev/null || { echo "kiln serve $r died: see $log" >&2; exit 1; }
     sleep 1
   done
-  for wl in unique mixed-long-short; do
+  for wl in $WORKLOADS; do
     echo "== $r $wl (load $(cut -d' ' -f1-3 /proc/loadavg))"
     "$KILN" bench --url "127.0.0.1:$grpc" --tokenizer "$ENGINES/$r" --workload "$wl" --concurrency 8 \
-      --requests "$REQUESTS" --warmup-requests 2 --out "$OUT/$r-$wl.json"
+      --requests "$REQUESTS" --warmup-requests 2 "${LOOP[@]}" --out "$OUT/$r-$wl$SUFFIX.json"
   done
   kill -INT $pid
   wait $pid || true
