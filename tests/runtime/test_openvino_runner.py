@@ -202,4 +202,6 @@ def test_prefix_hits_share_blocks_and_give_what_copies_give(xml):
     copied_out, _, _ = run(False)
     assert shared_out == copied_out
     assert hits >= 4
-    assert len(runner.shared.by_key) >= 1  # the system prompt's whole blocks were shared, not copied per request
+    assert (
+        len(runner.shared.by_key) >= 1
+    )  # the system prompt's whole blocks were shared, not copied per request
