@@ -23,6 +23,7 @@ with the engine's tokenizer (BOS included), so a peer that sees other tokens is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -242,6 +243,7 @@ class VllmServer:
         )
         self.reaper: Reaper | None = None
         self.ready_s: float | None = None
+        self.started_at: float | None = None
 
     @property
     def root_url(self) -> str:
@@ -261,6 +263,7 @@ class VllmServer:
             raise BadInput(f"vLLM port {self.opts.port} is already in use on {self.opts.host}")
         self.reaper = Reaper("vllm")
         self.reaper.start()
+        self.started_at = time.time()
         self.proc.start(self.echo, self.reaper)
 
     def ready(self) -> bool:
@@ -294,7 +297,8 @@ class VllmServer:
         return tokenize(self.url, self.model, prompt)
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
-        """SIGTERM the server's process group, SIGKILL it past `timeout_s`; the reaper clears what is left."""
+        """SIGTERM the server's process group, SIGKILL it past `timeout_s`; the reaper clears what is left, and
+        the Intel OpenMP registration files its processes leave in /dev/shm when signalled are removed."""
         self.proc.signal(signal.SIGTERM)
         if not self.proc.wait(timeout_s):
             self.proc.lines.append(f"llmkiln: vLLM did not stop within {timeout_s:.0f} s: killed")
@@ -303,6 +307,8 @@ class VllmServer:
         if self.reaper is not None:
             self.reaper.close()
             self.reaper = None
+        if self.started_at is not None:
+            _remove_kmp_files(self.started_at)
         return self.proc.returncode()
 
     def __enter__(self) -> VllmServer:
@@ -316,6 +322,27 @@ class VllmServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _remove_kmp_files(since: float, wait_s: float = 5.0) -> None:
+    """libiomp5 (LD_PRELOADed for vLLM) registers each process in /dev/shm/__KMP_REGISTERED_LIB_<pid>_* and
+    removes the file only at a normal exit: remove those written since `since` once their process is gone
+    (waiting up to `wait_s` for killed children to be reaped)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = 0
+        for f in Path("/dev/shm").glob("__KMP_REGISTERED_LIB_*_*"):
+            with contextlib.suppress(OSError, ValueError):
+                if f.stat().st_mtime < since - 1:
+                    continue
+                pid = int(f.name.removeprefix("__KMP_REGISTERED_LIB_").split("_")[0])
+                if Path(f"/proc/{pid}").exists():
+                    left += 1
+                else:
+                    f.unlink()
+        if not left or time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
 
 
 def tokenize(url: str, model: str, prompt: str) -> list[int]:
