@@ -64,6 +64,7 @@ class Setup:
     # llmkiln's conditional disaggregation: prompts whose uncached part is at most this many tokens are prefilled
     # on the decode worker (--max-local-prefill-tokens; 0: every prompt through the prefill tier)
     max_local_prefill: int = 0
+    threads: int = 0  # intra-op threads of every worker (0: cores // workers); 2 on 2 cores: tiers share both
 
     def frontend_args(self) -> tuple[str, ...]:
         if not self.local_prefill_below:
@@ -82,6 +83,9 @@ AVAILABLE = (
     Setup("pd-1p1d-chunk128", prefill=1, decode=1, prefill_chunk=128),
     Setup("pd-1p1d-local128", prefill=1, decode=1, prefill_chunk=128, max_local_prefill=128),
     Setup("pd-1p1d-cond", prefill=1, decode=1, local_prefill_below=512),
+    # both workers may use both cores (oversubscribed when both are busy): the decode worker's short prefills and
+    # decodes get the prefill worker's idle core
+    Setup("pd-1p1d-local128-t2", prefill=1, decode=1, prefill_chunk=128, max_local_prefill=128, threads=2),
 )
 SETUPS = AVAILABLE[:4]
 
@@ -335,6 +339,7 @@ def _run_setup(
         if setup.prefill_chunk
         else {},
         max_local_prefill_tokens=setup.max_local_prefill,
+        threads_per_worker=setup.threads,
         profile_dir=cfg.raw_dir / "profiles" / setup.name,  # the step profile (a few list appends per step)
     )
     shutil.rmtree(cfg.raw_dir / "profiles" / setup.name, ignore_errors=True)
@@ -630,6 +635,12 @@ def resummarize(out: Path) -> Path:
     help=f"Comma-separated setups (default {','.join(s.name for s in SETUPS)}; all: "
     f"{','.join(s.name for s in AVAILABLE)}).",
 )
+@click.option(
+    "--workloads",
+    "workload_names",
+    default=None,
+    help="Comma-separated workloads (default mixed-long-short,shared-prefix).",
+)
 @engines_dir_option
 @click.option("--resummarize", "resummarize_only", is_flag=True, help="Rewrite SUMMARY.md from summary.json.")
 def cli(
@@ -637,6 +648,7 @@ def cli(
     requests_: int | None,
     out_dir: str | None,
     setup_names: str | None,
+    workload_names: str | None,
     engines_dir: Path,
     resummarize_only: bool,
 ) -> None:
@@ -648,6 +660,12 @@ def cli(
         if unknown:
             raise BadInput(f"--setups {','.join(unknown)}: choose among {', '.join(by_name)}")
         cfg = replace(cfg, setups=tuple(by_name[n] for n in setup_names.split(",")))
+    if workload_names:
+        names = tuple(n for n in workload_names.split(",") if n)
+        bad = [n for n in names if n not in ("mixed-long-short", "shared-prefix")]
+        if bad or not names:
+            raise BadInput(f"--workloads {workload_names!r}: choose among mixed-long-short, shared-prefix")
+        cfg = replace(cfg, workloads=names)
     if resummarize_only:
         click.echo(f"rewrote {resummarize(cfg.out_dir)} from summary.json")
         return
