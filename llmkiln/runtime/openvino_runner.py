@@ -132,7 +132,12 @@ class OpenVinoPagedRunner:
         )
 
     def close(self) -> None:
+        """Free every OpenVINO object now, on the closing thread: left to the garbage collector, they would be
+        destroyed on whichever thread it runs in later (a client thread of another test crashed that way)."""
+        self.k, self.v = [], []  # numpy views of the pool tensors
+        self._tensors = []
         self.req = None
+        self.compiled = None
 
     def _table(self, slot: int, length: int) -> list[int]:
         return self.tables[slot][: -(-length // self.block_size)]
