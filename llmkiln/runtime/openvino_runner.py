@@ -219,16 +219,22 @@ class OpenVinoPagedRunner:
         return np.array(self.req.get_tensor("logits").data[:, 0], dtype=np.float32)
 
     # ------------------------------------------------------------------ prefix store: shared blocks, copies
+    def _private(self, slot: int, j: int) -> int:
+        """The pool block the slot owns for its table entry j."""
+        return slot * self.blocks_per_slot + j
+
+    def _copy_block(self, src: int, dst: int) -> None:
+        for pool in (*self.k, *self.v):
+            pool[dst] = pool[src]
+
     def _own(self, slot: int, j: int, keep: bool) -> None:
         """Make block j of the slot's table private (copying the shared content in when `keep`)."""
-        private = slot * self.blocks_per_slot + j
+        private = self._private(slot, j)
         current = self.tables[slot][j]
         if current == private:
             return
         if keep:
-            for pools in (self.k, self.v):
-                for pool in pools:
-                    pool[private] = pool[current]
+            self._copy_block(current, private)
         self.shared.unref(current)
         self.tables[slot][j] = private
 
@@ -237,7 +243,7 @@ class OpenVinoPagedRunner:
         if current == sid:
             return
         self.shared.ref(sid)
-        if current != slot * self.blocks_per_slot + j:
+        if current != self._private(slot, j):
             self.shared.unref(current)
         self.tables[slot][j] = sid
 
@@ -245,16 +251,14 @@ class OpenVinoPagedRunner:
         """Block j of the slot, complete prompt KV with content `key`: point the table at the shared block of that
         content (made from this one if there is none), so later requests, and this slot's next ones, read one copy."""
         current = self.tables[slot][j]
-        if current != slot * self.blocks_per_slot + j:
+        if current != self._private(slot, j):
             return  # shared already
         sid = self.shared.get(key)
         if sid is None:
             sid = self.shared.add(key)
             if sid is None:
                 return
-            for pools in (self.k, self.v):
-                for pool in pools:
-                    pool[sid] = pool[current]
+            self._copy_block(current, sid)
         self._point(slot, j, sid)
 
     def _load(self, loads: list[BlockCopy]) -> None:
@@ -267,13 +271,11 @@ class OpenVinoPagedRunner:
         for slot, starts in by_slot.items():
             copies: list[BlockCopy] = []
             for j in sorted({start // bs for start in starts}):
-                group = [starts.get(j * bs + i * tpb) for i in range(per)] if per else []
-                last = group[-1] if group else None
-                if group and all(g is not None for g in group) and last is not None and last.key:
-                    sid = self.shared.get(last.key)
-                    if sid is None and (sid := self.shared.add(last.key)) is not None:
-                        ids = [g.block_id for g in group if g is not None]
-                        self._write(ids, np.full(bs, sid), np.arange(bs))
+                group = [starts[j * bs + i * tpb] for i in range(per) if j * bs + i * tpb in starts]
+                if per and len(group) == per and group[-1].key:
+                    sid = self.shared.get(group[-1].key)
+                    if sid is None and (sid := self.shared.add(group[-1].key)) is not None:
+                        self._write([g.block_id for g in group], np.full(bs, sid), np.arange(bs))
                     if sid is not None:
                         self._point(slot, j, sid)
                         continue
@@ -317,7 +319,6 @@ class _SharedBlocks:
         self.capacity = capacity
         self.free = list(range(first + capacity - 1, first - 1, -1))
         self.by_key: OrderedDict[int, int] = OrderedDict()
-        self.key_of: dict[int, int] = {}
         self.refs: Counter[int] = Counter()
 
     def get(self, key: int) -> int | None:
@@ -332,12 +333,9 @@ class _SharedBlocks:
             victim = next((k for k, sid in self.by_key.items() if not self.refs[sid]), None)
             if victim is None:
                 return None
-            sid = self.by_key.pop(victim)
-            del self.key_of[sid]
-            self.free.append(sid)
+            self.free.append(self.by_key.pop(victim))
         sid = self.free.pop()
         self.by_key[key] = sid
-        self.key_of[sid] = key
         return sid
 
     def ref(self, sid: int) -> None:
@@ -347,10 +345,6 @@ class _SharedBlocks:
         self.refs[sid] -= 1
         if self.refs[sid] <= 0:
             del self.refs[sid]
-
-    @property
-    def in_use(self) -> int:
-        return len(self.refs)
 
 
 def _block_runs(copies: list[BlockCopy], bs: int) -> list[tuple[int, int, list[int]]]:
