@@ -54,21 +54,21 @@ def load_engine(engine: str | Path | EngineDir, overrides: dict[str, Any] | None
             precision=recipe.precision,
             threads=recipe.scheduler.intra_op_threads,
         )
-        return LLMEngine(config, runner, tokenizer, recipe, engine_dir=folder.path)
-    providers = folder.execution_providers()
-    runner = OnnxRunner(
-        folder.path,
-        info,
-        num_slots=recipe.scheduler.max_batch_size,
-        max_len=recipe.limits.max_seq_len,
-        tokens_per_block=kv.tokens_per_block,
-        store_max_bytes=kv.max_bytes if kv.prefix_reuse else 0,
-        kv_dtype=kv.dtype,
-        kv_scales=scales,
-        intra_op_threads=recipe.scheduler.intra_op_threads,
-        # onnx-gpu: the build's TensorRT EP / CUDA EP list; the built TensorRT engine is for the graph as exported,
-        # so the last-logits rewrite (a different graph, a rebuild at load) is skipped
-        last_logits_only=providers is None,
-        providers=providers,
-    )
+    else:
+        providers = folder.execution_providers()
+        runner = OnnxRunner(
+            folder.path,
+            info,
+            num_slots=recipe.scheduler.max_batch_size,
+            max_len=recipe.limits.max_seq_len,
+            tokens_per_block=kv.tokens_per_block,
+            store_max_bytes=kv.max_bytes if kv.prefix_reuse else 0,
+            kv_dtype=kv.dtype,
+            kv_scales=scales,
+            intra_op_threads=recipe.scheduler.intra_op_threads,
+            # onnx-gpu: the build's TensorRT EP / CUDA EP list; the built TensorRT engine is for the graph as
+            # exported, so the last-logits rewrite (a different graph, a rebuild at load) is skipped
+            last_logits_only=providers is None,
+            providers=providers,
+        )
     return LLMEngine(config, runner, tokenizer, recipe, engine_dir=folder.path)
