@@ -81,10 +81,32 @@ class BlockData:
         self.raw = raw is not None
         shape = (num_blocks, num_layers, 2, kv_heads, tokens_per_block, head_dim)
         self.values = np.zeros(shape, STORAGE_DTYPES[dtype] if raw is None else raw)
+        self.values.fill(0)  # NOTE: touch every page now, not on a step's first write (see `staging`)
         self.scales = np.ones(shape[:4], np.float32) if is_quantized(dtype) and raw is None else None
         self.static = (
             static_scales.for_dtype(dtype) if static_scales is not None and is_quantized(dtype) else None
         )
+        # what read_many returns and write_many takes: the raw dtype, else float32
+        self.array_dtype = np.dtype(raw) if raw is not None else np.dtype(np.float32)
+        self._staging = np.empty((0, *shape[1:]), self.array_dtype)
+
+    def reserve_staging(self, num_blocks: int) -> None:
+        """Allocate (and touch) the staging buffer for copies of up to num_blocks blocks now, at load time."""
+        self.staging(num_blocks)
+
+    def staging(self, num_blocks: int) -> np.ndarray:
+        """A reusable (num_blocks, L, 2, kv_heads, tokens, head_dim) buffer in `array_dtype` for moving blocks
+        between the store and a runner's pools; its contents last until the next `staging` or `read_many`.
+
+        Why one buffer: a fresh block-sized temporary per copy (48 MiB for a 2048-token prompt of bench-llama-125m)
+        is a fresh mapping numpy asks the kernel to back with huge pages, and with THP defrag `madvise` (this
+        host's setting) each such fault may compact memory synchronously: measured in a serving decode worker,
+        loading an imported 128-block prefix took 48 ms median and up to 122 ms, 40-90 ms of it kernel time (536
+        faults), against 4-9 ms in a quiet process; every running decode waited for it."""
+        if len(self._staging) < num_blocks:
+            self._staging = np.empty((num_blocks, *self._staging.shape[1:]), self.array_dtype)
+            self._staging.fill(0)  # touch it once
+        return self._staging[:num_blocks]
 
     @property
     def nbytes(self) -> int:
@@ -128,31 +150,62 @@ class BlockData:
             self.scales[block_id] = scales
 
     def write_many(self, block_ids: Sequence[int], kv: np.ndarray) -> None:
-        """Write n blocks at once: kv (n, L, 2, kv_heads, tokens, head_dim); the same values as n `write`s."""
-        ids = np.asarray(block_ids, np.intp)
-        if self.raw:
-            self.values[ids] = kv
+        """Write n blocks at once: kv (n, L, 2, kv_heads, tokens, head_dim); the same values as n `write`s.
+        Allocates nothing block-sized when kv is the `staging` buffer (int8/fp8 then quantize it in place)."""
+        n = len(block_ids)
+        if self.scales is None:  # fp32, fp16, raw: a (casting) copy per run of consecutive ids
+            for dst, src, length in _runs(block_ids):
+                self.values[dst : dst + length] = kv[src : src + length]
             return
-        q, scales = quantize(kv, self.dtype, self.static)
-        self.values[ids] = q
-        if self.scales is not None and scales is not None:
-            self.scales[ids] = scales
+        if not np.may_share_memory(kv, self._staging):
+            q, scales = quantize(kv, self.dtype, self.static)
+            self.values[np.asarray(block_ids, np.intp)] = q
+            if scales is not None:
+                self.scales[np.asarray(block_ids, np.intp)] = scales
+            return
+        qmax = QMAX[self.dtype]
+        if self.static is None:  # amax per (block, layer, k/v, head) without a block-sized |x|
+            amax = np.maximum(kv.max(axis=(-2, -1)), -kv.min(axis=(-2, -1)))
+            scales = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
+        else:
+            scales = np.broadcast_to(self.static, kv.shape[:4]).astype(np.float32)
+        np.divide(kv, scales[..., None, None], out=kv)  # the same arithmetic as quantize(), in place
+        np.clip(kv, -qmax, qmax, out=kv)
+        if self.dtype == "int8":
+            np.rint(kv, out=kv)
+        for dst, src, length in _runs(block_ids):
+            self.values[dst : dst + length] = kv[src : src + length]  # cast as astype() casts
+        self.scales[np.asarray(block_ids, np.intp)] = scales[:n]
 
     def read_many(self, block_ids: Sequence[int]) -> np.ndarray:
-        """n blocks at once, (n, L, 2, kv_heads, tokens, head_dim); the same values as n `read`s. Read-only: for
-        consecutive ids of an fp32 or raw store it is a view of the store (no copy; imported prompts and fresh
-        saves get consecutive ids from the free list)."""
-        ids = np.asarray(block_ids, np.intp)
-        where: slice | np.ndarray = ids
-        if len(ids) > 1 and int(ids[-1]) - int(ids[0]) + 1 == len(ids) and bool((np.diff(ids) == 1).all()):
-            where = slice(int(ids[0]), int(ids[-1]) + 1)
-        if self.raw:
-            return self.values[where]
-        scales = self.scales[where] if self.scales is not None else None
-        return dequantize(self.values[where], scales, self.dtype)
+        """n blocks at once, (n, L, 2, kv_heads, tokens, head_dim) in `array_dtype`; the same values as n `read`s.
+        Read-only. For consecutive ids of an fp32 or raw store it is a view of the store (imported prompts and
+        fresh saves get consecutive ids from the free list); otherwise it is the `staging` buffer, filled."""
+        runs = _runs(block_ids)
+        if len(runs) == 1 and self.values.dtype == self.array_dtype:
+            dst, _, length = runs[0]
+            return self.values[dst : dst + length]
+        out = self.staging(len(block_ids))
+        for dst, src, length in runs:
+            out[src : src + length] = self.values[dst : dst + length]
+        if self.scales is not None:
+            out *= self.scales[np.asarray(block_ids, np.intp)][..., None, None]
+        return out
 
     def read(self, block_id: int) -> np.ndarray:
         if self.raw:
             return self.values[block_id]
         scales = self.scales[block_id] if self.scales is not None else None
         return dequantize(self.values[block_id], scales, self.dtype)
+
+
+def _runs(block_ids: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(first id, position in block_ids, length) of each run of consecutive ids."""
+    runs: list[tuple[int, int, int]] = []
+    for i, b in enumerate(block_ids):
+        b = int(b)
+        if runs and runs[-1][0] + runs[-1][2] == b:
+            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
+        else:
+            runs.append((b, i, 1))
+    return runs

@@ -130,6 +130,8 @@ class OpenVinoPagedRunner:
             None,
             None,
         )
+        if self.num_blocks:  # a copy moves at most one prompt's blocks (BlockData.staging: why)
+            self.blocks.reserve_staging(min(self.num_blocks, -(-max_len // tokens_per_block)))
 
     def close(self) -> None:
         """Free every OpenVINO object now, on the closing thread: left to the garbage collector, they would be
@@ -303,7 +305,7 @@ class OpenVinoPagedRunner:
     def _save_blocks(self, block_ids: list[int], slot: int, start: int) -> None:
         nb, bs = len(block_ids), self.tokens_per_block
         blk, off = self._positions(slot, start, nb * bs)
-        kv = np.empty((nb, self.num_layers, 2, self.kv_heads, bs, self.head_dim), np.float32)
+        kv = self.blocks.staging(nb)  # (nb, L, 2, heads, bs, head_dim) float32
         for layer in range(self.num_layers):
             for j, pool in enumerate((self.k[layer], self.v[layer])):
                 vals = pool[blk, :, off].astype(np.float32)  # (n, heads, head_dim)

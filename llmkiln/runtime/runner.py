@@ -123,6 +123,8 @@ class OnnxRunner:
         self.blocks = BlockData(
             kv_dtype, self.num_blocks, L, info.kv_heads, tokens_per_block, info.head_size, kv_scales, raw
         )
+        if self.num_blocks:  # a copy moves at most one prompt's blocks (BlockData.staging: why)
+            self.blocks.reserve_staging(min(self.num_blocks, -(-max_len // tokens_per_block)))
         self._empty_past = np.zeros((1,), self.pool_dtype)
         self._names = [
             (
@@ -341,7 +343,7 @@ class OnnxRunner:
 
     def _save_blocks(self, block_ids: list[int], slot: int, start: int) -> None:
         n, bs, info = len(block_ids), self.tokens_per_block, self.info
-        kv = np.empty((n, info.num_layers, 2, info.kv_heads, bs, info.head_size), self.pool_dtype)
+        kv = self.blocks.staging(n)  # (n, L, 2, heads, bs, head_dim) in the pool dtype
         if self._block_views is not None:
             b0 = start // bs
             for layer, (kb, vb) in enumerate(self._block_views):

@@ -548,6 +548,8 @@ class TorchRunner:
         self.blocks = BlockData(
             kv_dtype, self.num_blocks, m.num_layers, m.kv_heads, tokens_per_block, m.head_dim, kv_scales, None
         )
+        if self.num_blocks:  # a copy moves at most one prompt's blocks (BlockData.staging: why)
+            self.blocks.reserve_staging(min(self.num_blocks, -(-max_len // tokens_per_block)))
         self.slot_tokens: list[list[int]] = [[] for _ in range(num_slots)]
         self._prefixes: dict[tuple[int, int], PrefixKV] = {}
         self.block_tokens: dict[int, tuple[int, ...]] = {}
@@ -655,10 +657,8 @@ class TorchRunner:
         self.slot_tokens[slot] = toks
 
     def _save_blocks(self, block_ids: list[int], slot: int, start: int) -> None:
-        import numpy as np
-
         m, bs, n = self.model, self.tokens_per_block, len(block_ids)
-        kv = np.empty((n, m.num_layers, 2, m.kv_heads, bs, m.head_dim), np.float32)
+        kv = self.blocks.staging(n)  # (n, L, 2, heads, bs, head_dim) float32
         end = start + n * bs
         for layer in range(m.num_layers):
             for j, pool in enumerate((m.k[layer], m.v[layer])):

@@ -139,3 +139,33 @@ def test_many_blocks_at_once_equal_one_by_one(dtype):
     assert np.array_equal(one.values, many.values)
     got = many.read_many([2, 4])
     assert np.array_equal(got[0], one.read(2)) and np.array_equal(got[1], one.read(4))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "static"),
+    [("fp32", False), ("fp16", False), ("int8", False), ("fp8", False), ("int8", True), ("fp8", True)],
+)
+def test_copies_through_the_staging_buffer_equal_one_by_one(dtype, static):
+    """The runners' path: blocks gathered into the reused staging buffer (quantized there in place), written to
+    scattered and consecutive ids, read back into it: the same bytes and values as block-by-block writes and
+    reads, and no block-sized array is allocated per copy (the staging buffer is the one read_many returns)."""
+    scales = KvScales("int8", np.full((L, 2, H), 0.05, np.float32)) if static else None
+    xs = np.stack([_kv(s) for s in range(4)])
+    one, many = BlockData(dtype, 8, L, H, T, D, scales), BlockData(dtype, 8, L, H, T, D, scales)
+    many.reserve_staging(4)
+    for ids in ([6, 1, 3, 2], [4, 5, 6, 7]):  # scattered (one consecutive pair), then one run
+        for i, block_id in enumerate(ids):
+            one.write(block_id, xs[i])
+        staged = many.staging(len(ids))
+        staged[...] = xs
+        many.write_many(ids, staged)
+        assert np.array_equal(one.values, many.values)
+        if one.scales is not None:
+            assert np.array_equal(one.scales, many.scales)
+        got = many.read_many(ids)
+        for i, block_id in enumerate(ids):
+            assert np.array_equal(got[i], one.read(block_id))
+        if dtype != "fp32":
+            assert np.shares_memory(got, many.staging(1))  # filled in place, not allocated
+    if dtype == "fp32":  # a run of an fp32 store: a view of the store
+        assert not np.shares_memory(many.read_many([4, 5]), many.staging(1))
