@@ -20,8 +20,9 @@ would exceed `tpot_slo_ms` if this prefill ran before its next decode; the proje
 estimates of step costs (`StepCosts`). When it would, the step decodes every running sequence instead, and the
 step after a forced decode prefills regardless, so prompts never starve (worst case: decode and prefill steps
 alternate, as in the decode-first mode). One run per step lets each prompt's first token out as soon as its
-own prefill is done. The run is picked among running prompts and admittable waiting ones: those whose rest
-fits one chunk first (in policy order), then multi-chunk prompts; prompts without a cached prefix that fit one
+own prefill is done. The run is picked among running prompts and admittable waiting ones: fewest chunks left
+first (ties in policy order), so one-chunk prompts go first and a prompt just over a chunk does not wait for all
+of a long one's chunks (a long prompt waits while shorter ones keep coming); prompts without a cached prefix that fit one
 chunk are batched into one run up to `max_prefill_tokens` tokens. A runner that runs decode rows and prefill
 chunks in one call (`mixes_decodes_with_prefills`: the OpenVINO and torch runners) gets every running sequence's
 decode token in each prefill run as well (mixed steps): decoding advances every step, at the run's pace, and
@@ -300,8 +301,9 @@ class Scheduler:
     def _pick_prefill_run(self, running: list[Request]) -> list[tuple[Request, list[int], int]]:
         """The prefill run of a TTFT-first step: [(request, cached block hits, tokens)], nothing planned yet.
 
-        Candidates: running prompts, then waiting ones that would get a free slot (policy order). Those whose
-        rest fits one chunk go first. A candidate with a past (a later chunk or a cached prefix) runs alone; one
+        Candidates: running prompts, then waiting ones that would get a free slot (policy order). Those with the
+        fewest chunks left go first (shortest remaining prefill first, counted in chunks: a prompt just over one
+        chunk does not wait for all of a long one's). A candidate with a past (a later chunk or a cached prefix) runs alone; one
         without a past is batched with the next such candidates while `max_prefill_tokens` lasts. With
         `batch_past_prefills` (a runner that batches prompts on a past), candidates whose rest fits one chunk are
         batched whatever their past, while `max_prefill_tokens` lasts."""
@@ -317,8 +319,9 @@ class Scheduler:
             cands.append((r, hits, start, r.num_prompt_tokens - start))
         if not cands:
             return []
-        # stable sort: prompts finishing in one chunk before multi-chunk ones, otherwise the order above
-        cands.sort(key=lambda c: chunk is not None and c[3] > chunk)
+        # stable sort: fewest chunks left first (a prompt finishing in one chunk before multi-chunk ones, a prompt of
+        # two chunks before the 15 left of a long one's), otherwise the order above
+        cands.sort(key=lambda c: 0 if chunk is None else -(-c[3] // chunk))
         first, hits, start, rest = cands[0]
         size = rest if chunk is None else min(rest, chunk)
         picked = [(first, hits, size)]

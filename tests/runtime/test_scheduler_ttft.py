@@ -147,6 +147,23 @@ def test_single_chunk_prompts_go_before_multi_chunk_ones():
     assert [c.request_id for c in plan.prefills] == [long.request_id]
 
 
+def test_a_prompt_just_over_one_chunk_overtakes_a_long_prompts_rest():
+    """Fewest chunks left first: a 20-token prompt (2 chunks of 16) runs before the 3 chunks left of a 60-token
+    prompt, instead of waiting for all of them (the prefill tier's 129-token prompts behind 2048-token ones)."""
+    sched = _sched(prefix_reuse=False, max_prefill_tokens=16, max_num_tokens=32)
+    (long,) = make_requests(1, prompt_len=60, max_tokens=2, seed=5)
+    (mid,) = make_requests(1, prompt_len=20, max_tokens=2, seed=7)
+    runner = _runner(sched)
+    sched.add_request(long)
+    _step(sched, runner, 0)  # the long prompt's first chunk: 44 tokens (3 chunks) left
+    sched.add_request(mid)
+    order = []
+    for i in range(1, 6):
+        plan, _ = _step(sched, runner, i * MS, StepCosts(MS, MS))
+        order += [c.request_id for c in plan.prefills]
+    assert order == [mid.request_id] * 2 + [long.request_id] * 3
+
+
 def test_recipe_rejects_ttft_first_with_static_batching():
     with pytest.raises(RecipeError, match="ttft_first"):
         load_recipe("tiny-fp32", {"scheduler": {"batching": "static", "ttft_first": True}})
