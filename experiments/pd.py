@@ -9,8 +9,11 @@ completions endpoint (prompt lengths exact), greedy, every setup a fresh launch 
   chunks only bound how long a short prompt waits there behind a long one);
 - `pd-1p1d-local128`: pd-1p1d-chunk128 plus conditional disaggregation by length: a prompt whose uncached part is
   at most 128 tokens (`--max-local-prefill-tokens`, the default) skips the prefill tier and is prefilled on the
-  decode worker (the other pd setups set it to 0: every prompt through the prefill tier).
-`--setups` picks others (`pd-1p1d-cond`: Dynamo's own conditional disaggregation in the frontend, isl_bounding).
+  decode worker (the other pd setups set it to 0: every prompt through the prefill tier);
+- `pd-decode-first`: pd-1p1d-local128 with `--decode-first`: the decode worker on both cores (onnxruntime threads
+  that do not spin), the prefill worker's compute at idle priority (runtime.compute_priority).
+The default runs agg-2w, pd-1p1d, pd-1p1d-local128 and pd-decode-first; `--setups` picks others
+(`pd-1p1d-chunk128`; `pd-1p1d-cond`: Dynamo's own conditional disaggregation in the frontend, isl_bounding).
 Workloads: mixed-long-short (2048-token prompts among 32-128-token ones, one long every `long_every`) and
 shared-prefix (system prompts of `system_tokens` tokens plus a user turn). Each workload runs closed loop at
 concurrency 4 and 8 and open loop (Poisson arrivals at `request_rate`). Per run: TTFT and ITL p50/p95/p99 for the
@@ -65,6 +68,9 @@ class Setup:
     # on the decode worker (--max-local-prefill-tokens; 0: every prompt through the prefill tier)
     max_local_prefill: int = 0
     threads: int = 0  # intra-op threads of every worker (0: cores // workers); 2 on 2 cores: tiers share both
+    decode_first: bool = (
+        False  # --decode-first: decode worker on every core, prefill compute at idle priority
+    )
 
     def frontend_args(self) -> tuple[str, ...]:
         if not self.local_prefill_below:
@@ -86,8 +92,13 @@ AVAILABLE = (
     # both workers may use both cores (oversubscribed when both are busy): the decode worker's short prefills and
     # decodes get the prefill worker's idle core
     Setup("pd-1p1d-local128-t2", prefill=1, decode=1, prefill_chunk=128, max_local_prefill=128, threads=2),
+    # local128 with the decode tier first: it runs on both cores (threads that do not spin), the prefill worker's
+    # compute at idle priority on the cycles the decode worker, the frontend and the client leave
+    Setup(
+        "pd-decode-first", prefill=1, decode=1, prefill_chunk=128, max_local_prefill=128, decode_first=True
+    ),
 )
-SETUPS = AVAILABLE[:4]
+SETUPS = tuple(s for s in AVAILABLE if s.name in ("agg-2w", "pd-1p1d", "pd-1p1d-local128", "pd-decode-first"))
 
 
 @dataclass(frozen=True)
@@ -340,6 +351,7 @@ def _run_setup(
         else {},
         max_local_prefill_tokens=setup.max_local_prefill,
         threads_per_worker=setup.threads,
+        decode_first=setup.decode_first,
         profile_dir=cfg.raw_dir / "profiles" / setup.name,  # the step profile (a few list appends per step)
     )
     shutil.rmtree(cfg.raw_dir / "profiles" / setup.name, ignore_errors=True)
@@ -348,7 +360,7 @@ def _run_setup(
         spec = launcher.spec
         result: dict[str, Any] = {
             "setup": asdict(setup),
-            "threads_per_worker": launcher.spec.threads,
+            "threads_per_worker": [spec.worker_threads(i) for i in range(spec.workers)],
             "runs": {},
         }
         if (

@@ -190,6 +190,16 @@ class Scheduler(Strict):
         "INFERENCE_NUM_THREADS); 0 = the library's default.",
         json_schema_extra=honoured_by(*LLMKILN_RUNTIME, why="the CPU runner's thread count"),
     )
+    intra_op_spinning: bool = Field(
+        True,
+        description="onnxruntime's intra-op threads spin-wait between operators (faster on cores of their own); "
+        "false where other processes share the cores (kiln serve --decode-first sets it on the decode tier).",
+        json_schema_extra=honoured_by(
+            Backend.ONNX_CPU,
+            Backend.ONNX_GPU,
+            why="onnxruntime's thread-pool setting (session.intra_op.allow_spinning)",
+        ),
+    )
     ttft_first: bool = Field(
         False,
         description="CPU runtime, inflight: run waiting prompts' prefill (one run per step) ahead of decode steps "

@@ -162,6 +162,12 @@ def _check_trtllm(repo_dir: Path, upstream: Path | None, take: bool) -> None:
     "scheduler.max_prefill_tokens=128.",
 )
 @click.option(
+    "--decode-first",
+    is_flag=True,
+    help="--dynamo with prefill workers on one CPU host: the decode workers run on every core and the prefill "
+    "workers' compute at idle priority (it gets the cycles decode steps, the front door and KV transfers leave).",
+)
+@click.option(
     "--router-mode",
     type=click.Choice(ROUTER_MODES),
     default="kv",
@@ -211,6 +217,7 @@ def serve(
     kv_export_timeout: float,
     max_local_prefill_tokens: int,
     prefill_sets: tuple[str, ...],
+    decode_first: bool,
     router_mode: RouterMode,  # click.Choice(ROUTER_MODES)
     migration_limit: int,
     threads_per_worker: int,
@@ -228,11 +235,12 @@ def serve(
     --workers llmkiln workers, each warmed up before it registers; Ctrl-C or SIGTERM stops them all.
     --prefill-workers P --decode-workers D: prefill/decode separation instead (P + D workers, each with its core
     share; the prompt's KV moves from prefill to decode worker with NIXL; a prompt whose uncached part is at most
-    --max-local-prefill-tokens is prefilled on the decode worker instead; --prefill-set tunes the prefill workers).
+    --max-local-prefill-tokens is prefilled on the decode worker instead; --prefill-set tunes the prefill workers;
+    --decode-first gives the decode tier every core and the prefill tier's compute idle priority).
 
     A flag of the other front door is refused (exit 2): --grpc-port, --metrics-port and --log-verbose are
     Triton's; --workers, --prefill-workers, --decode-workers, --kv-export-timeout, --max-local-prefill-tokens,
-    --prefill-set, --router-mode, --migration-limit, --threads-per-worker, --grace-period and --state-dir are
+    --prefill-set, --decode-first, --router-mode, --migration-limit, --threads-per-worker, --grace-period and --state-dir are
     Dynamo's.
     """
     ctx = click.get_current_context()
@@ -268,6 +276,7 @@ def serve(
                 kv_export_timeout_s=kv_export_timeout,
                 max_local_prefill_tokens=max_local_prefill_tokens,
                 prefill_overrides=recipe_sets(prefill_sets, "--prefill-set"),
+                decode_first=decode_first,
                 host=host,
                 http_port=http_port,
                 router_mode=router_mode,
@@ -312,6 +321,7 @@ DYNAMO_ONLY = (
     "kv_export_timeout",
     "max_local_prefill_tokens",
     "prefill_sets",
+    "decode_first",
     "router_mode",
     "migration_limit",
     "threads_per_worker",
@@ -320,7 +330,7 @@ DYNAMO_ONLY = (
 )
 
 
-PD_ONLY = ("kv_export_timeout", "max_local_prefill_tokens", "prefill_sets")
+PD_ONLY = ("kv_export_timeout", "max_local_prefill_tokens", "prefill_sets", "decode_first")
 
 
 def _refuse_other_front_door(ctx: click.Context, dynamo: bool) -> None:

@@ -15,6 +15,8 @@ Prefill/decode separation (`prefill_workers` P and `decode_workers` D, both ≥ 
 prefill`, P..P+D-1 `--role decode` (llmkiln.host.roles); `workers` is then P + D, each with its core share.
 Both roles get `--max-local-prefill-tokens` (prefill workers hand shorter uncached prompts to the decode worker,
 which caps its prefill runs to it); prefill workers get the recipe fields of `prefill_overrides` over `overrides`.
+`decode_first` (one CPU host): decode workers get every core and `--no-spin`, prefill workers their share and
+`--compute-priority idle`, so decode steps, the front door and the KV transfers preempt the prefill tier's compute.
 """
 
 from __future__ import annotations
@@ -103,6 +105,10 @@ class ClusterSpec:
     max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS
     # each worker's engine appends its step profile (llmkiln.runtime.profile) to profile_dir/worker-<i>.jsonl
     profile_dir: Path | None = None
+    # one CPU host, decode tier first: decode workers get every core (onnxruntime threads that do not spin), the
+    # prefill workers' compute runs at idle priority (runtime.compute_priority) on the cycles the decode tier,
+    # the front door and the transfers leave
+    decode_first: bool = False
 
     @property
     def disaggregated(self) -> bool:
@@ -125,10 +131,16 @@ class ClusterSpec:
                 raise ValueError(f"workers {self.workers} != prefill + decode workers")
             if self.kv_export_timeout_s <= 0:
                 raise BadInput(f"--kv-export-timeout must be > 0, got {self.kv_export_timeout_s}")
+            if self.decode_first and self.threads_per_worker:
+                raise BadInput("--decode-first sets each tier's threads: drop --threads-per-worker")
             if self.max_local_prefill_tokens < 0:
                 raise BadInput(
                     f"--max-local-prefill-tokens must be >= 0, got {self.max_local_prefill_tokens}"
                 )
+        elif self.decode_first:
+            raise BadInput(
+                "--decode-first is for prefill/decode separation: add --prefill-workers P --decode-workers D"
+            )
         if self.workers < 1:
             raise BadInput(f"--workers must be at least 1, got {self.workers}")
         if self.router_mode not in ROUTER_MODES:
@@ -146,8 +158,14 @@ class ClusterSpec:
 
     @property
     def threads(self) -> int:
-        """Intra-op threads of each worker."""
+        """Intra-op threads of each worker (decode_first: of each prefill worker)."""
         return self.threads_per_worker or max(1, available_cores() // self.workers)
+
+    def worker_threads(self, index: int) -> int:
+        """Intra-op threads of worker `index`: its core share; with decode_first a decode worker's are every core."""
+        if self.decode_first and self.worker_role(index) == "decode":
+            return available_cores()
+        return self.threads
 
     @property
     def discovery_dir(self) -> Path:
@@ -247,7 +265,7 @@ class ClusterSpec:
             "--namespace",
             self.namespace,
             "--threads",
-            str(self.threads),
+            str(self.worker_threads(index)),
             "--drain-timeout",
             f"{self.drain_timeout_s:g}",
         ]
@@ -267,6 +285,10 @@ class ClusterSpec:
             ]
             # prefill: the hand-off threshold; decode: its prefill runs are capped to it (llmkiln.dynamo.worker)
             args += ["--max-local-prefill-tokens", str(self.max_local_prefill_tokens)]
+            if self.decode_first:
+                args += (
+                    ["--compute-priority", "idle"] if self.worker_role(index) == "prefill" else ["--no-spin"]
+                )
         return args
 
     def worker_overrides(self, index: int) -> dict[str, Any]:

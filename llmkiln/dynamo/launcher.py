@@ -398,6 +398,7 @@ class DynamoOptions:
     max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS  # shorter uncached prompts skip the prefill tier
     extra_env: dict[str, str] = field(default_factory=dict)  # added to every process's environment
     profile_dir: Path | None = None  # each worker's step profile: profile_dir/worker-<i>.jsonl
+    decode_first: bool = False  # one CPU host: decode tier on every core, prefill compute at idle priority
 
     @property
     def num_workers(self) -> int:
@@ -456,6 +457,7 @@ def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> Clust
         max_local_prefill_tokens=opts.max_local_prefill_tokens,
         extra_env=dict(opts.extra_env),
         profile_dir=opts.profile_dir,
+        decode_first=opts.decode_first,
     )
 
 

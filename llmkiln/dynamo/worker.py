@@ -2,7 +2,7 @@
 
     python -m llmkiln.dynamo.worker --engine engines/NAME [--threads 1] [--overrides JSON] [--no-kv-events]
                                     [--role aggregated|prefill|decode] [--kv-export-timeout 30]
-                                    [--max-local-prefill-tokens 128]
+                                    [--max-local-prefill-tokens 128] [--compute-priority normal|idle] [--no-spin]
 
 `kiln serve ENGINE --dynamo` starts these (llmkiln.dynamo.launcher) with the environment of its launch
 (llmkiln.dynamo.cluster: file discovery, loopback addresses). Life of a worker, driven by Dynamo's Rust
@@ -60,12 +60,15 @@ from dynamo.common.backend.run import run
 from dynamo.common.constants import DisaggregationMode
 from dynamo.llm.exceptions import EngineShutdown, HttpError, InvalidArgument, Unknown
 
+from llmkiln.capabilities import Backend
 from llmkiln.dynamo.kv_events import KvEventBridge
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import KilnError
 from llmkiln.host.engine_host import EngineHost, HostOptions
 from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS, KvTransfer, TransferFailed
 from llmkiln.host.roles import WorkerRole
+from llmkiln.runtime import compute_priority
+from llmkiln.runtime.compute_priority import COMPUTE_PRIORITIES, ComputePriority
 from llmkiln.runtime.engine import EngineClosed
 from llmkiln.runtime.protocol import ServingHandle
 from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, SamplingParams
@@ -102,6 +105,8 @@ class WorkerArgs:
     role: WorkerRole = WorkerRole.AGGREGATED
     kv_export_timeout_s: float = 30.0
     max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS
+    compute_priority: ComputePriority = "normal"
+    spinning: bool = True  # False: scheduler.intra_op_spinning false (onnxruntime engines)
 
     @classmethod
     def parse(cls, argv: list[str] | None) -> WorkerArgs:
@@ -152,6 +157,19 @@ class WorkerArgs:
             "for the decode worker to prefill itself (0: every prompt is prefilled here). Decode role: its prefill "
             "runs are capped to this many tokens (scheduler.max_prefill_tokens, unless --overrides sets it).",
         )
+        p.add_argument(
+            "--compute-priority",
+            choices=list(COMPUTE_PRIORITIES),
+            default="normal",
+            help="CPU priority of the engine's compute (idle: only cycles no other thread wants; what "
+            "`kiln serve --decode-first` gives the prefill tier).",
+        )
+        p.add_argument(
+            "--no-spin",
+            action="store_true",
+            help="onnxruntime's intra-op threads sleep between operators instead of spinning "
+            "(scheduler.intra_op_spinning false; for cores shared with other processes).",
+        )
         a = p.parse_args(argv)
         overrides = json.loads(a.overrides)
         if not isinstance(overrides, dict):
@@ -174,13 +192,18 @@ class WorkerArgs:
             role=WorkerRole(a.role),
             kv_export_timeout_s=a.kv_export_timeout,
             max_local_prefill_tokens=a.max_local_prefill_tokens,
+            compute_priority=compute_priority.check(a.compute_priority),
+            spinning=not a.no_spin,
         )
 
-    def engine_overrides(self) -> dict[str, Any]:
-        """The recipe overrides, with the thread cap in scheduler.intra_op_threads."""
+    def engine_overrides(self, backend: Backend | None = None) -> dict[str, Any]:
+        """The recipe overrides, with the thread cap in scheduler.intra_op_threads (and, on an onnxruntime
+        `backend`, --no-spin in scheduler.intra_op_spinning: other backends refuse that field)."""
         out = {k: dict(v) if isinstance(v, dict) else v for k, v in self.overrides.items()}
         if self.threads:
             out.setdefault("scheduler", {})["intra_op_threads"] = self.threads
+        if not self.spinning and backend in (Backend.ONNX_CPU, Backend.ONNX_GPU):
+            out.setdefault("scheduler", {})["intra_op_spinning"] = False
         return out
 
 
@@ -201,7 +224,7 @@ class KilnWorker(DynamoEngine):
         unless --overrides sets it): short prompts arriving together are then prefilled in runs of at most that
         many tokens, so they stall the running decodes no longer than one such prompt does (without the cap the
         TTFT-first scheduler batches them up to the recipe's chunk, 512 tokens in bench-optimized)."""
-        out = self.args.engine_overrides()
+        out = self.args.engine_overrides(self.folder.recipe().backend)
         limit = self.args.max_local_prefill_tokens
         if self.args.role is not WorkerRole.DECODE or limit <= 0:
             return out
@@ -243,6 +266,7 @@ class KilnWorker(DynamoEngine):
             )
         options = HostOptions(
             overrides=self.engine_overrides(),
+            compute_priority=self.args.compute_priority,
             role=self.args.role,
             kv_export_timeout_s=self.args.kv_export_timeout_s,
             max_local_prefill_tokens=self.args.max_local_prefill_tokens,

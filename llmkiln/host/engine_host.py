@@ -35,6 +35,7 @@ from llmkiln.host.metrics import HostMetrics, exposition
 from llmkiln.host.roles import WorkerRole
 from llmkiln.host.warmup import WarmupResult, run_warmup
 from llmkiln.recipe import Warmup
+from llmkiln.runtime.compute_priority import ComputePriority
 from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.loader import load_engine
 from llmkiln.runtime.profile import PROFILE_ENV
@@ -66,6 +67,7 @@ class HostOptions:
     engines_root: Path | None = None
     kv_export_timeout_s: float = 30.0
     max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS
+    compute_priority: ComputePriority = "normal"  # the engine's scheduler thread (runtime.compute_priority)
 
 
 DEFAULT_STALL_TIMEOUT_S = 30.0  # the recipe's serve.stall_timeout_s default, for engines without a recipe
@@ -130,6 +132,7 @@ class EngineHost:
         profile = opts.profile or os.environ.get(PROFILE_ENV)
         if profile:
             eng.enable_profile(profile)
+        eng.compute_priority = opts.compute_priority
         eng.start()
         host = cls(eng, folder, opts.role, log)
         if opts.role.moves_kv:

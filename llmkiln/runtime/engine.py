@@ -20,7 +20,9 @@ import numpy as np
 
 from llmkiln.errors import KilnError
 from llmkiln.recipe import Recipe
+from llmkiln.runtime import compute_priority
 from llmkiln.runtime import metrics as metrics_mod
+from llmkiln.runtime.compute_priority import ComputePriority
 from llmkiln.runtime.handle import RequestHandle, push_events
 from llmkiln.runtime.kv_blocks import BlockStore, Reservation
 from llmkiln.runtime.kv_quant import BlockData
@@ -122,6 +124,8 @@ class LLMEngine:
         self._progress_ns = time.monotonic_ns()  # the last step's end, or when work arrived at an idle engine
         self.profiler: Profiler | None = None
         self.costs = StepCosts()  # running estimates for the TTFT-first scheduler
+        # the scheduler thread's CPU priority (runtime.compute_priority), set before start()
+        self.compute_priority: ComputePriority = "normal"
 
     def enable_profile(self, path: str | Path) -> Profiler:
         """Append a step profile to `path` from now on (runtime/profile.py; `kiln profile` reads it)."""
@@ -436,6 +440,7 @@ class LLMEngine:
     # ------------------------------------------------------------------ the scheduler thread
     def _loop(self) -> None:
         try:
+            compute_priority.apply_to_this_thread(self.compute_priority)
             self._run_loop()
         except Exception as exc:  # a bug in scheduling: fail everything now rather than leave callers hanging
             self._fail_all(f"{type(exc).__name__}: {exc}")

@@ -66,6 +66,7 @@ def load_engine(engine: str | Path | EngineDir, overrides: dict[str, Any] | None
             kv_dtype=kv.dtype,
             kv_scales=scales,
             intra_op_threads=recipe.scheduler.intra_op_threads,
+            intra_op_spinning=recipe.scheduler.intra_op_spinning,
             # onnx-gpu: the build's TensorRT EP / CUDA EP list; the built TensorRT engine is for the graph as
             # exported, so the last-logits rewrite (a different graph, a rebuild at load) is skipped
             last_logits_only=providers is None,

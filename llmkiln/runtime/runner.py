@@ -66,6 +66,7 @@ class OnnxRunner:
         kv_dtype: str = "fp32",
         kv_scales: KvScales | None = None,
         intra_op_threads: int = 0,
+        intra_op_spinning: bool = True,
         last_logits_only: bool = True,
         providers: Sequence[tuple[str, dict[str, Any]]] | None = None,
     ) -> None:
@@ -78,6 +79,8 @@ class OnnxRunner:
         if intra_op_threads:
             opts.intra_op_num_threads = intra_op_threads
         opts.inter_op_num_threads = 1
+        if not intra_op_spinning:  # threads sleep between operators instead of spinning on a shared core
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.log_severity_level = 3
         path = Path(engine_dir) / info.model_file
         rewritten = last_logits.rewrite(path, info.logits_name) if last_logits_only else None

@@ -124,6 +124,47 @@ def test_prefill_and_decode_workers_get_their_roles_and_core_shares():
         spec(workers=1, status_ports=(20001,), prefill_workers=1).check()
 
 
+def test_decode_first_gives_the_decode_tier_every_core_and_the_prefill_compute_idle_priority():
+    s = spec(
+        workers=3, status_ports=(20001, 20002, 20003), prefill_workers=1, decode_workers=2, decode_first=True
+    )
+    s.check()
+    prefill, *decode = (s.worker_commandline(i) for i in range(3))
+    assert prefill[prefill.index("--threads") + 1] == str(s.threads)
+    assert prefill[prefill.index("--compute-priority") + 1] == "idle" and "--no-spin" not in prefill
+    for cmd in decode:
+        assert cmd[cmd.index("--threads") + 1] == str(available_cores())
+        assert "--no-spin" in cmd and "--compute-priority" not in cmd
+    plain = spec(workers=2, status_ports=(20001, 20002), prefill_workers=1, decode_workers=1)
+    assert all("--compute-priority" not in plain.worker_commandline(i) for i in range(2))
+    with pytest.raises(BadInput, match="--decode-first is for prefill/decode separation"):
+        spec(decode_first=True).check()
+    with pytest.raises(BadInput, match="--threads-per-worker"):
+        spec(
+            workers=2,
+            status_ports=(20001, 20002),
+            prefill_workers=1,
+            decode_workers=1,
+            decode_first=True,
+            threads_per_worker=1,
+        ).check()
+
+
+def test_worker_no_spin_and_compute_priority(stories_engine):
+    """--no-spin becomes scheduler.intra_op_spinning false on an onnxruntime engine only (other backends refuse
+    the field); --compute-priority reaches the engine host; bad values exit 2."""
+    from llmkiln.capabilities import Backend
+    from llmkiln.dynamo.worker import KilnWorker, WorkerArgs
+
+    args = WorkerArgs.parse(["--engine", str(stories_engine), "--no-spin", "--compute-priority", "idle"])
+    assert args.compute_priority == "idle" and not args.spinning
+    assert KilnWorker(args).engine_overrides() == {"scheduler": {"intra_op_spinning": False}}
+    assert args.engine_overrides(Backend.OPENVINO_CPU) == {}
+    assert WorkerArgs.parse(["--engine", str(stories_engine)]).engine_overrides(Backend.ONNX_CPU) == {}
+    with pytest.raises(SystemExit):
+        WorkerArgs.parse(["--engine", str(stories_engine), "--compute-priority", "high"])
+
+
 def test_make_spec_counts_prefill_and_decode_workers(tmp_path, engine_factory):
     engine = engine_factory("stories-fp32")
     s = make_spec(engine, DynamoOptions(prefill_workers=1, decode_workers=1, http_port=0), tmp_path)

@@ -208,8 +208,27 @@ LOCAL_LIMIT = 64  # between PROMPTS[1] (31 tokens) and PROMPTS[2]
 @pytest.fixture(scope="module")
 def cond_pd(launch, stories_engine):
     """One prefill (0) and one decode worker (1); prompts with at most LOCAL_LIMIT uncached tokens skip the prefill
-    tier."""
-    return launch(stories_engine, prefill_workers=1, decode_workers=1, max_local_prefill_tokens=LOCAL_LIMIT)
+    tier. With --decode-first (the decode worker on every core, the prefill compute at idle priority): the same
+    outputs are expected of it."""
+    return launch(
+        stories_engine,
+        prefill_workers=1,
+        decode_workers=1,
+        max_local_prefill_tokens=LOCAL_LIMIT,
+        decode_first=True,
+    )
+
+
+def _thread_policies(pid: int) -> list[int]:
+    import os
+
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out.append(os.sched_getscheduler(int(tid)))
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return out
 
 
 def _counts(launcher) -> dict[str, float]:
@@ -281,3 +300,18 @@ def test_long_prompts_go_through_the_prefill_tier_and_cached_repeats_skip_it(con
         cond_pd.worker_metrics(0)["kv_blocks_pinned"] == 0
         and cond_pd.worker_metrics(1)["kv_blocks_pinned"] == 0
     )
+
+
+def test_decode_first_runs_the_prefill_compute_at_idle_priority(cond_pd, expected):
+    """--decode-first: exactly one thread of the prefill worker (its engine's scheduler thread) runs SCHED_IDLE,
+    none of the decode worker's; the decode worker got every core; outputs through both tiers are unchanged."""
+    import os
+
+    from llmkiln.dynamo.cluster import available_cores
+
+    assert _thread_policies(cond_pd.workers[0].pid).count(os.SCHED_IDLE) == 1
+    assert os.SCHED_IDLE not in _thread_policies(cond_pd.workers[1].pid)
+    cmd = cond_pd.workers[1].command
+    assert cmd[cmd.index("--threads") + 1] == str(available_cores()) and "--no-spin" in cmd
+    for prompt in (PROMPTS[1], PROMPTS[2]):  # one prefilled locally, one through the prefill tier
+        assert complete(cond_pd, prompt)[0] == expected[prompt]

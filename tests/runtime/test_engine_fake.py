@@ -244,3 +244,27 @@ def test_call_runs_on_the_scheduler_thread_and_import_feeds_admission():
         eng.shutdown()
     with pytest.raises(Exception, match="not running"):
         eng.call(lambda: None).result(5)
+
+
+def test_compute_priority_idle_moves_the_scheduler_thread_to_sched_idle():
+    """`kiln serve --decode-first` gives the prefill tier's compute idle priority: the scheduler thread (where
+    onnxruntime computes with one intra-op thread) runs SCHED_IDLE; the calling thread keeps its policy."""
+    import os
+
+    eng = make_engine()
+    eng.compute_priority = "idle"
+    eng.start()
+    try:
+        policy = eng.call(lambda: os.sched_getscheduler(0)).result(10)
+        assert policy == os.SCHED_IDLE
+        assert os.sched_getscheduler(0) != os.SCHED_IDLE
+        out = eng.generate([_prompt(1)], SamplingParams(max_tokens=3))  # it still serves
+        assert len(out[0]) == 3
+    finally:
+        eng.shutdown()
+    normal = make_engine()
+    normal.start()
+    try:
+        assert normal.call(lambda: os.sched_getscheduler(0)).result(10) == os.SCHED_OTHER
+    finally:
+        normal.shutdown()
