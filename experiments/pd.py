@@ -145,14 +145,16 @@ class PdConfig:
                 raw_dir=Path("bench/results/raw/pd-quick/raw"),
             )
         if requests is not None:
-            if requests < max(cfg.concurrency):
-                raise BadInput(
-                    f"--requests must be at least the largest concurrency ({max(cfg.concurrency)})"
-                )
-            cfg = replace(cfg, requests=requests, open_requests=requests)
+            cfg = cfg.with_requests(requests)
         if out_dir is not None:
             cfg = replace(cfg, out_dir=Path(out_dir))
         return cfg
+
+    def with_requests(self, requests: int) -> PdConfig:
+        """`requests` per level, closed and open loop."""
+        if requests < max(self.concurrency, default=1):
+            raise BadInput(f"--requests must be at least the largest concurrency ({max(self.concurrency)})")
+        return replace(self, requests=requests, open_requests=requests)
 
     def spec(self, workload: str, n: int) -> WorkloadSpec:
         return WorkloadSpec(
@@ -653,6 +655,15 @@ def resummarize(out: Path) -> Path:
     default=None,
     help="Comma-separated workloads (default mixed-long-short,shared-prefix).",
 )
+@click.option(
+    "--concurrency",
+    "concurrency_",
+    default=None,
+    help="Closed-loop levels, comma-separated (default 4,8); 'none': the open loop only.",
+)
+@click.option(
+    "--request-rate", type=float, default=None, help="The open loop's Poisson rate, requests/s (default 1)."
+)
 @engines_dir_option
 @click.option("--resummarize", "resummarize_only", is_flag=True, help="Rewrite SUMMARY.md from summary.json.")
 def cli(
@@ -661,11 +672,27 @@ def cli(
     out_dir: str | None,
     setup_names: str | None,
     workload_names: str | None,
+    concurrency_: str | None,
+    request_rate: float | None,
     engines_dir: Path,
     resummarize_only: bool,
 ) -> None:
     """`make bench-pd`: aggregated workers vs one prefill + one decode worker (NIXL KV transfer)."""
-    cfg = PdConfig.make(quick=quick, out_dir=Path(out_dir) if out_dir else None, requests=requests_)
+    cfg = PdConfig.make(quick=quick, out_dir=Path(out_dir) if out_dir else None)
+    if concurrency_ is not None:
+        try:
+            levels = () if concurrency_ == "none" else tuple(int(c) for c in concurrency_.split(","))
+        except ValueError:
+            raise BadInput(f"--concurrency {concurrency_!r}: comma-separated integers, or none") from None
+        if any(c < 1 for c in levels):
+            raise BadInput(f"--concurrency {concurrency_!r}: levels must be at least 1")
+        cfg = replace(cfg, concurrency=levels)
+    if request_rate is not None:
+        if not request_rate > 0:
+            raise BadInput(f"--request-rate must be positive, got {request_rate}")
+        cfg = replace(cfg, request_rate=request_rate)
+    if requests_ is not None:
+        cfg = cfg.with_requests(requests_)
     if setup_names:
         by_name = {s.name: s for s in AVAILABLE}
         unknown = [n for n in setup_names.split(",") if n not in by_name]

@@ -167,6 +167,14 @@ class Scheduler(Strict):
             "scheduler.max_num_tokens (the per-iteration token budget)",
         ),
     )
+    max_prefill_tokens_decoding: PositiveInt | None = Field(
+        None,
+        description="Largest prefill run (chunk, or prompts batched) while sequences are decoding: it bounds how "
+        "long a prefill stalls them; with nothing decoding a run takes max_prefill_tokens. None: "
+        "max_prefill_tokens always. A decode worker of prefill/decode separation gets its local-prefill limit "
+        "here.",
+        json_schema_extra=RUNTIME_ONLY,
+    )
     max_queue_size: Annotated[int, Field(gt=0, le=MAX_QUEUE_SIZE)] = Field(
         64,
         description="Waiting requests beyond this are rejected at once.",
@@ -220,6 +228,14 @@ class Scheduler(Strict):
             raise ValueError(
                 f"scheduler.max_prefill_tokens ({self.max_prefill_tokens}) must not exceed "
                 f"scheduler.max_num_tokens ({self.max_num_tokens})"
+            )
+        if (
+            self.max_prefill_tokens_decoding is not None
+            and self.max_prefill_tokens_decoding > self.max_prefill_tokens
+        ):
+            raise ValueError(
+                f"scheduler.max_prefill_tokens_decoding ({self.max_prefill_tokens_decoding}) must not exceed "
+                f"scheduler.max_prefill_tokens ({self.max_prefill_tokens})"
             )
         if self.ttft_first and self.batching != "inflight":
             raise ValueError(

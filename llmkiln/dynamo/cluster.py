@@ -30,6 +30,7 @@ from typing import Any, Literal, get_args
 
 from llmkiln.errors import BadInput
 from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
+from llmkiln.runtime import compute_priority
 from llmkiln.runtime.profile import PROFILE_ENV
 
 RouterMode = Literal["kv", "round-robin", "random"]
@@ -133,6 +134,8 @@ class ClusterSpec:
                 raise BadInput(f"--kv-export-timeout must be > 0, got {self.kv_export_timeout_s}")
             if self.decode_first and self.threads_per_worker:
                 raise BadInput("--decode-first sets each tier's threads: drop --threads-per-worker")
+            if self.decode_first:
+                compute_priority.check("idle")  # Linux only (SCHED_IDLE)
             if self.max_local_prefill_tokens < 0:
                 raise BadInput(
                     f"--max-local-prefill-tokens must be >= 0, got {self.max_local_prefill_tokens}"

@@ -155,7 +155,8 @@ class WorkerArgs:
             default=MAX_LOCAL_PREFILL_TOKENS,
             help="Prefill role: a prompt whose uncached part is at most this many tokens is handed back at once "
             "for the decode worker to prefill itself (0: every prompt is prefilled here). Decode role: its prefill "
-            "runs are capped to this many tokens (scheduler.max_prefill_tokens, unless --overrides sets it).",
+            "runs are capped to this many tokens while sequences decode (scheduler.max_prefill_tokens_decoding, unless "
+            "--overrides sets it).",
         )
         p.add_argument(
             "--compute-priority",
@@ -220,19 +221,23 @@ class KilnWorker(DynamoEngine):
 
     def engine_overrides(self) -> dict[str, Any]:
         """The recipe overrides this worker's engine runs with: the command line's, and on a decode worker with
-        local prefills on, its prefill run capped to --max-local-prefill-tokens (scheduler.max_prefill_tokens,
-        unless --overrides sets it): short prompts arriving together are then prefilled in runs of at most that
-        many tokens, so they stall the running decodes no longer than one such prompt does (without the cap the
-        TTFT-first scheduler batches them up to the recipe's chunk, 512 tokens in bench-optimized)."""
+        local prefills on, its prefill runs capped to --max-local-prefill-tokens while sequences decode
+        (scheduler.max_prefill_tokens_decoding, unless --overrides sets it or max_prefill_tokens): short prompts
+        arriving together are then prefilled in runs of at most that many tokens, so they stall the running
+        decodes no longer than one such prompt does (without the cap the TTFT-first scheduler batches them up to
+        the recipe's chunk, 512 tokens in bench-optimized); with nothing decoding — a burst of prompts reaching
+        an idle decode worker — they run together in the recipe's chunk."""
         out = self.args.engine_overrides(self.folder.recipe().backend)
         limit = self.args.max_local_prefill_tokens
         if self.args.role is not WorkerRole.DECODE or limit <= 0:
             return out
         sched = out.get("scheduler")
-        if isinstance(sched, dict) and "max_prefill_tokens" in sched:
+        if isinstance(sched, dict) and (
+            "max_prefill_tokens" in sched or "max_prefill_tokens_decoding" in sched
+        ):
             return out
         if self.folder.recipe(out or None).scheduler.max_prefill_tokens > limit:
-            out.setdefault("scheduler", {})["max_prefill_tokens"] = limit
+            out.setdefault("scheduler", {})["max_prefill_tokens_decoding"] = limit
         return out
 
     # ------------------------------------------------------------------ lifecycle

@@ -238,9 +238,10 @@ class Scheduler:
                     DecodeItem(r.request_id, r.slot_id, r.last_token_id(), r.num_computed_tokens)
                 )
                 budget -= 1
+        limit = self._run_limit(bool(out.decodes))
         for r in running:
             if not r.prefill_done and budget > 0:
-                budget -= self._plan_chunk(r, budget, out)
+                budget -= self._plan_chunk(r, min(budget, limit), out)
         if self._may_admit(now_ns):
             while self.waiting and self._free_slots:
                 if cfg.scheduler.chunked_prefill and budget <= 0:
@@ -252,7 +253,7 @@ class Scheduler:
                     break
                 self.waiting.pop(0)
                 self._admit(request, hits, now_ns, out)
-                budget -= self._plan_chunk(request, budget, out)
+                budget -= self._plan_chunk(request, min(budget, limit), out)
         out.decodes.sort(key=lambda d: d.slot)
         return out
 
@@ -261,7 +262,8 @@ class Scheduler:
         out = SchedulerOutput()
         running = sorted(self.running(), key=lambda r: r.arrival_seq)
         decoding = [r for r in running if r.prefill_done]
-        picked = self._pick_prefill_run(running)
+        limit = self._run_limit(bool(decoding))
+        picked = self._pick_prefill_run(running, limit)
         if picked and decoding and not self._forced_decode:
             tokens = sum(n for _, _, n in picked)
             projected = now_ns + tokens * costs.prefill_ns_per_token + costs.decode_ns
@@ -292,13 +294,20 @@ class Scheduler:
             if request.status is RequestStatus.WAITING:
                 self.waiting.remove(request)
                 self._admit(request, hits, now_ns, out)
-            self._plan_chunk(request, self.config.scheduler.max_prefill_tokens, out)
+            self._plan_chunk(request, limit, out)
         return out
+
+    def _run_limit(self, decoding: bool) -> int:
+        """The most prompt tokens one step's prefill may take: max_prefill_tokens, or while sequences decode
+        max_prefill_tokens_decoding when set (it bounds their stall; an idle engine takes whole chunks)."""
+        cfg = self.config.scheduler
+        cap = cfg.max_prefill_tokens_decoding
+        return cap if decoding and cap is not None else cfg.max_prefill_tokens
 
     def _has_prefill_work(self, running: list[Request]) -> bool:
         return any(not r.prefill_done for r in running) or bool(self.waiting and self._free_slots)
 
-    def _pick_prefill_run(self, running: list[Request]) -> list[tuple[Request, list[int], int]]:
+    def _pick_prefill_run(self, running: list[Request], limit: int) -> list[tuple[Request, list[int], int]]:
         """The prefill run of a TTFT-first step: [(request, cached block hits, tokens)], nothing planned yet.
 
         Candidates: running prompts, then waiting ones that would get a free slot (policy order). Those with the
@@ -306,9 +315,10 @@ class Scheduler:
         chunk does not wait for all of a long one's). A candidate with a past (a later chunk or a cached prefix) runs alone; one
         without a past is batched with the next such candidates while `max_prefill_tokens` lasts. With
         `batch_past_prefills` (a runner that batches prompts on a past), candidates whose rest fits one chunk are
-        batched whatever their past, while `max_prefill_tokens` lasts."""
+        batched whatever their past, while `max_prefill_tokens` lasts. `limit` (`_run_limit`) stands for
+        max_prefill_tokens in all of this."""
         cfg = self.config.scheduler
-        chunk = cfg.max_prefill_tokens if cfg.chunked_prefill else None
+        chunk = limit if cfg.chunked_prefill else None
         cands: list[tuple[Request, list[int], int, int]] = []  # (request, hits, start, rest)
         for r in running:
             if not r.prefill_done:
@@ -328,7 +338,7 @@ class Scheduler:
         with_past = self.batch_past_prefills
         if (start > 0 and not with_past) or size < rest:
             return picked
-        budget = cfg.max_prefill_tokens - size
+        budget = limit - size
         for r, h, st, n in cands[1:]:
             if (st == 0 or with_past) and n <= budget and (chunk is None or n <= chunk):
                 picked.append((r, h, n))

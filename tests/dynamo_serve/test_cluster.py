@@ -203,16 +203,19 @@ def test_make_spec_counts_prefill_and_decode_workers(tmp_path, engine_factory):
 
 def test_a_decode_worker_caps_its_prefill_runs_to_the_local_limit(stories_engine):
     """Short prompts handed to the decode worker arrive together: its TTFT-first scheduler would batch them into
-    one run of up to the recipe's chunk; with local prefills on, a decode worker caps its runs to the limit
-    (unless the overrides set the chunk); the prefill tier and an aggregated worker keep the recipe's chunk."""
+    one run of up to the recipe's chunk; with local prefills on, a decode worker caps its runs to the limit while
+    sequences decode (unless the overrides set the chunk); the prefill tier and an aggregated worker keep the
+    recipe's chunk."""
     from llmkiln.dynamo.worker import KilnWorker, WorkerArgs
 
     def overrides(*argv: str) -> dict:
         return KilnWorker(WorkerArgs.parse(["--engine", str(stories_engine), *argv])).engine_overrides()
 
-    assert overrides("--role", "decode") == {"scheduler": {"max_prefill_tokens": MAX_LOCAL_PREFILL_TOKENS}}
+    assert overrides("--role", "decode") == {
+        "scheduler": {"max_prefill_tokens_decoding": MAX_LOCAL_PREFILL_TOKENS}
+    }
     assert overrides("--role", "decode", "--max-local-prefill-tokens", "64") == {
-        "scheduler": {"max_prefill_tokens": 64}
+        "scheduler": {"max_prefill_tokens_decoding": 64}
     }
     assert overrides("--role", "decode", "--max-local-prefill-tokens", "0") == {}
     mine = '{"scheduler": {"max_prefill_tokens": 256}}'

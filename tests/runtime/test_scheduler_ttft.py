@@ -164,6 +164,26 @@ def test_a_prompt_just_over_one_chunk_overtakes_a_long_prompts_rest():
     assert order == [mid.request_id] * 2 + [long.request_id] * 3
 
 
+def test_prefill_runs_are_capped_only_while_sequences_decode():
+    """max_prefill_tokens_decoding bounds a run while something decodes; an idle engine batches a burst of fresh
+    prompts up to max_prefill_tokens in one run (the decode tier's local prefills)."""
+    sched = _sched(prefix_reuse=False, max_prefill_tokens=32, max_prefill_tokens_decoding=8)
+    burst = make_requests(3, prompt_len=8, max_tokens=4, seed=9)
+    runner = _runner(sched)
+    for r in burst:
+        sched.add_request(r)
+    plan, _ = _step(sched, runner, 0)
+    assert sorted(c.request_id for c in plan.prefills) == sorted(r.request_id for r in burst)  # one run of 24
+    (late,) = make_requests(1, prompt_len=20, max_tokens=2, seed=10)
+    sched.add_request(late)
+    plan, _ = _step(sched, runner, MS, StepCosts(MS, MS))
+    assert [(c.request_id, len(c.token_ids)) for c in plan.prefills] == [
+        (late.request_id, 8)
+    ]  # capped: 3 decode
+    with pytest.raises(ValueError, match="max_prefill_tokens_decoding"):
+        _sched(max_prefill_tokens=32, max_prefill_tokens_decoding=64)
+
+
 def test_recipe_rejects_ttft_first_with_static_batching():
     with pytest.raises(RecipeError, match="ttft_first"):
         load_recipe("tiny-fp32", {"scheduler": {"batching": "static", "ttft_first": True}})
