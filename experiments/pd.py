@@ -507,6 +507,17 @@ def _f(v: float | None, spec: str = ".0f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _levels_text(cfg: dict[str, Any]) -> str:
+    closed = (
+        f"Closed loop at concurrency {', '.join(map(str, cfg['concurrency']))} ({cfg['requests']} requests each)"
+        if cfg["concurrency"]
+        else "No closed loop"
+    )
+    if not cfg["open_requests"]:
+        return f"{closed}; no open loop."
+    return f"{closed}, open loop at {cfg['request_rate']:g} req/s ({cfg['open_requests']} requests)."
+
+
 def summary_markdown(summary: dict[str, Any]) -> str:
     cfg, setups = summary["config"], summary["setups"]
     lines = [
@@ -516,9 +527,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         f"completions, greedy, {cfg['output_tokens']} output tokens. mixed-long-short: {cfg['long_tokens']}-token "
         f"prompts, one in {cfg['long_every']}, among {cfg['short_tokens'][0]}-{cfg['short_tokens'][1]}-token ones; "
         f"shared-prefix: {cfg['system_prompts']} system prompts of {cfg['system_tokens']} tokens + "
-        f"{cfg['user_tokens'][0]}-{cfg['user_tokens'][1]}-token user turns. Closed loop at concurrency "
-        f"{', '.join(map(str, cfg['concurrency']))} ({cfg['requests']} requests each), open loop at "
-        f"{cfg['request_rate']:g} req/s ({cfg['open_requests']} requests).",
+        f"{cfg['user_tokens'][0]}-{cfg['user_tokens'][1]}-token user turns. {_levels_text(cfg)}",
         f"Machine: {summary['cores']} cores, load average {summary['loadavg_start']} at the start, "
         f"{summary['loadavg_end']} at the end; whole run {summary['wall_s'] / 60:.1f} min.",
         "",
@@ -664,6 +673,7 @@ def resummarize(out: Path) -> Path:
 @click.option(
     "--request-rate", type=float, default=None, help="The open loop's Poisson rate, requests/s (default 1)."
 )
+@click.option("--no-open", is_flag=True, help="Closed-loop levels only (no open loop).")
 @engines_dir_option
 @click.option("--resummarize", "resummarize_only", is_flag=True, help="Rewrite SUMMARY.md from summary.json.")
 def cli(
@@ -674,6 +684,7 @@ def cli(
     workload_names: str | None,
     concurrency_: str | None,
     request_rate: float | None,
+    no_open: bool,
     engines_dir: Path,
     resummarize_only: bool,
 ) -> None:
@@ -693,6 +704,10 @@ def cli(
         cfg = replace(cfg, request_rate=request_rate)
     if requests_ is not None:
         cfg = cfg.with_requests(requests_)
+    if no_open:
+        cfg = replace(cfg, open_requests=0)
+    if not cfg.concurrency and not cfg.open_requests:
+        raise BadInput("--concurrency none --no-open: nothing to run")
     if setup_names:
         by_name = {s.name: s for s in AVAILABLE}
         unknown = [n for n in setup_names.split(",") if n not in by_name]

@@ -46,10 +46,11 @@ def test_the_committed_scaleout_summary_is_what_its_summary_json_gives(tmp_path)
     assert (tmp_path / "s" / "SUMMARY.md").read_text() == (RESULTS / "scaleout" / "SUMMARY.md").read_text()
 
 
-def test_the_committed_pd_summary_is_what_its_summary_json_gives(tmp_path):
-    shutil.copytree(RESULTS / "pd", tmp_path / "p")
+@pytest.mark.parametrize("name", ["pd", "pd-threads2", "pd-192", "pd-open1.5", "pd-open1.5-192"])
+def test_the_committed_pd_summaries_are_what_their_summary_json_gives(tmp_path, name):
+    shutil.copytree(RESULTS / name, tmp_path / "p")
     assert run(pd.main, ["--resummarize", "--out", str(tmp_path / "p")]) == 0
-    assert (tmp_path / "p" / "SUMMARY.md").read_text() == (RESULTS / "pd" / "SUMMARY.md").read_text()
+    assert (tmp_path / "p" / "SUMMARY.md").read_text() == (RESULTS / name / "SUMMARY.md").read_text()
 
 
 def test_run_as_modules_from_the_repository_root():
