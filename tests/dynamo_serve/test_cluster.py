@@ -79,6 +79,11 @@ def test_an_engine_without_config_json_is_refused(tmp_path, stories_engine):
         make_spec(old, DynamoOptions(), tmp_path / "state")
 
 
+def pd_spec(**kw):
+    """One prefill and one decode worker (ports below Dynamo's i16 limit), with `kw` on top."""
+    return spec(workers=2, status_ports=(20001, 20002), prefill_workers=1, decode_workers=1, **kw)
+
+
 def test_prefill_and_decode_workers_get_their_roles_and_core_shares():
     s = spec(workers=3, status_ports=(20001, 20002, 20003), prefill_workers=1, decode_workers=2)
     s.check()
@@ -91,22 +96,10 @@ def test_prefill_and_decode_workers_get_their_roles_and_core_shares():
     assert roles == ["prefill", "decode", "decode"]
     for cmd in (s.worker_commandline(i) for i in range(3)):  # prefill: the threshold; decode: its run cap
         assert cmd[cmd.index("--max-local-prefill-tokens") + 1] == str(MAX_LOCAL_PREFILL_TOKENS)
-    off = spec(
-        workers=2,
-        status_ports=(20001, 20002),
-        prefill_workers=1,
-        decode_workers=1,
-        max_local_prefill_tokens=0,
-    )
+    off = pd_spec(max_local_prefill_tokens=0)
     assert off.worker_commandline(0)[-1] == "0"
     with pytest.raises(BadInput, match="--max-local-prefill-tokens"):
-        spec(
-            workers=2,
-            status_ports=(20001, 20002),
-            prefill_workers=1,
-            decode_workers=1,
-            max_local_prefill_tokens=-1,
-        ).check()
+        pd_spec(max_local_prefill_tokens=-1).check()
     assert "--role" not in spec().worker_commandline(0)  # aggregated: the worker's default role
     tuned = spec(
         workers=2,
@@ -135,19 +128,12 @@ def test_decode_first_gives_the_decode_tier_every_core_and_the_prefill_compute_i
     for cmd in decode:
         assert cmd[cmd.index("--threads") + 1] == str(available_cores())
         assert "--no-spin" in cmd and "--compute-priority" not in cmd
-    plain = spec(workers=2, status_ports=(20001, 20002), prefill_workers=1, decode_workers=1)
+    plain = pd_spec()
     assert all("--compute-priority" not in plain.worker_commandline(i) for i in range(2))
     with pytest.raises(BadInput, match="--decode-first is for prefill/decode separation"):
         spec(decode_first=True).check()
     with pytest.raises(BadInput, match="--threads-per-worker"):
-        spec(
-            workers=2,
-            status_ports=(20001, 20002),
-            prefill_workers=1,
-            decode_workers=1,
-            decode_first=True,
-            threads_per_worker=1,
-        ).check()
+        pd_spec(decode_first=True, threads_per_worker=1).check()
 
 
 def test_worker_no_spin_and_compute_priority(stories_engine):
