@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 from aiohttp import web
 
-from llmkiln.serve.loop_thread import LoopThread
+from llmkiln.serve.proxy_front import ProxyFront
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -91,18 +91,15 @@ def _error_event(event: bytes) -> tuple[int, str] | None:
     return None
 
 
-class OpenAIFront(LoopThread):
+class OpenAIFront(ProxyFront):
     """Listens on host:port, forwards to http://upstream (Dynamo's frontend)."""
 
     thread_name = "llmkiln-openai-front"
 
     def __init__(self, host: str, port: int, upstream: str, tokenizer: Tokenizer | None = None) -> None:
-        super().__init__()
-        self.host, self.port, self.upstream = host, port, upstream
+        super().__init__(host, port, upstream)
         self.tokenizer = tokenizer  # the engine's: completion text prompts become token ids with BOS
         self.draining = False
-        self._runner: web.AppRunner | None = None
-        self._session: aiohttp.ClientSession | None = None
 
     async def _serve(self) -> None:
         app = web.Application(client_max_size=64 * 2**20)
@@ -110,20 +107,12 @@ class OpenAIFront(LoopThread):
         # One connection per request: on a reused loopback connection Dynamo's first SSE event waited ~40 ms
         # (Nagle on its side against delayed ACKs on ours; measured: TTFT +40 ms through the front, +0.5 ms
         # with fresh connections — docs/serve.md, "The OpenAI front").
-        self._session = aiohttp.ClientSession(
+        session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(force_close=True),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
             auto_decompress=False,
         )
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-
-    async def _cleanup(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
+        await self._listen(app, session)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         if self.draining and (request.method == "POST" or request.path.rstrip("/").endswith("/health")):

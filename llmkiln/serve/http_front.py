@@ -46,7 +46,7 @@ import aiohttp
 from aiohttp import web
 
 from llmkiln.serve.http_checks import first, parse_generate_body
-from llmkiln.serve.loop_thread import LoopThread
+from llmkiln.serve.proxy_front import ProxyFront
 
 GENERATE_PATH = re.compile(r"^/v2/models/[^/]+(?:/versions/[^/]+)?/(generate|generate_stream)$")
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade"}
@@ -61,36 +61,23 @@ IDENTITY = ("", "identity")
 LOG = logging.getLogger(__name__)
 
 
-class HttpFront(LoopThread):
+class HttpFront(ProxyFront):
     """Listens on host:port, forwards to http://upstream (Triton's HTTP endpoint)."""
 
     thread_name = "llmkiln-http-front"
 
     def __init__(self, host: str, port: int, upstream: str, max_body_bytes: int) -> None:
-        super().__init__()
-        self.host, self.port, self.upstream = host, port, upstream
+        super().__init__(host, port, upstream)
         self.max_body_bytes = max_body_bytes + BODY_SLACK
-        self._runner: web.AppRunner | None = None
-        self._session: aiohttp.ClientSession | None = None
         self.mode = OPEN
 
     async def _serve(self) -> None:
         app = web.Application(client_max_size=self.max_body_bytes)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._session = aiohttp.ClientSession(
+        session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10), auto_decompress=False
         )
-        self._runner = web.AppRunner(
-            app, access_log=None, handle_signals=False, auto_decompress=False, handler_cancellation=True
-        )
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-
-    async def _cleanup(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
+        await self._listen(app, session, auto_decompress=False, handler_cancellation=True)
 
     def draining(self) -> None:
         """The drain began: readiness answers 503 (load balancers stop sending); requests still reach Triton."""
