@@ -73,8 +73,11 @@ class BlockData:
         head_dim: int,
         static_scales: KvScales | None = None,
         raw: np.dtype | None = None,
+        max_copy_tokens: int = 0,
     ) -> None:
-        """raw: keep blocks exactly as this dtype (the engine's own KV type), without conversion."""
+        """raw: keep blocks exactly as this dtype (the engine's own KV type), without conversion. max_copy_tokens:
+        the most tokens one copy moves (a runner's longest sequence): the `staging` buffer for them is allocated
+        and touched now, at load, instead of by the first long copy."""
         if dtype not in STORAGE_DTYPES:
             raise BadInput(f"kv_cache.dtype: {dtype!r}; allowed: {', '.join(STORAGE_DTYPES)}")
         self.dtype = dtype if raw is None else f"raw-{np.dtype(raw).name}"
@@ -89,10 +92,8 @@ class BlockData:
         # what read_many returns and write_many takes: the raw dtype, else float32
         self.array_dtype = np.dtype(raw) if raw is not None else np.dtype(np.float32)
         self._staging = np.empty((0, *shape[1:]), self.array_dtype)
-
-    def reserve_staging(self, num_blocks: int) -> None:
-        """Allocate (and touch) the staging buffer for copies of up to num_blocks blocks now, at load time."""
-        self.staging(num_blocks)
+        if num_blocks and max_copy_tokens:
+            self.staging(min(num_blocks, -(-max_copy_tokens // tokens_per_block)))
 
     def staging(self, num_blocks: int) -> np.ndarray:
         """A reusable (num_blocks, L, 2, kv_heads, tokens, head_dim) buffer in `array_dtype` for moving blocks

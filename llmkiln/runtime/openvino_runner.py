@@ -38,7 +38,7 @@ from openvino._offline_transformations import paged_attention_transformation
 from llmkiln.capabilities import OPENVINO_STORE_DTYPES
 from llmkiln.runtime.kv_quant import BlockData, bytes_per_block
 from llmkiln.runtime.profile import StepTrace, now_ns
-from llmkiln.runtime.scheduler import BlockCopy, SchedulerOutput
+from llmkiln.runtime.scheduler import BlockCopy, SchedulerOutput, block_runs
 
 PRECISIONS = {"fp32": "f32", "bf16": "bf16"}
 
@@ -129,9 +129,8 @@ class OpenVinoPagedRunner:
             self.head_dim,
             None,
             None,
+            max_copy_tokens=max_len,
         )
-        if self.num_blocks:  # a copy moves at most one prompt's blocks (BlockData.staging: why)
-            self.blocks.reserve_staging(min(self.num_blocks, -(-max_len // tokens_per_block)))
 
     def close(self) -> None:
         """Free every OpenVINO object now, on the closing thread: left to the garbage collector, they would be
@@ -172,7 +171,7 @@ class OpenVinoPagedRunner:
                     width = max(d.position for d in plan.decodes) + 1
                     trace.decode = (len(plan.decodes), len(plan.decodes), width, 0 if plan.prefills else ns)
         t = now_ns()
-        for slot, start, block_ids in _block_runs(plan.saves, self.tokens_per_block):
+        for slot, start, block_ids in block_runs(plan.saves, self.tokens_per_block):
             self._save_blocks(block_ids, slot, start)
         for save in plan.saves:  # a whole OpenVINO block of a prompt just computed: share it from now on
             if (
@@ -283,7 +282,7 @@ class OpenVinoPagedRunner:
                         continue
                 self._own(slot, j, keep=True)  # a partial block: the slot's own, copied into
                 copies += [starts[j * bs + i] for i in range(0, bs, tpb) if j * bs + i in starts]
-            for s, start, ids in _block_runs(copies, tpb):
+            for s, start, ids in block_runs(copies, tpb):
                 self._load_blocks(ids, s, start)
 
     def _positions(self, slot: int, start: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -347,13 +346,3 @@ class _SharedBlocks:
         self.refs[sid] -= 1
         if self.refs[sid] <= 0:
             del self.refs[sid]
-
-
-def _block_runs(copies: list[BlockCopy], bs: int) -> list[tuple[int, int, list[int]]]:
-    runs: list[tuple[int, int, list[int]]] = []
-    for c in copies:
-        if runs and runs[-1][0] == c.slot and runs[-1][1] + len(runs[-1][2]) * bs == c.start:
-            runs[-1][2].append(c.block_id)
-        else:
-            runs.append((c.slot, c.start, [c.block_id]))
-    return runs

@@ -28,7 +28,7 @@ from llmkiln.kv_scales import KvScales
 from llmkiln.runtime import last_logits
 from llmkiln.runtime.kv_quant import BlockData, bytes_per_block
 from llmkiln.runtime.profile import StepTrace, now_ns
-from llmkiln.runtime.scheduler import BlockCopy, PrefillChunk, SchedulerOutput
+from llmkiln.runtime.scheduler import PrefillChunk, SchedulerOutput, block_runs
 
 _POOL_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int8)": np.int8}
 _RAW_NAMES = {"float16": "fp16", "int8": "int8"}
@@ -124,10 +124,16 @@ class OnnxRunner:
         block_bytes = bytes_per_block(store_dtype, L, info.kv_heads, tokens_per_block, info.head_size)
         self.num_blocks = store_max_bytes // block_bytes
         self.blocks = BlockData(
-            kv_dtype, self.num_blocks, L, info.kv_heads, tokens_per_block, info.head_size, kv_scales, raw
+            kv_dtype,
+            self.num_blocks,
+            L,
+            info.kv_heads,
+            tokens_per_block,
+            info.head_size,
+            kv_scales,
+            raw,
+            max_copy_tokens=max_len,
         )
-        if self.num_blocks:  # a copy moves at most one prompt's blocks (BlockData.staging: why)
-            self.blocks.reserve_staging(min(self.num_blocks, -(-max_len // tokens_per_block)))
         self._empty_past = np.zeros((1,), self.pool_dtype)
         self._names = [
             (
@@ -149,7 +155,7 @@ class OnnxRunner:
         With a `trace`, the time of each phase (and of each prefill run) is recorded in it."""
         out: dict[str, np.ndarray] = {}
         t = now_ns()
-        for slot, start, ids in self._block_runs(plan.loads):
+        for slot, start, ids in block_runs(plan.loads, self.tokens_per_block):
             self._load_blocks(ids, slot, start)
         fresh, single = self._group_prefills(plan.prefills)
         if trace is not None:
@@ -175,7 +181,7 @@ class OnnxRunner:
             if trace is not None:
                 trace.decode = (len(plan.decodes), rows, width, now_ns() - t)
         t = now_ns()
-        for slot, start, ids in self._block_runs(plan.saves):
+        for slot, start, ids in block_runs(plan.saves, self.tokens_per_block):
             self._save_blocks(ids, slot, start)
         if trace is not None:
             trace.saves, trace.save_ns = len(plan.saves), now_ns() - t
@@ -317,17 +323,6 @@ class OnnxRunner:
         return out, hi - lo, mask.shape[1]
 
     # ------------------------------------------------------------------ prefix store copies
-    def _block_runs(self, copies: list[BlockCopy]) -> list[tuple[int, int, list[int]]]:
-        """(slot, start, block ids) for each run of consecutive blocks of one slot, in plan order."""
-        runs: list[tuple[int, int, list[int]]] = []
-        bs = self.tokens_per_block
-        for c in copies:
-            if runs and runs[-1][0] == c.slot and runs[-1][1] + len(runs[-1][2]) * bs == c.start:
-                runs[-1][2].append(c.block_id)
-            else:
-                runs.append((c.slot, c.start, [c.block_id]))
-        return runs
-
     def _load_blocks(self, block_ids: list[int], slot: int, start: int) -> None:
         n, bs = len(block_ids), self.tokens_per_block
         kv = self.blocks.read_many(block_ids)  # (n, L, 2, heads, bs, head_dim)

@@ -22,8 +22,8 @@ step after a forced decode prefills regardless, so prompts never starve (worst c
 alternate, as in the decode-first mode). One run per step lets each prompt's first token out as soon as its
 own prefill is done. The run is picked among running prompts and admittable waiting ones: fewest chunks left
 first (ties in policy order), so one-chunk prompts go first and a prompt just over a chunk does not wait for all
-of a long one's chunks (a long prompt waits while shorter ones keep coming); prompts without a cached prefix that fit one
-chunk are batched into one run up to `max_prefill_tokens` tokens. A runner that runs decode rows and prefill
+of a long one's chunks (a long prompt waits while shorter ones keep coming); prompts without a cached prefix
+that fit one chunk are batched into one run up to `max_prefill_tokens` tokens. A runner that runs decode rows and prefill
 chunks in one call (`mixes_decodes_with_prefills`: the OpenVINO and torch runners) gets every running sequence's
 decode token in each prefill run as well (mixed steps): decoding advances every step, at the run's pace, and
 the TPOT bound still decides whether a run goes ahead.
@@ -32,6 +32,7 @@ the TPOT bound still decides whether a run goes ahead.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +93,18 @@ class BlockCopy:
     slot: int
     start: int
     key: int = 0
+
+
+def block_runs(copies: Sequence[BlockCopy], tokens_per_block: int) -> list[tuple[int, int, list[int]]]:
+    """(slot, start, block ids) for each run of consecutive blocks of one slot, in plan order: what a runner
+    moves in one copy."""
+    runs: list[tuple[int, int, list[int]]] = []
+    for c in copies:
+        if runs and runs[-1][0] == c.slot and runs[-1][1] + len(runs[-1][2]) * tokens_per_block == c.start:
+            runs[-1][2].append(c.block_id)
+        else:
+            runs.append((c.slot, c.start, [c.block_id]))
+    return runs
 
 
 @dataclass(frozen=True)
@@ -312,8 +325,8 @@ class Scheduler:
 
         Candidates: running prompts, then waiting ones that would get a free slot (policy order). Those with the
         fewest chunks left go first (shortest remaining prefill first, counted in chunks: a prompt just over one
-        chunk does not wait for all of a long one's). A candidate with a past (a later chunk or a cached prefix) runs alone; one
-        without a past is batched with the next such candidates while `max_prefill_tokens` lasts. With
+        chunk does not wait for all of a long one's). A candidate with a past (a later chunk or a cached prefix)
+        runs alone; one without a past is batched with the next such candidates while `max_prefill_tokens` lasts. With
         `batch_past_prefills` (a runner that batches prompts on a past), candidates whose rest fits one chunk are
         batched whatever their past, while `max_prefill_tokens` lasts. `limit` (`_run_limit`) stands for
         max_prefill_tokens in all of this."""

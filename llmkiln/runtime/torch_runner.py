@@ -546,10 +546,16 @@ class TorchRunner:
         block_bytes = bytes_per_block(kv_dtype, m.num_layers, m.kv_heads, tokens_per_block, m.head_dim)
         self.num_blocks = store_max_bytes // block_bytes
         self.blocks = BlockData(
-            kv_dtype, self.num_blocks, m.num_layers, m.kv_heads, tokens_per_block, m.head_dim, kv_scales, None
+            kv_dtype,
+            self.num_blocks,
+            m.num_layers,
+            m.kv_heads,
+            tokens_per_block,
+            m.head_dim,
+            kv_scales,
+            None,
+            max_copy_tokens=max_len,
         )
-        if self.num_blocks:  # a copy moves at most one prompt's blocks (BlockData.staging: why)
-            self.blocks.reserve_staging(min(self.num_blocks, -(-max_len // tokens_per_block)))
         self.slot_tokens: list[list[int]] = [[] for _ in range(num_slots)]
         self._prefixes: dict[tuple[int, int], PrefixKV] = {}
         self.block_tokens: dict[int, tuple[int, ...]] = {}
@@ -578,9 +584,10 @@ class TorchRunner:
         import numpy as np
 
         from llmkiln.runtime.profile import now_ns
+        from llmkiln.runtime.scheduler import block_runs
 
         t = now_ns()
-        for slot, start, ids in _block_runs(plan.loads, self.tokens_per_block):
+        for slot, start, ids in block_runs(plan.loads, self.tokens_per_block):
             self._load_blocks(ids, slot, start)
         if trace is not None:
             trace.loads, trace.load_ns = len(plan.loads), now_ns() - t
@@ -633,7 +640,7 @@ class TorchRunner:
                     width = max(s.start for s in dec) + 1
                     trace.decode = (len(dec), len(dec), width, 0 if pre else ns)
         t = now_ns()
-        for slot, start, block_ids in _block_runs(plan.saves, self.tokens_per_block):
+        for slot, start, block_ids in block_runs(plan.saves, self.tokens_per_block):
             self._save_blocks(block_ids, slot, start)
         if trace is not None:
             trace.saves, trace.save_ns = len(plan.saves), now_ns() - t
@@ -668,17 +675,6 @@ class TorchRunner:
         toks = self.slot_tokens[slot]
         for i, b in enumerate(block_ids):
             self.block_tokens[b] = tuple(toks[start + i * bs : start + (i + 1) * bs])
-
-
-def _block_runs(copies, bs: int) -> list[tuple[int, int, list[int]]]:
-    """(slot, start, block ids) for each run of consecutive blocks of one slot, in plan order."""
-    runs: list[tuple[int, int, list[int]]] = []
-    for c in copies:
-        if runs and runs[-1][0] == c.slot and runs[-1][1] + len(runs[-1][2]) * bs == c.start:
-            runs[-1][2].append(c.block_id)
-        else:
-            runs.append((c.slot, c.start, [c.block_id]))
-    return runs
 
 
 def load_torch_engine(engine_dir: Path, model_dir: Path, dtype: str = "fp32", overrides=None):

@@ -151,8 +151,9 @@ def test_copies_through_the_staging_buffer_equal_one_by_one(dtype, static):
     reads, and no block-sized array is allocated per copy (the staging buffer is the one read_many returns)."""
     scales = KvScales("int8", np.full((L, 2, H), 0.05, np.float32)) if static else None
     xs = np.stack([_kv(s) for s in range(4)])
-    one, many = BlockData(dtype, 8, L, H, T, D, scales), BlockData(dtype, 8, L, H, T, D, scales)
-    many.reserve_staging(4)
+    one = BlockData(dtype, 8, L, H, T, D, scales)
+    many = BlockData(dtype, 8, L, H, T, D, scales, max_copy_tokens=4 * T)
+    assert len(many._staging) == 4 and len(one._staging) == 0  # sized (and touched) at construction
     for ids in ([6, 1, 3, 2], [4, 5, 6, 7]):  # scattered (one consecutive pair), then one run
         for i, block_id in enumerate(ids):
             one.write(block_id, xs[i])
