@@ -68,9 +68,8 @@ class Setup:
     # on the decode worker (--max-local-prefill-tokens; 0: every prompt through the prefill tier)
     max_local_prefill: int = 0
     threads: int = 0  # intra-op threads of every worker (0: cores // workers); 2 on 2 cores: tiers share both
-    decode_first: bool = (
-        False  # --decode-first: decode worker on every core, prefill compute at idle priority
-    )
+    # --decode-first: the decode worker on every core, the prefill worker's compute at idle priority
+    decode_first: bool = False
 
     def frontend_args(self) -> tuple[str, ...]:
         if not self.local_prefill_below:
@@ -153,7 +152,9 @@ class PdConfig:
     def with_requests(self, requests: int) -> PdConfig:
         """`requests` per level, closed and open loop."""
         if requests < max(self.concurrency, default=1):
-            raise BadInput(f"--requests must be at least the largest concurrency ({max(self.concurrency)})")
+            raise BadInput(
+                f"--requests must be at least the largest concurrency ({max(self.concurrency, default=1)})"
+            )
         return replace(self, requests=requests, open_requests=requests)
 
     def spec(self, workload: str, n: int) -> WorkloadSpec:

@@ -240,8 +240,8 @@ def serve(
 
     A flag of the other front door is refused (exit 2): --grpc-port, --metrics-port and --log-verbose are
     Triton's; --workers, --prefill-workers, --decode-workers, --kv-export-timeout, --max-local-prefill-tokens,
-    --prefill-set, --decode-first, --router-mode, --migration-limit, --threads-per-worker, --grace-period and --state-dir are
-    Dynamo's.
+    --prefill-set, --decode-first, --router-mode, --migration-limit, --threads-per-worker, --grace-period and
+    --state-dir are Dynamo's.
     """
     ctx = click.get_current_context()
     _refuse_other_front_door(ctx, dynamo)

@@ -227,7 +227,8 @@ class KilnWorker(DynamoEngine):
         decodes no longer than one such prompt does (without the cap the TTFT-first scheduler batches them up to
         the recipe's chunk, 512 tokens in bench-optimized); with nothing decoding — a burst of prompts reaching
         an idle decode worker — they run together in the recipe's chunk."""
-        out = self.args.engine_overrides(self.folder.recipe().backend)
+        recipe = self.folder.recipe()
+        out = self.args.engine_overrides(recipe.backend)
         limit = self.args.max_local_prefill_tokens
         if self.args.role is not WorkerRole.DECODE or limit <= 0:
             return out
@@ -236,7 +237,7 @@ class KilnWorker(DynamoEngine):
             "max_prefill_tokens" in sched or "max_prefill_tokens_decoding" in sched
         ):
             return out
-        if self.folder.recipe(out or None).scheduler.max_prefill_tokens > limit:
+        if recipe.scheduler.max_prefill_tokens > limit:  # the overrides leave the chunk as the recipe has it
             out.setdefault("scheduler", {})["max_prefill_tokens_decoding"] = limit
         return out
 
