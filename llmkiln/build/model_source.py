@@ -1,16 +1,20 @@
-"""Resolve where a recipe's weights come from: a local HF folder, or a generated Llama cached under engines/.models/.
+"""Resolve where a recipe's weights come from: a local HF folder, a registry package's GGUF imported into llmkiln's
+model cache (llmkiln.build.model_import), or a generated Llama cached under engines/.models/.
 
 A missing local folder is bad input (exit 2) naming `model.path`; nothing is written. A generated model is made
-once per (kind, seed) by llmkiln.build.generate.generate_model into a temp folder and renamed into place.
+once per (kind, seed) by llmkiln.build.generate.generate_model into a temp folder and renamed into place; a
+package is imported once (content-addressed by the GGUF's sha256) and found there by every later build.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from llmkiln.atomic import atomic_dir, keep_existing
 from llmkiln.build.generate import ModelKind, generate_model
+from llmkiln.build.model_import import expected_dir, find_import, import_package
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe, resolve_model_path
 
@@ -22,11 +26,14 @@ class ModelLocation:
     path: Path
     generated: str | None = None
     seed: int | None = None
+    package: dict[str, object] | None = None  # an imported package's provenance (ImportedModel.provenance)
 
     def describe(self) -> dict[str, object]:
         out: dict[str, object] = {"path": str(self.path)}
         if self.generated is not None:
             out.update(generated=self.generated, seed=self.seed)
+        if self.package is not None:
+            out["package"] = self.package
         return out
 
 
@@ -74,15 +81,25 @@ def resolve_source(
     engines_root: Path,
     model_override: Path | None = None,
     create: bool = True,
+    log: Callable[[str], None] | None = None,
 ) -> ModelLocation:
     """The model folder for a build. `model_override` (kiln build --model) replaces the recipe's model.
 
-    With create=False a generated model that does not exist yet is reported at its future path (dry runs).
+    With create=False a generated model or package import that does not exist yet is reported at its future
+    path (dry runs). `log` gets a package import's progress lines.
     """
     if model_override is not None:
         path = Path(model_override).expanduser().resolve()
         check_hf_folder(path, "model", None)
         return ModelLocation(path)
+    if recipe.model.package is not None:
+        pkg = recipe.model.package
+        found = find_import(pkg)
+        if found is None and create:
+            found = import_package(pkg, log=log, where=f"{recipe_file}: field 'model.package'")
+        if found is None:
+            return ModelLocation(expected_dir(pkg))
+        return ModelLocation(found.hf_dir, package=found.provenance())
     if recipe.model.generated is not None:
         kind, seed = recipe.model.generated, recipe.model.seed
         if not create:

@@ -23,9 +23,15 @@ from llmkiln.build.logs import output_to
 from llmkiln.build.rope_fix import derive_position_ids, needs_separate_rope
 from llmkiln.build.stages import BuildContext
 from llmkiln.capabilities import Backend
-from llmkiln.engine_dir import HF_CONFIG, EngineDir
+from llmkiln.chat_template import PLAIN_TEMPLATE
+from llmkiln.engine_dir import GENAI_CONFIG, HF_CONFIG, EngineDir
 from llmkiln.errors import BadInput, BuildFailed
-from llmkiln.tokenizer_files import GENERATION_CONFIG, TOKENIZER_FILES, copy_tokenizer_files
+from llmkiln.tokenizer_files import (
+    GENERATION_CONFIG,
+    TOKENIZER_FILES,
+    copy_tokenizer_files,
+    model_chat_template,
+)
 from llmkiln.versions import package_versions
 
 # Files the builder writes; everything the engine needs from the export.
@@ -164,11 +170,12 @@ class OnnxExportStage:
 
 
 class TokenizerStage:
-    """Copy the source model's tokenizer files and config.json into the engine folder, and write the effective
-    chat template (the recipe's `chat_template`, else the model's) into its tokenizer_config.json."""
+    """Copy the source model's tokenizer files (its chat_template.jinja among them) and config.json into the
+    engine folder, and write the effective chat template into its tokenizer_config.json and chat_template.jinja:
+    the recipe's own `chat_template`, else the model's, else llmkiln's plain one (every backend: one stage)."""
 
     name = "tokenizer"
-    version = "2"
+    version = "3"
     cacheable = False
 
     def cache_key(self, ctx: BuildContext) -> dict[str, Any]:
@@ -181,14 +188,20 @@ class TokenizerStage:
                 f"{ctx.source.path} has no tokenizer.json; the CPU runtime reads the tokenizer with `tokenizers` "
                 "and needs it"
             )
-        template = ctx.recipe.chat_template
+        template, origin = effective_chat_template(ctx.recipe.chat_template, ctx.source.path)
         EngineDir(out_dir).write_chat_template(template)
         return {
             "files": copied,
-            "chat_template": "recipe" if template else "model" if _has_template(out_dir) else None,
+            "chat_template": origin,
+            "stop_token_ids": list(EngineDir(out_dir).stop_token_ids()) if (out_dir / GENAI_CONFIG).is_file() else None,
         }
 
 
-def _has_template(folder: Path) -> bool:
-    template = EngineDir(folder).tokenizer_config().get("chat_template")
-    return isinstance(template, str) and bool(template)
+def effective_chat_template(from_recipe: str | None, model_dir: Path) -> tuple[str, str]:
+    """(template, origin): the recipe's own template, else the model folder's, else PLAIN_TEMPLATE."""
+    if from_recipe:
+        return from_recipe, "recipe"
+    template, where = model_chat_template(model_dir)
+    if template is not None:
+        return template, f"model ({where})"
+    return PLAIN_TEMPLATE, "plain (the model ships none)"

@@ -115,6 +115,10 @@ def build_engine(
         target = generated_model_dir(engines_root, recipe.model.generated, recipe.model.seed)
         if not (target / "config.json").is_file():
             progress.info(f"generating model {recipe.model.generated} (seed {recipe.model.seed}) → {target}")
+    if model_override is None and recipe.model.package is not None and not dry_run:
+        # a package is imported into the model cache (not the engine folder) before the checks, so that they
+        # see its config.json; a bad package is BadInput before anything of the engine is written
+        resolve_source(recipe, recipe_file, engines_root, None, create=True, log=progress.info)
     # Checks run before anything is written, a generated model included: they see its future folder (no
     # config.json yet) and check it from its spec; it is generated only after they pass.
     source = resolve_source(recipe, recipe_file, engines_root, model_override, create=False)

@@ -1,5 +1,7 @@
-"""`kiln generate ENGINE PROMPT`: stream a completion to stdout through the CPU runtime (llmkiln.runtime's
-batching engine, the same one `kiln serve` hosts)."""
+"""`kiln generate ENGINE PROMPT [--chat [--system TEXT]]`: stream a completion (or, with --chat, the assistant's
+reply to PROMPT as a user message, rendered with the engine's chat template exactly as the OpenAI chat endpoint
+renders it) to stdout through the CPU runtime (llmkiln.runtime's batching engine, the same one `kiln serve`
+hosts). Generation stops at the model's end tokens (EngineDir.stop_token_ids); special tokens are not printed."""
 
 from __future__ import annotations
 
@@ -10,6 +12,9 @@ import click
 
 from llmkiln.cli.options import engines_dir_option
 from llmkiln.engine_dir import resolve_engine
+from llmkiln.errors import BadInput
+from llmkiln.lint.encoder import PromptEncoder
+from llmkiln.lint.requests import PromptRequest
 from llmkiln.runtime.detokenizer import IncrementalDetokenizer
 from llmkiln.runtime.loader import load_engine
 from llmkiln.runtime.request import SamplingParams
@@ -27,6 +32,17 @@ from llmkiln.runtime.request import SamplingParams
 @click.option("--seed", type=int, default=None, help="Seed for sampling (reproducible output).")
 @click.option("--ignore-eos", is_flag=True, help="Keep generating after the end-of-sequence token.")
 @click.option(
+    "--chat",
+    is_flag=True,
+    help="PROMPT is a user message: render it with the engine's chat template and print the assistant's reply.",
+)
+@click.option(
+    "--system",
+    default=None,
+    help="With --chat: a system message first (else the template's own default, if it has one).",
+)
+@click.option("--show-prompt", is_flag=True, help="Print the prompt text the engine sees (stderr) first.")
+@click.option(
     "--verify",
     "verify_full",
     is_flag=True,
@@ -43,6 +59,9 @@ def generate(
     top_k: int,
     seed: int | None,
     ignore_eos: bool,
+    chat: bool,
+    system: str | None,
+    show_prompt: bool,
     verify_full: bool,
     engines_dir: Path,
 ) -> None:
@@ -67,9 +86,23 @@ def generate(
             fg="yellow",
             err=True,
         )
+    if system is not None and not chat:
+        raise BadInput("--system needs --chat (a system message only exists in a chat)")
+    if chat:
+        messages = [*([("system", system)] if system is not None else []), ("user", prompt)]
+        encoder = PromptEncoder.from_engine(folder)
+        request = PromptRequest(lineno=0, data={}, messages=tuple(messages))
+        text = encoder.render(request)
+        prompt_ids = encoder.encode_requests([request], [text])[0]
+    else:
+        text = prompt
+        prompt_ids = None
+    if show_prompt:
+        click.echo(text, err=True)
     runtime = load_engine(folder).start()
     try:
-        prompt_ids = runtime.encode(prompt)
+        if prompt_ids is None:
+            prompt_ids = runtime.encode(prompt)
         handle = runtime.submit(prompt_ids, params)
         detok = IncrementalDetokenizer(runtime, prompt_ids)  # the engine decodes (encode() found a tokenizer)
         for event in handle:

@@ -36,7 +36,7 @@ def load_engine(engine: str | Path | EngineDir, overrides: dict[str, Any] | None
     scales = folder.kv_scales(info.num_layers, info.kv_heads) if is_quantized(kv.dtype) else None
     tok_file = folder.tokenizer_file()
     tokenizer = Tokenizer.from_file(str(tok_file)) if tok_file is not None else None
-    config = SchedulerConfig.from_recipe(recipe, info.eos_token_ids)
+    config = SchedulerConfig.from_recipe(recipe, folder.stop_token_ids())
     runner: Runner
     if recipe.backend is Backend.OPENVINO_CPU:
         from llmkiln.runtime.openvino_runner import OpenVinoPagedRunner  # imports openvino
