@@ -302,6 +302,9 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> dict[str, Any]:
             raise BadInput(
                 f"importing a GGUF needs the `{needed}` package (the cpu extra pins it: pip install 'llmkiln[cpu]')"
             ) from None
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the import prints its own progress lines
     folder, name = str(gguf_path.parent), gguf_path.name
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)

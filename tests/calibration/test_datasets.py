@@ -19,7 +19,7 @@ from llmkiln.calibration.datasets import (
 from llmkiln.errors import BadInput
 from llmkiln.resources import bundled
 
-SETS = ("stories", "chat")
+SETS = ("stories", "chat", "english", "chatml")
 
 
 @pytest.mark.parametrize("name", SETS)
