@@ -15,6 +15,9 @@ def make_rng(seed: int | None) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+TOP_P_TOLERANCE = 1e-9
+
+
 def sample_token(
     logits: np.ndarray,
     temperature: float = 0.0,
@@ -36,8 +39,10 @@ def sample_token(
     if top_p < 1.0:
         order = np.argsort(-probs, kind="stable")
         cumulative = np.cumsum(probs[order])
-        # keep the smallest prefix whose mass reaches top_p (always at least one token)
-        keep = int(np.searchsorted(cumulative, top_p, side="left")) + 1
+        # keep the smallest prefix whose mass reaches top_p (always at least one token); the tolerance absorbs
+        # the last-bit rounding of exp/cumsum, which differs between CPUs' libm paths (0.5 + 0.3 summed to
+        # 0.8 - 1.1e-16 on an AMD EPYC Zen 5 and kept a third token)
+        keep = int(np.searchsorted(cumulative, top_p - TOP_P_TOLERANCE, side="left")) + 1
         mask = np.zeros_like(probs, dtype=bool)
         mask[order[:keep]] = True
         probs = np.where(mask, probs, 0.0)
