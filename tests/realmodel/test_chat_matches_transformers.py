@@ -64,7 +64,10 @@ def test_openai_chat_equals_transformers(dynamo: DynamoLauncher, references: lis
     client = _client(dynamo)
     for chat, ref in zip(CHATS, references, strict=True):
         r = client.chat.completions.create(
-            model=MODEL, messages=chat, max_tokens=MAX_TOKENS, temperature=0  # type: ignore[arg-type]
+            model=MODEL,
+            messages=chat,
+            max_tokens=MAX_TOKENS,
+            temperature=0,  # type: ignore[arg-type]
         )
         assert r.choices[0].message.content == ref.text, chat
         assert r.choices[0].finish_reason == _finish(ref)
@@ -96,7 +99,9 @@ def test_openai_completions_equal_transformers(dynamo: DynamoLauncher, reference
     # the prompt text the chat template renders, sent as a completion: the same ids, the same reply
     client = _client(dynamo)
     for ref in references:
-        r = client.completions.create(model=MODEL, prompt=ref.prompt_text, max_tokens=MAX_TOKENS, temperature=0)
+        r = client.completions.create(
+            model=MODEL, prompt=ref.prompt_text, max_tokens=MAX_TOKENS, temperature=0
+        )
         assert r.choices[0].text == ref.text, ref.prompt_text
         assert r.usage is not None and r.usage.prompt_tokens == len(ref.prompt_ids)
         stream = client.completions.create(
