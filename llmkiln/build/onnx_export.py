@@ -193,7 +193,9 @@ class TokenizerStage:
         return {
             "files": copied,
             "chat_template": origin,
-            "stop_token_ids": list(EngineDir(out_dir).stop_token_ids()) if (out_dir / GENAI_CONFIG).is_file() else None,
+            "stop_token_ids": list(EngineDir(out_dir).stop_token_ids())
+            if (out_dir / GENAI_CONFIG).is_file()
+            else None,
         }
 
 

