@@ -23,6 +23,11 @@ class RecipeError(BadInput):
     """A recipe file does not validate."""
 
 
+class CpuLacksFeature(BadInput):
+    """The recipe asks for something this machine's CPU cannot run (bf16 without AVX512-BF16/AMX): pick the
+    recipe's fp32 sibling or another machine. Exit code 2."""
+
+
 class NeedsGpuHost(KilnError):
     """The stage needs CUDA and TensorRT-LLM; a plan file was written to finish on a GPU host. Exit code 3."""
 

@@ -78,3 +78,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if TORCH_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("torch"):
             item.add_marker(skip)
+
+
+def _openvino_bf16() -> tuple[bool, str]:
+    """(this CPU runs OpenVINO in bf16, the CPU and its capabilities) — AVX512-BF16 or AMX; an AVX2-only CPU
+    (e.g. AMD EPYC Zen 3) has no bf16 path."""
+    try:
+        from llmkiln.runtime.openvino_runner import cpu_capabilities
+    except ImportError as exc:  # the Python 3.12 run has no openvino
+        return False, f"openvino is not installed ({exc})"
+    name, caps = cpu_capabilities()
+    return "BF16" in caps, f"{name}, OpenVINO capabilities {', '.join(caps)}"
+
+
+HAS_BF16, CPU_BF16_INFO = _openvino_bf16()
+# bf16 tests run on CPUs with bf16 arithmetic; on others they skip with the CPU named, and the refusal itself is
+# tested (tests/test_openvino_export.py::test_bf16_is_refused_on_a_cpu_without_it)
+requires_bf16 = pytest.mark.skipif(not HAS_BF16, reason=f"this CPU has no bf16 arithmetic ({CPU_BF16_INFO})")

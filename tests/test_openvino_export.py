@@ -15,6 +15,7 @@ from llmkiln.backends import build as build_engine
 from llmkiln.build.openvino_export import check_weights, export_openvino
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput, BuildFailed
+from tests.conftest import CPU_BF16_INFO, HAS_BF16, requires_bf16
 from tests.test_build import write_variant
 
 pytestmark = pytest.mark.slow
@@ -49,6 +50,16 @@ def test_a_changed_weight_is_a_build_failure(engine_factory, stories_dir: Path) 
         check_weights(model, source, stories_dir)
 
 
+@pytest.mark.skipif(HAS_BF16, reason=f"this CPU has bf16 arithmetic ({CPU_BF16_INFO}): the bf16 tests run instead")
+def test_bf16_is_refused_on_a_cpu_without_it(tmp_path: Path) -> None:
+    r = _kiln("build", "stories-ov-bf16", "--engines-dir", str(tmp_path / "engines"))
+    assert r.returncode == 2, r.stderr
+    assert "precision bf16 (backend openvino-cpu) needs a CPU with bf16 arithmetic" in r.stderr
+    assert "fp32 sibling" in r.stderr
+    assert not (tmp_path / "engines" / "stories-ov-bf16").exists()
+
+
+@requires_bf16
 def test_bf16_is_gated_by_the_quality_diff(engine_factory) -> None:
     folder = EngineDir(engine_factory("stories-ov-bf16"))
     quality = json.loads((folder.path / "manifest.json").read_text())["calibration"]["quality"]
@@ -57,6 +68,7 @@ def test_bf16_is_gated_by_the_quality_diff(engine_factory) -> None:
     assert (folder.path / "calibration" / "quality" / "quality_report.md").is_file()
 
 
+@requires_bf16
 def test_a_bf16_engine_outside_its_budget_is_not_published(tmp_path: Path, stories_dir: Path) -> None:
     recipe = write_variant(
         tmp_path,
@@ -91,6 +103,7 @@ def test_a_non_llama_model_is_refused(tmp_path: Path, stories_dir: Path) -> None
     assert not (tmp_path / "out").exists()
 
 
+@requires_bf16
 def test_fp32_and_bf16_share_one_export(tmp_path: Path) -> None:
     engines = tmp_path / "engines"
     build_engine("stories-ov-fp32", engines)

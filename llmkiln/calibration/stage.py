@@ -153,6 +153,14 @@ class CpuCalibrationStage(_Common):
     def applies(self, recipe: Recipe) -> bool:
         return is_quantized(recipe) or needs_kv_scales(recipe)
 
+    def check(self, ctx: BuildContext) -> None:
+        # the quality gate runs the engine here: a precision this CPU cannot run is refused before anything is
+        # exported (CpuLacksFeature, exit 2, naming what to use instead)
+        if ctx.recipe.backend is Backend.OPENVINO_CPU:
+            from llmkiln.runtime.openvino_runner import require_precision  # imports openvino
+
+            require_precision(ctx.recipe.precision)
+
     def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:
         r = ctx.recipe
         if not self.applies(r):

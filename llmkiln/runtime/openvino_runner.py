@@ -36,6 +36,7 @@ import openvino.opset13 as ops
 from openvino._offline_transformations import paged_attention_transformation
 
 from llmkiln.capabilities import OPENVINO_STORE_DTYPES
+from llmkiln.errors import CpuLacksFeature
 from llmkiln.runtime.kv_quant import BlockData, bytes_per_block
 from llmkiln.runtime.profile import StepTrace, now_ns
 from llmkiln.runtime.scheduler import BlockCopy, SchedulerOutput, block_runs
@@ -54,6 +55,30 @@ def _last_rows_only(model: ov.Model) -> None:
     model.add_parameters([idx])
     model.validate_nodes_and_infer_types()
 
+
+
+def cpu_capabilities(core: ov.Core | None = None) -> tuple[str, list[str]]:
+    """(CPU name, OpenVINO's OPTIMIZATION_CAPABILITIES of it: e.g. FP32, INT8, BF16 — BF16 only where the CPU
+    has AVX512-BF16 or AMX)."""
+    core = core or ov.Core()
+    return str(core.get_property("CPU", "FULL_DEVICE_NAME")), [
+        str(c) for c in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    ]
+
+
+def require_precision(precision: str, core: ov.Core | None = None) -> None:
+    """CpuLacksFeature (exit 2) when `precision` needs what this CPU does not have. OpenVINO's CPU plugin has no
+    bf16 path on an AVX2-only CPU: its PagedAttention refuses a bf16 KV cache there ("expect kvcache type f32"),
+    so a bf16 recipe is refused up front with what to do instead, not with a kernel's assertion."""
+    if precision != "bf16":
+        return
+    name, caps = cpu_capabilities(core)
+    if "BF16" not in caps:
+        raise CpuLacksFeature(
+            f"precision bf16 (backend openvino-cpu) needs a CPU with bf16 arithmetic (AVX512-BF16 or AMX); this "
+            f"one ({name}; OpenVINO's capabilities: {', '.join(caps)}) has none. Use the recipe's fp32 sibling "
+            "(e.g. smollm2-ov-fp32, precision: fp32), or build and serve on such a CPU"
+        )
 
 class OpenVinoPagedRunner:
     """The Runner protocol (runtime.engine.Runner) on OpenVINO's PagedAttention graph: one infer per plan."""
@@ -79,6 +104,7 @@ class OpenVinoPagedRunner:
         if precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r}: the OpenVINO runner runs {' or '.join(PRECISIONS)}")
         core = ov.Core()
+        require_precision(precision, core)
         model = core.read_model(str(model_xml))
         paged_attention_transformation(model, False, False, False, False, False, False)
         _last_rows_only(model)

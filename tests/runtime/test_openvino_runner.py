@@ -16,6 +16,7 @@ from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.request import SamplingParams
 from llmkiln.runtime.scheduler import DecodeItem, PrefillChunk, SchedulerConfig, SchedulerOutput
 from tests.conftest import STORIES_DIR as STORIES
+from tests.conftest import requires_bf16
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -81,7 +82,7 @@ def _steps(xml, precision: str, batched: bool):
     return prefix, sufs, toks, first, second
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=requires_bf16)])
 def test_batched_equals_one_at_a_time(xml, hf, precision):
     prefix, sufs, toks, first_b, second_b = _steps(xml, precision, True)
     _, _, toks_a, first_a, second_a = _steps(xml, precision, False)
@@ -135,6 +136,7 @@ def test_served_greedy_equals_transformers(xml, hf, extra):
         eng.shutdown()
 
 
+@requires_bf16
 def test_served_bf16_greedy_equals_alone(xml):
     """bf16: eight requests on a shared prefix served together give the tokens each gets alone."""
     rng = np.random.default_rng(3)

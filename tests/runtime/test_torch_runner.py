@@ -14,7 +14,7 @@ from llmkiln.runtime.simple import SimpleGenerator
 torch = pytest.importorskip("torch")
 tr = pytest.importorskip("llmkiln.runtime.torch_runner")
 
-from tests.conftest import STORIES_DIR  # noqa: E402
+from tests.conftest import STORIES_DIR, requires_bf16  # noqa: E402
 from tests.runtime.test_engine_model import MAX_TOKENS, OTHERS, SYSTEM, TAILS, _all_free, _overrides  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -76,7 +76,7 @@ def _suffix_steps(dtype, batched):
     return prefix, sufs, toks, first, second
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("dtype", ["fp32", pytest.param("bf16", marks=requires_bf16)])
 def test_batched_equals_one_at_a_time(dtype, hf):
     prefix, sufs, toks, first_b, second_b = _suffix_steps(dtype, True)
     _, _, toks_a, first_a, second_a = _suffix_steps(dtype, False)
