@@ -7,6 +7,9 @@ Workloads
 - ``unique``: prompts that share nothing beyond the first word, lengths drawn from a range.
 - ``mixed-long-short``: mostly short prompts with a long one every ``long_every`` requests (a few long among many
   short): the case chunked prefill is for (a long prefill must not stall the short requests behind it).
+- ``chat-multiturn``: multi-turn chats after one long shared system prompt, rendered with the engine's chat
+  template; turn t of a conversation is a byte-for-byte prefix of its turn t+1 (the prefix cache can reuse the
+  previous turn's blocks, not only the system prompt's). See ``chat_multiturn``.
 - ``jsonl``: recorded traffic, one JSON object per line: ``{"prompt": "...", "max_tokens": 64, "group": "x"}``
   (``text`` is accepted for ``prompt``; ``max_tokens`` and ``group`` are optional).
 
@@ -16,6 +19,7 @@ The same seed and tokenizer always give the same prompts.
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,11 +27,12 @@ from typing import Any, Literal
 
 from tokenizers import Tokenizer
 
+from llmkiln.chat_template import PLAIN_TEMPLATE, render
 from llmkiln.errors import BadInput
 from llmkiln.jsonl import read_jsonl
 
-WorkloadName = Literal["shared-prefix", "unique", "mixed-long-short", "jsonl"]
-WORKLOADS: tuple[str, ...] = ("shared-prefix", "unique", "mixed-long-short", "jsonl")
+WorkloadName = Literal["shared-prefix", "unique", "mixed-long-short", "jsonl", "chat-multiturn"]
+WORKLOADS: tuple[str, ...] = ("shared-prefix", "unique", "mixed-long-short", "jsonl", "chat-multiturn")
 
 # A plain-English vocabulary for synthetic prompts (lower case, so most words are one or two tokens).
 _WORDS = (
@@ -101,6 +106,11 @@ class WorkloadSpec:
     long_every: int = 8
     # jsonl
     jsonl_path: str | None = None
+    # chat-multiturn (also system_tokens, user_tokens): conversations interleaved per round, user turns each
+    num_conversations: int = 12
+    num_turns: int = 4
+    assistant_tokens: int = 40  # the canned reply after each user turn but the last
+    chat_template: str | None = None  # the engine's (EngineDir.chat_template()); None: PLAIN_TEMPLATE
 
     def params(self) -> dict[str, Any]:
         """The parameters relevant to this workload, for the report."""
@@ -110,8 +120,18 @@ class WorkloadSpec:
             "unique": ("prompt_tokens",),
             "mixed-long-short": ("long_tokens", "short_tokens", "long_every"),
             "jsonl": ("jsonl_path",),
+            "chat-multiturn": (
+                "system_tokens",
+                "user_tokens",
+                "assistant_tokens",
+                "num_conversations",
+                "num_turns",
+            ),
         }[self.name]
         out = {k: (list(d[k]) if isinstance(d[k], tuple) else d[k]) for k in keep}
+        if self.name == "chat-multiturn":  # the template itself is long: its hash names it
+            template = self.chat_template or PLAIN_TEMPLATE
+            out["chat_template_sha256"] = hashlib.sha256(template.encode()).hexdigest()[:16]
         out["output_tokens"] = self.output_tokens
         out["num_requests"] = self.num_requests
         return out
@@ -314,10 +334,140 @@ def from_jsonl(tok: Tokenizer | None, spec: WorkloadSpec) -> list[BenchRequest]:
     return out
 
 
+# chat-multiturn
+
+_CHAT_SYSTEM_HEAD = (
+    "You are a careful assistant for a pottery workshop. Answer the visitor's questions briefly, using the "
+    "workshop notes below.\n\nWorkshop notes:\n"
+)
+_CHAT_USER_HEAD = "Question {t}: "
+_CHAT_REPLY_HEAD = "Here is what the notes say. "
+
+
+def _sentence(rng: random.Random) -> str:
+    """One plain sentence of 6 to 14 vocabulary words: capitalized, ending in a full stop."""
+    words = [rng.choice(_WORDS) for _ in range(rng.randint(6, 14))]
+    return words[0].capitalize() + " " + " ".join(words[1:]) + "."
+
+
+def _prose(tok: Tokenizer, head: str, target: int, rng: random.Random) -> str:
+    """`head` followed by sentences, exactly `target` tokens in all (head included, when it fits)."""
+    if count_tokens(tok, head) >= target:
+        head = ""
+    text = head
+    while count_tokens(tok, text) < target:
+        text += ("" if not text or text.endswith((" ", "\n")) else " ") + _sentence(rng)
+    return _exact(tok, text, target, rng)
+
+
+@dataclass(frozen=True)
+class ChatConversation:
+    """One conversation of chat-multiturn: user turns and the canned assistant reply after each of them."""
+
+    users: list[str]
+    replies: list[str]  # replies[t] follows users[t]; the last one is never sent (the model's turn)
+
+    def messages(self, system: str, turn: int) -> list[dict[str, str]]:
+        """[system, user_1, assistant_1, ..., user_turn] (turn counts from 1)."""
+        out = [{"role": "system", "content": system}]
+        for t in range(turn):
+            if t:
+                out.append({"role": "assistant", "content": self.replies[t - 1]})
+            out.append({"role": "user", "content": self.users[t]})
+        return out
+
+
+def chat_conversations(
+    tok: Tokenizer, spec: WorkloadSpec, num_conversations: int
+) -> tuple[str, list[ChatConversation]]:
+    """chat-multiturn's message contents: the system prompt (exactly `system_tokens` tokens) and
+    `num_conversations` conversations of `num_turns` user turns (each drawn from `user_tokens`) and canned replies
+    (exactly `assistant_tokens` each); token counts are of each content on its own."""
+    rng = random.Random(spec.seed)
+    system = _prose(tok, _CHAT_SYSTEM_HEAD, spec.system_tokens, rng)
+    convs = []
+    for _ in range(num_conversations):
+        users, replies = [], []
+        for t in range(spec.num_turns):
+            users.append(_prose(tok, _CHAT_USER_HEAD.format(t=t + 1), _draw(rng, spec.user_tokens), rng))
+            replies.append(_prose(tok, _CHAT_REPLY_HEAD, spec.assistant_tokens, rng))
+        convs.append(ChatConversation(users, replies))
+    return system, convs
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def chat_multiturn(tok: Tokenizer, spec: WorkloadSpec) -> list[BenchRequest]:
+    """Multi-turn chats after one shared system prompt, each request one turn of one conversation.
+
+    One system prompt of ~`system_tokens` tokens of plain sentences (exactly that many as a message content); each
+    conversation has `num_turns` user turns of `user_tokens` tokens (drawn per turn) with a canned assistant reply
+    of `assistant_tokens` tokens after each. The request for turn t of a conversation is the chat [system, user_1,
+    assistant_1, ..., user_t] rendered with `chat_template` (add_generation_prompt=True), so turn t's prompt text is
+    a byte-for-byte prefix of turn t+1's: the prefix cache can reuse the previous turn's blocks, as in a real chat.
+    The replies are fixed text drawn from the seed, not what the model answered: the model's own reply is not fed
+    back (it would make the prompts depend on the server, and the baseline and optimized runs differ).
+
+    Order: rounds of `num_conversations` fresh conversations, each round interleaved turn by turn (all its turn-1
+    requests, then all its turn-2 requests, ...), so that with more conversations than the concurrency a turn is
+    sent after the previous turn of its conversation has finished; the list is cut at `num_requests` (give a
+    multiple of num_conversations × num_turns for whole rounds). Group: "turn-{t}". prefix_tokens: the tokens of the
+    rendered system message (shared by every request); system_chars: its characters. The prompts are chat-rendered
+    text for a completion endpoint (Triton's text_input, /completions), not for --api chat.
+    """
+    for what, value in (
+        ("num_conversations", spec.num_conversations),
+        ("num_turns", spec.num_turns),
+        ("assistant_tokens", spec.assistant_tokens),
+        ("system_tokens", spec.system_tokens),
+    ):
+        if value <= 0:
+            raise BadInput(f"chat-multiturn: {what} must be positive, got {value}")
+    template = spec.chat_template or PLAIN_TEMPLATE
+    per_round = spec.num_conversations * spec.num_turns
+    rounds = -(-spec.num_requests // per_round)
+    system, convs = chat_conversations(tok, spec, rounds * spec.num_conversations)
+    head = render(template, [{"role": "system", "content": system}], add_generation_prompt=False)
+    head_ids = _ids(tok, head)
+    out: list[BenchRequest] = []
+    for r in range(rounds):
+        for t in range(1, spec.num_turns + 1):
+            for conv in convs[r * spec.num_conversations : (r + 1) * spec.num_conversations]:
+                if len(out) == spec.num_requests:
+                    return out
+                prompt = render(template, conv.messages(system, t), add_generation_prompt=True)
+                if not prompt.startswith(head):
+                    raise BadInput(
+                        "chat-multiturn: the chat template does not render the system message as the prompt's "
+                        "first part; give a template that puts it first"
+                    )
+                ids = _ids(tok, prompt)
+                out.append(
+                    BenchRequest(
+                        len(out),
+                        prompt,
+                        spec.output_tokens,
+                        len(ids),
+                        f"turn-{t}",
+                        _common_prefix(head_ids, ids),
+                        system_chars=len(head),
+                    )
+                )
+    return out
+
+
 _BUILDERS = {
     "shared-prefix": shared_prefix,
     "unique": unique,
     "mixed-long-short": mixed_long_short,
+    "chat-multiturn": chat_multiturn,
 }
 
 

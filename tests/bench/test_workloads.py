@@ -120,3 +120,130 @@ def test_bad_inputs(tok, tmp_path):
     for bad in ("0", "9-3", "a-b", "1-2-3"):
         with pytest.raises(BadInput):
             parse_range(bad, "--user-tokens")
+
+
+# chat-multiturn
+
+# SmolLM2-135M-Instruct's template (ChatML): what EngineDir(engine).chat_template() gives for smollm2-fp32
+CHATML = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def chat(template=CHATML, **kw):
+    base = dict(
+        num_requests=24,
+        system_tokens=100,
+        user_tokens=(10, 20),
+        assistant_tokens=12,
+        num_conversations=3,
+        num_turns=4,
+        output_tokens=16,
+        chat_template=template,
+    )
+    base.update(kw)
+    return WorkloadSpec(name="chat-multiturn", **base)
+
+
+def test_chat_multiturn_is_deterministic_per_seed(tok):
+    a = build_workload(tok, chat(seed=3))
+    b = build_workload(tok, chat(seed=3))
+    c = build_workload(tok, chat(seed=4))
+    assert [r.prompt for r in a.requests] == [r.prompt for r in b.requests]
+    assert [r.prompt for r in a.requests] != [r.prompt for r in c.requests]
+    assert a.describe() == b.describe()
+    p = a.describe()["params"]
+    assert (p["num_conversations"], p["num_turns"], p["assistant_tokens"], p["system_tokens"]) == (
+        3,
+        4,
+        12,
+        100,
+    )
+    assert (
+        p["chat_template_sha256"]
+        != build_workload(tok, chat(template=None)).describe()["params"]["chat_template_sha256"]
+    )
+
+
+def test_chat_multiturn_order_rounds_and_groups(tok):
+    w = build_workload(tok, chat())
+    assert len(w.requests) == 24 and [r.index for r in w.requests] == list(range(24))
+    # two rounds of 3 conversations x 4 turns, each interleaved turn by turn
+    assert [r.group for r in w.requests] == [
+        f"turn-{t}" for _ in range(2) for t in (1, 2, 3, 4) for _ in range(3)
+    ]
+    assert all(r.max_tokens == 16 for r in w.requests)
+    # cut at num_requests
+    assert [r.prompt for r in build_workload(tok, chat(num_requests=7)).requests] == [
+        r.prompt for r in w.requests[:7]
+    ]
+
+
+def _conversations(w, n_conv=3, n_turns=4):
+    """{(round, conversation): [prompt of turn 1, ..., turn T]} from the documented order."""
+    out: dict[tuple[int, int], list[str]] = {}
+    for i, r in enumerate(w.requests):
+        rnd, rest = divmod(i, n_conv * n_turns)
+        out.setdefault((rnd, rest % n_conv), []).append(r.prompt)
+    return out
+
+
+@pytest.mark.parametrize("template", [CHATML, None])
+def test_chat_multiturn_each_turn_extends_the_previous_one(tok, template):
+    w = build_workload(tok, chat(template=template))
+    convs = _conversations(w)
+    assert len(convs) == 6 and all(len(p) == 4 for p in convs.values())
+    for prompts in convs.values():
+        for a, b in zip(prompts, prompts[1:], strict=False):
+            assert b.startswith(a) and len(b) > len(a)  # byte-for-byte: the prefix cache can reuse turn t
+            ia, ib = ids(tok, a), ids(tok, b)
+            assert ib[: len(ia)] == ia  # and token for token: the cache reuses whole blocks of turn t
+    first_turns = [p[0] for p in convs.values()]
+    assert len(set(first_turns)) == len(first_turns)  # every conversation is its own
+
+
+def test_chat_multiturn_system_prefix_and_token_counts(tok):
+    w = build_workload(tok, chat())
+    head = w.requests[0].prompt[: w.requests[0].system_chars]
+    assert head.startswith("<|im_start|>system\n") and head.endswith("<|im_end|>\n")
+    head_ids = ids(tok, head)
+    for r in w.requests:
+        got = ids(tok, r.prompt)
+        assert r.num_prompt_tokens == len(got) == count_tokens(tok, r.prompt)
+        assert r.prompt[: r.system_chars] == head and r.split_system()[0] == head
+        assert r.prefix_tokens == len(head_ids) and got[: r.prefix_tokens] == head_ids
+        assert r.prompt.endswith("<|im_start|>assistant\n")
+    # turn t: the system part, t user turns of 10-20 tokens, t-1 replies of 12, plus the template's markup
+    markup = count_tokens(tok, "<|im_start|>user\n<|im_end|>\n")
+    reply = count_tokens(tok, "<|im_start|>assistant\n<|im_end|>\n")
+    for r in w.requests:
+        t = int(r.group.removeprefix("turn-"))
+        rest = r.num_prompt_tokens - r.prefix_tokens - count_tokens(tok, "<|im_start|>assistant\n")
+        lo = t * 10 + (t - 1) * 12 + t * markup + (t - 1) * reply
+        assert lo - 2 * t <= rest <= lo + t * 10 + 2 * t  # ± a token per seam
+
+
+def test_chat_multiturn_contents_have_the_asked_lengths(tok):
+    from llmkiln.bench.workloads import chat_conversations
+
+    spec = chat()
+    system, convs = chat_conversations(tok, spec, 3)
+    assert count_tokens(tok, system) == 100
+    assert system == chat_conversations(tok, spec, 3)[0]
+    for conv in convs:
+        assert len(conv.users) == len(conv.replies) == 4
+        assert all(10 <= count_tokens(tok, u) <= 20 for u in conv.users)
+        assert all(count_tokens(tok, a) == 12 for a in conv.replies)
+        roles = [m["role"] for m in conv.messages(system, 3)]
+        assert roles == ["system", "user", "assistant", "user", "assistant", "user"]
+
+
+def test_chat_multiturn_bad_sizes(tok):
+    for kw in ({"num_turns": 0}, {"num_conversations": 0}, {"assistant_tokens": 0}):
+        with pytest.raises(BadInput, match="chat-multiturn"):
+            build_workload(tok, chat(**kw))
+    with pytest.raises(BadInput, match="system message"):
+        build_workload(tok, chat(template="{% for m in messages %}{{ m['content'] }}{% endfor %}!"))
