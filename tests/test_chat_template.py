@@ -47,7 +47,9 @@ def test_a_recipe_template_is_not_inherited_through_extends(tmp_path: Path) -> N
     assert load_recipe(tmp_path / "child.yaml")[0].chat_template is None  # the model's own template applies
     assert load_recipe(tmp_path / "own.yaml")[0].chat_template == "{{ 'own' }}"
     for name in ("stories-fp32", "stories-int8", "smollm2-fp32", "smollm2-ov-bf16", "tiny-fp32"):
-        assert load_recipe(name)[0].chat_template is None, name  # no bundled base overrides a model's template
+        assert load_recipe(name)[0].chat_template is None, (
+            name
+        )  # no bundled base overrides a model's template
 
 
 def test_engine_folder_prefers_the_recipe_then_what_the_build_wrote(tmp_path: Path) -> None:

@@ -50,7 +50,9 @@ def test_a_changed_weight_is_a_build_failure(engine_factory, stories_dir: Path) 
         check_weights(model, source, stories_dir)
 
 
-@pytest.mark.skipif(HAS_BF16, reason=f"this CPU has bf16 arithmetic ({CPU_BF16_INFO}): the bf16 tests run instead")
+@pytest.mark.skipif(
+    HAS_BF16, reason=f"this CPU has bf16 arithmetic ({CPU_BF16_INFO}): the bf16 tests run instead"
+)
 def test_bf16_is_refused_on_a_cpu_without_it(tmp_path: Path) -> None:
     r = _kiln("build", "stories-ov-bf16", "--engines-dir", str(tmp_path / "engines"))
     assert r.returncode == 2, r.stderr

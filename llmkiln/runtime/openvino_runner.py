@@ -56,7 +56,6 @@ def _last_rows_only(model: ov.Model) -> None:
     model.validate_nodes_and_infer_types()
 
 
-
 def cpu_capabilities(core: ov.Core | None = None) -> tuple[str, list[str]]:
     """(CPU name, OpenVINO's OPTIMIZATION_CAPABILITIES of it: e.g. FP32, INT8, BF16 — BF16 only where the CPU
     has AVX512-BF16 or AMX)."""
@@ -79,6 +78,7 @@ def require_precision(precision: str, core: ov.Core | None = None) -> None:
             f"one ({name}; OpenVINO's capabilities: {', '.join(caps)}) has none. Use the recipe's fp32 sibling "
             "(e.g. smollm2-ov-fp32, precision: fp32), or build and serve on such a CPU"
         )
+
 
 class OpenVinoPagedRunner:
     """The Runner protocol (runtime.engine.Runner) on OpenVINO's PagedAttention graph: one infer per plan."""

@@ -35,7 +35,10 @@ def test_kiln_profile_reports_phases_and_ttft_hops(engine_factory, stories_dir, 
     for c, prof in rep.profile.items():
         lv = rep.level(int(c))
         assert lv is not None and lv.num_ok == 4
-        assert prof.steps > 0 and prof.prefill.runs >= 4 and prof.decode.tokens > 0
+        # every request's prompt was prefilled (a run may carry several prompts: at c=3 on a busy machine
+        # three arrive together); the cached 64-token system prompt is not recomputed
+        assert prof.steps > 0 and prof.prefill.runs >= 1 and prof.decode.tokens > 0
+        assert prof.prefill.tokens >= 4 * 8
         assert set(prof.phases.ms) == set(PHASES) and prof.phases.busy_ms <= prof.phases.wall_ms * 1.01
         hops = prof.hops_ms
         assert set(hops) == {name for name, _ in HOPS} and all(hops[name].count == 4 for name in hops)
