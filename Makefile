@@ -11,7 +11,7 @@ ENGINES ?= engines
 PYTEST_ARGS ?=
 DYNAMO_VERSION := 1.6.1
 
-.PHONY: setup engine test test-py312 lint serve serve-dynamo soak bench-ttft bench-scaleout bench-pd bench-cpu-peers genai-perf clean-engines
+.PHONY: setup engine test test-py312 lint serve serve-dynamo soak bench-ttft bench-chat bench-scaleout bench-pd bench-cpu-peers bench-smollm2-peers genai-perf clean-engines
 
 setup: $(STAMP)
 
@@ -89,6 +89,17 @@ soak: engine
 
 bench-ttft: setup
 	$(VENV)/bin/python -m experiments.ttft --out bench/results --engines-dir $(ENGINES)
+
+# The seeds' experiment on the real model: smollm2-baseline vs smollm2-fp32 (same weights, runtime settings only) on
+# multi-turn ChatML conversations after a shared system prompt, c=1,8,16,32 (~20 min on 2 idle cores).
+CHAT_TTFT_ARGS ?=
+bench-chat: setup
+	$(VENV)/bin/python -m experiments.chat_ttft --out bench/results/smollm2-chat --engines-dir $(ENGINES) $(CHAT_TTFT_ARGS)
+
+# The CPU peers on the real model: llmkiln (both front doors), vLLM CPU, OpenVINO GenAI, llama.cpp (Q4_1 and f16
+# GGUF); bf16 systems only on CPUs with bf16 (scripts/bench_smollm2_peers.sh; ~25-40 min).
+bench-smollm2-peers: setup
+	ENGINES=$(ENGINES) bash scripts/bench_smollm2_peers.sh bench/results/smollm2-peers
 
 genai-perf: setup
 	bash scripts/genai_perf.sh
