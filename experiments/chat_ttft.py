@@ -72,7 +72,7 @@ class ChatConfig:
     requests: int = 48  # per level: num_conversations = requests / num_turns fresh conversations (16)
     warmup: int = 2  # turn-1 requests of an extra round, per server, not measured
     num_turns: int = 3  # 16 conversations: more than the concurrency up to c=8, as many as c=16
-    system_tokens: int = 256
+    system_tokens: int = 512  # a long shared system prompt: the baseline prefills it every time
     user_tokens: tuple[int, int] = (20, 40)
     assistant_tokens: int = 32
     output_tokens: int = 32
