@@ -31,6 +31,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -179,12 +180,43 @@ def make_model_dir(engine_dir: Path, model_dir: Path) -> dict[str, Any]:
     from openvino_tokenizers import convert_tokenizer  # type: ignore[import-not-found]
     from transformers import AutoTokenizer
 
-    hf = AutoTokenizer.from_pretrained(str(engine_dir))
-    tokenizer, detokenizer = convert_tokenizer(hf, with_detokenizer=True)
+    with tempfile.TemporaryDirectory(prefix="ovgenai-tok-") as staging:
+        hf = AutoTokenizer.from_pretrained(str(_byte_level_tokenizer_dir(engine_dir, Path(staging))))
+        tokenizer, detokenizer = convert_tokenizer(hf, with_detokenizer=True)
     ov.save_model(tokenizer, str(model_dir / "openvino_tokenizer.xml"))
     ov.save_model(detokenizer, str(model_dir / "openvino_detokenizer.xml"))
     stamp_path.write_text(json.dumps(stamp, indent=1) + "\n")
     return stamp
+
+
+def _byte_level_tokenizer_dir(engine_dir: Path, staging: Path) -> Path:
+    """The folder to read the tokenizer from: the engine's, or — for a byte-level BPE whose tokenizer.json decodes
+    through a SentencePiece-style chain (ByteFallback, Fuse, Replace '\u2581', ByteLevel), as transformers 5.14's
+    GGUF loader writes for SmolLM2 — a copy whose decoder is the plain ByteLevel one and whose byte_fallback is off.
+    openvino-tokenizers cannot build a detokenizer for that chain ("FuzeRagged ... index '2' out of range"); the
+    vocabulary has no <0x..> byte tokens and no token text holds '\u2581', so the two decoders give the same text
+    and the ids are untouched (the peer gets ids; --check compares its greedy tokens with llmkiln's)."""
+    path = engine_dir / "tokenizer.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    decoder = data.get("decoder") or {}
+    steps = [d.get("type") for d in decoder.get("decoders", [])] if decoder.get("type") == "Sequence" else []
+    if "ByteLevel" not in steps or "ByteFallback" not in steps:
+        return engine_dir
+    vocab = data.get("model", {}).get("vocab", {})
+    if any(t.startswith("<0x") or "\u2581" in t for t in vocab):
+        return engine_dir  # a real byte-fallback vocabulary: leave it to openvino-tokenizers
+    data["decoder"] = next(d for d in decoder["decoders"] if d.get("type") == "ByteLevel")
+    data["model"]["byte_fallback"] = False
+    for name in os.listdir(engine_dir):
+        if name.startswith("tokenizer") or name in (
+            "special_tokens_map.json",
+            "chat_template.jinja",
+            "config.json",
+        ):
+            if name != "tokenizer.json":
+                shutil.copyfile(engine_dir / name, staging / name)
+    (staging / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return staging
 
 
 # ---------------------------------------------------------------------------------------------------------------
