@@ -28,6 +28,7 @@
 # Usage: scripts/gpu_verify.sh [setup] [engine] [llmapi] [speculative]   (default: engine llmapi speculative)
 #   setup        only the venv (tests/gpu/test_container_setup.py runs it against a stand-in container on CPU)
 #   speculative  LLM-API recipe with and without its speculative: section: acceptance rate, output tokens/s
+#                (fails unless the speculative run drafted tokens)
 # Paths (env): LLMKILN_CONTAINER_VENV (/opt/venv-tritonserver), LLMKILN_CONTAINER_PYTHON ($it/bin/python3),
 # LLMKILN_GPU_VENV ($ROOT/.venv-gpu), LLMKILN_TRTLLM_MODELS / LLMKILN_TRTLLM_LLMAPI_MODELS (the container's model
 # files, /app/all_models/inflight_batcher_llm and /app/all_models/llmapi),

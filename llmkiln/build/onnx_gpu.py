@@ -9,8 +9,11 @@ starts without parsing or building. Nodes TensorRT cannot take (GroupQueryAttent
 run on the CUDA EP, listed second as the fallback.
 
 Gating: torch.cuda.is_available() and the onnxruntime-gpu distribution installed (plus `import tensorrt` for the
-TensorRT EP). onnxruntime's provider list is never consulted: onnxruntime-gpu lists CUDA/TensorRT providers on a
-machine without a GPU too. onnxruntime and onnxruntime-gpu never share an environment (extras `cpu` / `gpu`).
+TensorRT EP). onnxruntime's *available* provider list is never consulted: onnxruntime-gpu lists CUDA/TensorRT
+providers on a machine without a GPU too. What a created session *registered* (session.get_providers()) is: an EP
+whose library fails to load is dropped without an error, so the build and the runner (runtime/runner.py,
+check_session_providers) refuse with exit 3 when a provider they asked for is not there. onnxruntime and
+onnxruntime-gpu never share an environment (extras `cpu` / `gpu`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any, Literal
 
 from llmkiln.build.stages import BuildContext
 from llmkiln.engine_dir import EngineDir
-from llmkiln.errors import BadInput
+from llmkiln.errors import BadInput, NeedsGpuHost
 from llmkiln.recipe import Recipe
 
 Provider = Literal["cuda", "tensorrt"]
@@ -160,6 +163,14 @@ def build_trt_engine(recipe: Recipe, engine_dir: Path, **kwargs: Any) -> dict[st
     t0 = time.perf_counter()
     sess = ort.InferenceSession(str(engine_dir / "model.onnx"), providers=providers)
     seconds = time.perf_counter() - t0
+    registered = list(sess.get_providers())
+    if registered[:1] != ["TensorrtExecutionProvider"]:
+        # onnxruntime retried without the TensorRT EP (its library did not load): nothing was built
+        raise NeedsGpuHost(
+            f"{engine_dir}: the TensorRT EP did not load (onnxruntime registered {', '.join(registered)}), so no "
+            "engine was built; onnxruntime's error above names the library it could not open (TensorRT's "
+            "libnvinfer, or the CUDA EP's libraries)"
+        )
     return {
         "providers": sess.get_providers(),
         "build_seconds": round(seconds, 3),

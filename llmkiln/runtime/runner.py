@@ -52,6 +52,43 @@ def _providers(model: Path, wanted: Sequence[tuple[str, dict[str, Any]]] | None)
     return usable
 
 
+# What an execution provider's shared library loads: when one is missing, onnxruntime skips the provider. (The
+# major versions are those this onnxruntime-gpu wheel was built against; onnxruntime's error names the file.)
+PROVIDER_LIBRARIES = {
+    "TensorrtExecutionProvider": "libonnxruntime_providers_tensorrt.so, which needs TensorRT (libnvinfer, "
+    "libnvinfer_plugin, libnvonnxparser) and the CUDA EP's libraries",
+    "CUDAExecutionProvider": "libonnxruntime_providers_cuda.so, which needs the CUDA runtime and math libraries "
+    "(libcudart, libcublas, libcublasLt, libcufft, libcurand) and cuDNN (libcudnn)",
+}
+
+
+def check_session_providers(
+    session: Any, wanted: Sequence[tuple[str, dict[str, Any]]] | None, model: Path
+) -> None:
+    """NeedsGpuHost (exit 3) unless the session registered every provider the engine was built for.
+
+    onnxruntime does not fail when an execution provider cannot load: a CUDA EP whose libraries are missing is
+    logged and left out, a TensorRT EP that raises makes InferenceSession retry with its fallback list
+    (onnxruntime_inference_collection.py: "Falling back to [...] and retrying"), and the graph then runs on the CPU
+    EP. session.get_providers() is what is registered, so it is the check. After it, run-time fallback is
+    switched off: an EP failure during run() raises instead of moving the session onto the CPU EP."""
+    if not wanted:
+        return
+    active = list(session.get_providers())
+    missing = [name for name, _ in wanted if name not in active]
+    if missing:
+        libs = "; ".join(
+            f"{name}: {PROVIDER_LIBRARIES.get(name, 'its provider library')}" for name in missing
+        )
+        raise NeedsGpuHost(
+            f"{model.parent}: built for {', '.join(n for n, _ in wanted)} (backend onnx-gpu), but onnxruntime "
+            f"registered only {', '.join(active) or 'nothing'}: {', '.join(missing)} did not load, so the graph would "
+            f"run on the CPU. Missing library ({libs}); onnxruntime's own error above names the file it could not "
+            "open. Install those libraries (or run in a container that has them) and load the engine again"
+        )
+    session.disable_fallback()
+
+
 class OnnxRunner:
     """Holds the session, the slot KV pools and the prefix-store block data; runs one plan per call."""
 
@@ -89,6 +126,7 @@ class OnnxRunner:
         self.session = ort.InferenceSession(
             rewritten if rewritten is not None else str(path), opts, providers=_providers(path, providers)
         )
+        check_session_providers(self.session, providers, path)
         self.last_only = rewritten is not None
         self.input_names = {i.name for i in self.session.get_inputs()}
         self.has_position_ids = "position_ids" in self.input_names

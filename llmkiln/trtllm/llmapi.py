@@ -44,8 +44,10 @@ def speculative_config(recipe: Recipe, target: Target = "triton") -> dict[str, A
         out[m["model_key"]] = spec.draft_model
     if spec.method == "ngram":
         out["max_matching_ngram_size"] = spec.max_matching_ngram_size
-    if spec.method == "eagle3":
-        out["eagle3_one_model"] = True  # the one-model path (draft head inside the target), the default
+    if spec.method == "eagle3" and target == "triton":
+        # 1.2.1: the one-model path (draft head inside the target), its default. 1.3.0rc27+ has only that path and
+        # no eagle3_one_model field (a strict model: Dynamo's 1.3.0rc29 worker would reject the key).
+        out["eagle3_one_model"] = True
     if spec.max_concurrency is not None:
         out["max_concurrency"] = spec.max_concurrency
     return out

@@ -19,6 +19,8 @@ the ensemble; used to test this module on a CPU host).
 - `speculative ENGINE --out DIR`: the LLM API on ENGINE's checkpoint twice, without and with the recipe's
   speculative_config: output tokens/s, and the acceptance rate (accepted / drafted tokens, from the iteration
   stats' specDecodingStats) of the speculative run. Writes DIR/<time>-<recipe>-speculative.json. GPU host only.
+  Exit 1 unless the speculative run drafted tokens (drafted > 0): a run that drafted nothing measured no
+  speculation (the config was dropped, or iteration stats were off) and proves nothing.
 """
 
 from __future__ import annotations
@@ -291,19 +293,35 @@ def _main(argv: list[str]) -> int:
     return 1 if result["problems"] else 0
 
 
+def speculative_problems(result: dict[str, Any]) -> list[str]:
+    """Why a measure_speculative result proves nothing about speculation (empty: it does)."""
+    spec = result["with"]
+    if spec["drafted_tokens"] <= 0:
+        return [
+            f"the speculative run drafted no tokens (drafted {spec['drafted_tokens']}, accepted "
+            f"{spec['accepted_tokens']}): speculative_config {result.get('speculative_config')!r} was not "
+            "in effect, or the iteration stats carry no specDecodingStats"
+        ]
+    return []
+
+
 def _speculative(engine: Path, out: Path, max_tokens: int) -> int:
     result = measure_speculative(engine, max_tokens) | {
         "engine": str(engine),
         "machine": machine(),
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+    result["problems"] = speculative_problems(result)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{engine.name}-speculative.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     w, s = result["without"], result["with"]
     print(f"{path}: {w['output_tokens_per_s']} -> {s['output_tokens_per_s']} output tok/s "
-          f"(x{result['speedup']}), acceptance rate {s['acceptance_rate']}")  # fmt: skip
-    return 0
+          f"(x{result['speedup']}), acceptance rate {s['acceptance_rate']} "
+          f"({s['accepted_tokens']} accepted / {s['drafted_tokens']} drafted)")  # fmt: skip
+    for problem in result["problems"]:
+        print(f"FAILED: {problem}", file=sys.stderr)
+    return 1 if result["problems"] else 0
 
 
 if __name__ == "__main__":

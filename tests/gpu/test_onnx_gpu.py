@@ -165,3 +165,87 @@ def test_an_onnx_gpu_engine_generates_on_a_gpu_host(engine_factory) -> None:
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
+
+
+class FakeSession:
+    """What onnxruntime leaves after an execution provider failed to load: a session with fewer providers."""
+
+    def __init__(self, registered: list[str]) -> None:
+        self.registered = registered
+        self.fallback_disabled = False
+
+    def get_providers(self) -> list[str]:
+        return self.registered
+
+    def disable_fallback(self) -> None:
+        self.fallback_disabled = True
+
+
+TRT_AND_CUDA = [("TensorrtExecutionProvider", {"device_id": 0}), ("CUDAExecutionProvider", {"device_id": 0})]
+
+
+@pytest.mark.parametrize(
+    ("registered", "missing", "library"),
+    [
+        (["CUDAExecutionProvider", "CPUExecutionProvider"], ["TensorrtExecutionProvider"], "libnvinfer"),
+        (["CPUExecutionProvider"], ["TensorrtExecutionProvider", "CUDAExecutionProvider"], "libcudnn"),
+    ],
+)
+def test_the_runner_refuses_a_session_that_fell_back(
+    tmp_path: Path, registered: list[str], missing: list[str], library: str
+) -> None:
+    """onnxruntime drops an EP whose library does not load and runs on the CPU EP without an error: the runner
+    reads session.get_providers() and refuses (exit 3), naming the missing provider and its library."""
+    from llmkiln.errors import NeedsGpuHost
+    from llmkiln.runtime.runner import check_session_providers
+
+    with pytest.raises(NeedsGpuHost) as err:
+        check_session_providers(FakeSession(registered), TRT_AND_CUDA, tmp_path / "model.onnx")
+    assert err.value.exit_code == 3
+    assert f"{', '.join(missing)} did not load" in str(err.value)
+    assert library in str(err.value) and "registered only " + ", ".join(registered) in str(err.value)
+
+
+def test_the_runner_keeps_a_session_with_every_provider_and_switches_run_fallback_off(tmp_path: Path) -> None:
+    from llmkiln.runtime.runner import check_session_providers
+
+    full = FakeSession(["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"])
+    check_session_providers(full, TRT_AND_CUDA, tmp_path / "model.onnx")
+    assert full.fallback_disabled  # an EP failure in run() raises instead of moving to the CPU EP
+    cpu = FakeSession(["CPUExecutionProvider"])
+    check_session_providers(cpu, None, tmp_path / "model.onnx")  # a CPU engine: nothing to check
+    assert not cpu.fallback_disabled
+
+
+def test_onnx_runner_checks_the_session_it_created(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """OnnxRunner itself: onnxruntime offers the GPU providers, but the created session registered only the CPU
+    EP (a CUDA library missing) -> NeedsGpuHost before anything runs."""
+    import types
+
+    from llmkiln.errors import NeedsGpuHost
+    from llmkiln.runtime import runner
+
+    available = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr(runner.ort, "get_available_providers", lambda: available)
+    monkeypatch.setattr(runner.ort, "InferenceSession", lambda *a, **k: FakeSession(["CPUExecutionProvider"]))
+    info = types.SimpleNamespace(model_file="model.onnx", vocab_size=32, logits_name="logits")
+    with pytest.raises(NeedsGpuHost, match="CUDAExecutionProvider"):
+        runner.OnnxRunner(tmp_path, info, 1, 16, 16, 1 << 20, last_logits_only=False, providers=TRT_AND_CUDA)  # type: ignore[arg-type]
+
+
+def test_the_trt_engine_build_refuses_when_the_tensorrt_ep_did_not_load(
+    monkeypatch: pytest.MonkeyPatch, engine_dir: Path, recipe
+) -> None:
+    import onnxruntime
+
+    from llmkiln.build import onnx_gpu
+    from llmkiln.errors import NeedsGpuHost
+
+    monkeypatch.setattr(onnx_gpu, "onnx_gpu_status", lambda: onnx_gpu.OnnxGpuStatus(True, True, True, ()))
+    monkeypatch.setattr(
+        onnxruntime,
+        "InferenceSession",
+        lambda *a, **k: FakeSession(["CUDAExecutionProvider", "CPUExecutionProvider"]),
+    )
+    with pytest.raises(NeedsGpuHost, match="TensorRT EP did not load"):
+        build_trt_engine(recipe, engine_dir)

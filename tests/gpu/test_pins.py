@@ -47,8 +47,112 @@ def test_gpu_doc_and_readme_state_the_pinned_versions() -> None:
         assert str(pins.pin(fact)) in gpu, f"docs/gpu.md does not state {fact} = {pins.pin(fact)}"
     for fact in ("container", "tensorrt_llm"):
         assert str(pins.pin(fact)) in readme, f"README.md does not state {fact}"
-    assert "--shm-size" in gpu and "--system-site-packages" in gpu
+    assert "--shm-size" in gpu and "scripts/gpu_verify.sh setup" in gpu
     assert "pip install" not in "\n".join(line for line in gpu.splitlines() if "docker run" in line)
+
+
+SETUP_COMMAND = re.compile(
+    r"-m venv\b|\bvirtualenv\b|\buv venv\b|\bpip3? install\b|\buv pip\b|--system-site-packages"
+)
+
+
+def _commands(text: str) -> list[str]:
+    """Shell lines with backslash continuations joined, comments and blank lines dropped."""
+    out: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        out.append(" ".join((pending + line).split()))
+        pending = ""
+    return out
+
+
+def _doc_code_commands(text: str) -> list[str]:
+    return [c for block in re.findall(r"```[^\n]*\n(.*?)```", text, re.S) for c in _commands(block)]
+
+
+def test_gpu_doc_sets_kiln_up_only_the_way_gpu_verify_does() -> None:
+    """Every venv / pip command in docs/gpu.md's code blocks is one scripts/gpu_verify.sh runs itself (the doc
+    says `scripts/gpu_verify.sh setup`), and no `venv --system-site-packages` is left: in the r26.05 container
+    `python3` is /opt/venv-tritonserver's, so such a venv cannot import tensorrt_llm (kiln build --resume: exit 3)."""
+    gpu = (REPO / "docs" / "gpu.md").read_text(encoding="utf-8")
+    script = (REPO / "scripts" / "gpu_verify.sh").read_text(encoding="utf-8")
+    script_commands = set(_commands(script))
+    doc_commands = _doc_code_commands(gpu)
+    foreign = [c for c in doc_commands if SETUP_COMMAND.search(c) and c not in script_commands]
+    assert not foreign, f"docs/gpu.md sets kiln up in a way scripts/gpu_verify.sh does not: {foreign}"
+    for needle in ("venv --system-site-packages", "virtualenv --system-site-packages"):
+        assert needle not in gpu or needle in "\n".join(script_commands), f"docs/gpu.md still has {needle!r}"
+    # every code block that runs kiln from .venv-gpu makes it with the script first
+    for block in re.findall(r"```[^\n]*\n(.*?)```", gpu, re.S):
+        if ".venv-gpu/bin/" in block:
+            assert "scripts/gpu_verify.sh" in block, (
+                f"a docs/gpu.md block uses .venv-gpu without the setup: {block}"
+            )
+    # ... and the venv the doc names is the script's default
+    assert re.search(r"VENV=\$\{LLMKILN_GPU_VENV:-\$ROOT/\.venv-gpu\}", script)
+    assert "setup)" in script and "setup_venv" in script
+
+
+def test_the_setup_check_catches_the_old_instructions() -> None:
+    """The broken line the doc used to have is caught by the check above."""
+    old = "```\npython3 -m venv --system-site-packages .venv-gpu\n.venv-gpu/bin/kiln build --resume plan.json\n```\n"
+    script_commands = set(_commands((REPO / "scripts" / "gpu_verify.sh").read_text(encoding="utf-8")))
+    commands = _doc_code_commands(old)
+    assert [c for c in commands if SETUP_COMMAND.search(c) and c not in script_commands] == [
+        "python3 -m venv --system-site-packages .venv-gpu"
+    ]
+
+
+REGISTRY = REPO / "tests" / "gpu" / "gpu_extra_registry.json"
+
+
+def _gpu_extra() -> dict[str, str]:
+    import tomllib
+
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
+    pinned: dict[str, str] = {}
+    for req in extra:
+        spec = req.split(";")[0].strip()
+        name, sep, version = spec.partition("==")
+        assert sep, f"[gpu] extra: {req!r} is not an exact pin"
+        pinned[name.split("[")[0].strip().lower()] = version.strip()
+    return pinned
+
+
+def test_every_gpu_extra_pin_exists_on_the_registry() -> None:
+    """Offline: against the versions recorded from `pip index versions` (tests/gpu/gpu_extra_registry.json);
+    with LLMKILN_ONLINE_PINS=1 against the registry itself. (onnxruntime-gpu==1.32.0 was pinned while PyPI's
+    newest onnxruntime-gpu is 1.31.1: `pip install '.[gpu]'` failed.)"""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    recorded = json.loads(REGISTRY.read_text())["versions"]
+    for name, version in _gpu_extra().items():
+        assert name in recorded, f"{name}: no recorded registry versions in {REGISTRY.name}"
+        assert version in recorded[name], (
+            f"{name}=={version}: the registry has {', '.join(recorded[name][:5])}, ..."
+        )
+        if os.environ.get("LLMKILN_ONLINE_PINS") == "1":
+            r = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name],
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+            line = next((x for x in r.stdout.splitlines() if x.startswith("Available versions:")), "")
+            assert version in [v.strip() for v in line.partition(":")[2].split(",")], (
+                f"{name}=={version}: {r.stdout}"
+            )
+
+
+def test_the_registry_check_catches_the_old_pin() -> None:
+    import json
+
+    assert "1.32.0" not in json.loads(REGISTRY.read_text())["versions"]["onnxruntime-gpu"]
 
 
 def test_plans_record_the_table() -> None:

@@ -39,11 +39,10 @@ EXPECTED = {  # (method, target) -> speculative_config
         "speculative_model_dir": DRAFT,
         "eagle3_one_model": True,
     },
-    ("eagle3", "dynamo"): {
+    ("eagle3", "dynamo"): {  # no eagle3_one_model: gone from Eagle3DecodingConfig in 1.3.0rc27+
         "decoding_type": "Eagle3",
         "max_draft_len": 4,
         "speculative_model": DRAFT,
-        "eagle3_one_model": True,
     },
 }
 
@@ -154,3 +153,42 @@ def test_acceptance_counts_are_read_from_iteration_stats() -> None:
         {"iter": 3},
     ]
     assert _spec_counts(stats) == (12, 6)
+
+
+# DecodingBaseConfig at v1.3.0rc29 (https://nvidia.github.io/TensorRT-LLM/1.3.0rc29/llm-api/reference/
+# AutoDecodingConfig.html): every speculative class of Dynamo's TensorRT-LLM has these fields.
+RC29_DECODING_BASE = {
+    "decoding_type", "max_draft_len", "max_total_draft_tokens", "speculative_model", "moe_backend",
+    "max_concurrency", "draft_len_schedule", "load_format", "acceptance_rate_window_size",
+    "acceptance_rate_threshold", "use_rejection_sampling", "allow_advanced_sampling", "advanced_sampling_mode",
+    "enable_penalty",
+}  # fmt: skip
+
+
+def test_the_1_3_0rc29_facts_are_the_tags() -> None:
+    """The rc29 facts were an older copy: acceptance_window / acceptance_length_threshold instead of rc29's
+    acceptance_rate_window_size / acceptance_rate_threshold, and eagle3_one_model, gone since 1.3.0rc27."""
+    f = facts("dynamo")
+    assert f["read"]["tag"] == "v1.3.0rc29" and "1.3.0rc29" in f["read"]["speculative_classes"]
+    for m in f["speculative"]["methods"].values():
+        fields = set(f["classes"][m["class"]])
+        assert RC29_DECODING_BASE <= fields, m["class"]
+        assert not {"acceptance_window", "acceptance_length_threshold"} & fields, m["class"]
+    assert "eagle3_one_model" not in f["classes"]["Eagle3DecodingConfig"]
+    assert (
+        "eagle3_one_model"
+        in facts("triton")["classes"][facts("triton")["speculative"]["methods"]["eagle3"]["class"]]
+    )
+
+
+def test_dynamo_gets_no_eagle3_one_model_and_the_facts_refuse_it() -> None:
+    options = llm_api_options(_recipe("eagle3"), target="dynamo")
+    assert "eagle3_one_model" not in options["speculative_config"]
+    assert unknown_keys(options, target="dynamo") == []
+    stale = {"speculative_config": dict(options["speculative_config"], eagle3_one_model=True)}
+    assert unknown_keys(stale, target="dynamo") == [
+        "speculative_config.eagle3_one_model (not a Eagle3DecodingConfig field)"
+    ]
+    rc29_gate = {"speculative_config": {"decoding_type": "NGram", "max_draft_len": 4,
+                                         "acceptance_rate_window_size": 32, "acceptance_rate_threshold": 0.3}}  # fmt: skip
+    assert unknown_keys(rc29_gate, target="dynamo") == []
