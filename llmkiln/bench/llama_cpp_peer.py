@@ -49,10 +49,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
@@ -62,7 +60,8 @@ from typing import IO, Any
 
 from tokenizers import Tokenizer
 
-from llmkiln.dynamo.launcher import LaunchFailed, Proc
+from llmkiln.bench.peer_server import PeerServer
+from llmkiln.dynamo.launcher import Proc
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.serve.ports import free_ports, port_free
 from llmkiln.serve.reaper import Reaper
@@ -72,7 +71,6 @@ VENV_ENV = "LLMKILN_LLAMACPP_VENV"
 DEFAULT_VENV = Path("/tmp/llmkiln-llamacpp/venv")
 VENV_STAMP = ".llmkiln-llama-cpp"  # written by scripts/llama_cpp_env.sh when the install finished
 VERSION = "0.3.36"
-STOP_TIMEOUT_S = 30.0
 # the greedy answer of the sanity check (`ask`) must contain this
 CHECK_QUESTION = "What is the capital of France? Answer in one sentence."
 CHECK_ANSWER = "Paris"
@@ -233,8 +231,12 @@ def _post(url: str, body: dict[str, Any], timeout_s: float = 120.0) -> Any:
         return json.loads(r.read())
 
 
-class LlamaCppServer:
+class LlamaCppServer(PeerServer):
     """One llama-cpp-python server process (see the module docstring). Use as a context manager."""
+
+    display = "llama.cpp"
+    poll_s = 0.25
+    ready_timeout_s = 300.0
 
     def __init__(
         self,
@@ -287,50 +289,11 @@ class LlamaCppServer:
         ids = [m.get("id") for m in (models or {}).get("data", [])] if status == 200 else []
         return self.model in ids
 
-    def wait_ready(self, timeout_s: float = 300.0) -> float:
-        """Block until the server serves the model; returns seconds waited (LaunchFailed with the log's tail)."""
-        t0 = time.monotonic()
-        while not self.ready():
-            if not self.proc.alive():
-                raise LaunchFailed(
-                    f"llama.cpp server ({self.opts.gguf.name}) exited before it was ready (exit code "
-                    f"{self.proc.returncode()}). Last lines (full log: {self.proc.log_path}):\n{self.proc.tail()}"
-                )
-            if time.monotonic() - t0 > timeout_s:
-                raise LaunchFailed(
-                    f"llama.cpp server ({self.opts.gguf.name}) not ready after {timeout_s:.0f} s; log "
-                    f"{self.proc.log_path}:\n{self.proc.tail()}"
-                )
-            time.sleep(0.25)
-        self.ready_s = time.monotonic() - t0
-        return self.ready_s
-
     def tokenize(self, prompt: str) -> list[int]:
         return tokenize(self.url, self.model, prompt)
 
-    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
-        """SIGTERM the server's process group, SIGKILL it past `timeout_s`; the reaper clears what is left."""
-        self.proc.signal(signal.SIGTERM)
-        if not self.proc.wait(timeout_s):
-            self.proc.lines.append(f"llmkiln: llama.cpp did not stop within {timeout_s:.0f} s: killed")
-            self.proc.signal(signal.SIGKILL)
-            self.proc.wait(10)
-        if self.reaper is not None:
-            self.reaper.close()
-            self.reaper = None
-        return self.proc.returncode()
-
-    def __enter__(self) -> LlamaCppServer:
-        try:
-            self.start()
-            self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def label(self) -> str:
+        return f"llama.cpp server ({self.opts.gguf.name})"
 
 
 def tokenize(url: str, model: str, prompt: str) -> list[int]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -39,7 +38,8 @@ from typing import IO, Any, Literal
 
 from tokenizers import Tokenizer
 
-from llmkiln.dynamo.launcher import LaunchFailed, Proc
+from llmkiln.bench.peer_server import PeerServer
+from llmkiln.dynamo.launcher import Proc
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.serve.ports import free_ports, port_free
 from llmkiln.serve.reaper import Reaper
@@ -56,7 +56,6 @@ TCMALLOC_CANDIDATES = (
     "/usr/lib64/libtcmalloc_minimal.so.4",
     "/usr/lib64/libtcmalloc.so.4",
 )
-STOP_TIMEOUT_S = 30.0
 
 
 class PeerNotInstalled(BadInput):
@@ -221,8 +220,12 @@ def _get(url: str, timeout_s: float = 5.0) -> tuple[int, Any]:
         return exc.code, None
 
 
-class VllmServer:
+class VllmServer(PeerServer):
     """One vLLM CPU server process (see the module docstring). Use as a context manager."""
+
+    display = "vLLM"
+    poll_s = 0.5
+    ready_timeout_s = 900.0
 
     def __init__(
         self,
@@ -275,53 +278,16 @@ class VllmServer:
         ids = [m.get("id") for m in (models or {}).get("data", [])] if status == 200 else []
         return health == 200 and self.model in ids
 
-    def wait_ready(self, timeout_s: float = 900.0) -> float:
-        """Block until the server serves the model; returns seconds waited (LaunchFailed with the log's tail)."""
-        t0 = time.monotonic()
-        while not self.ready():
-            if not self.proc.alive():
-                raise LaunchFailed(
-                    f"vLLM ({self.opts.dtype}) exited before it was ready (exit code {self.proc.returncode()}). "
-                    f"Last lines (full log: {self.proc.log_path}):\n{self.proc.tail()}"
-                )
-            if time.monotonic() - t0 > timeout_s:
-                raise LaunchFailed(
-                    f"vLLM ({self.opts.dtype}) not ready after {timeout_s:.0f} s; log {self.proc.log_path}:\n"
-                    f"{self.proc.tail()}"
-                )
-            time.sleep(0.5)
-        self.ready_s = time.monotonic() - t0
-        return self.ready_s
-
     def tokenize(self, prompt: str) -> list[int]:
         return tokenize(self.url, self.model, prompt)
 
-    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
-        """SIGTERM the server's process group, SIGKILL it past `timeout_s`; the reaper clears what is left, and
-        the Intel OpenMP registration files its processes leave in /dev/shm when signalled are removed."""
-        self.proc.signal(signal.SIGTERM)
-        if not self.proc.wait(timeout_s):
-            self.proc.lines.append(f"llmkiln: vLLM did not stop within {timeout_s:.0f} s: killed")
-            self.proc.signal(signal.SIGKILL)
-            self.proc.wait(10)
-        if self.reaper is not None:
-            self.reaper.close()
-            self.reaper = None
+    def label(self) -> str:
+        return f"vLLM ({self.opts.dtype})"
+
+    def _after_stop(self) -> None:
+        # the Intel OpenMP registration files its processes leave in /dev/shm when signalled
         if self.started_at is not None:
             _remove_kmp_files(self.started_at)
-        return self.proc.returncode()
-
-    def __enter__(self) -> VllmServer:
-        try:
-            self.start()
-            self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def _remove_kmp_files(since: float, wait_s: float = 5.0) -> None:
