@@ -61,8 +61,8 @@ def load_info() -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- onnxruntime
 def study_ort(engine: Path, repeats: int, label: str) -> dict[str, Any]:
     from llmkiln.engine_dir import EngineDir
+    from llmkiln.runtime.plan import DecodeItem, PrefillChunk, SchedulerOutput
     from llmkiln.runtime.runner import OnnxRunner
-    from llmkiln.runtime.scheduler import DecodeItem, PrefillChunk, SchedulerOutput
 
     info = EngineDir(engine).genai_config()
     runner = OnnxRunner(engine, info, ROWS, 4096, 16, 16 * 2**20, intra_op_threads=2)

@@ -19,7 +19,7 @@ import numpy as np
 
 from llmkiln.bench.floor import fill_slot
 from llmkiln.runtime.loader import load_engine
-from llmkiln.runtime.scheduler import DecodeItem, PrefillChunk, SchedulerOutput
+from llmkiln.runtime.plan import DecodeItem, PrefillChunk, SchedulerOutput
 
 
 def bandwidth_gbps() -> float:

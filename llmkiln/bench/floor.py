@@ -22,9 +22,9 @@ from pydantic import BaseModel, ConfigDict
 
 from llmkiln.bench.stats import Dist, RequestRecord, summarize
 from llmkiln.bench.workloads import BenchRequest
-from llmkiln.runtime.engine import LLMEngine, Runner
+from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.loader import load_engine
-from llmkiln.runtime.scheduler import PrefillChunk, SchedulerOutput
+from llmkiln.runtime.plan import PrefillChunk, Runner, SchedulerOutput
 
 
 def fill_slot(runner: Runner, slot: int, token_ids: Sequence[int], chunk: int) -> None:

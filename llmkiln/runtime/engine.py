@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from llmkiln.runtime.compute_priority import ComputePriority
 from llmkiln.runtime.handle import RequestHandle, push_events
 from llmkiln.runtime.kv_blocks import BlockStore, Reservation
 from llmkiln.runtime.kv_quant import BlockData
+from llmkiln.runtime.plan import BlockCopy, Runner, SchedulerOutput, StepCosts
 from llmkiln.runtime.profile import Profiler, StepTrace, now_ns
 from llmkiln.runtime.request import (
     BadRequestParams,
@@ -38,7 +39,7 @@ from llmkiln.runtime.request import (
     TokenEvent,
 )
 from llmkiln.runtime.sampling import make_rng, sample_token
-from llmkiln.runtime.scheduler import BlockCopy, Scheduler, SchedulerConfig, SchedulerOutput, StepCosts
+from llmkiln.runtime.scheduler import Scheduler, SchedulerConfig
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -65,20 +66,6 @@ STOP_WAIT_S = (
 )
 
 
-class Runner(Protocol):
-    """What the engine needs from a runner (runner.OnnxRunner, or the tests' fake)."""
-
-    num_slots: int
-    num_blocks: int
-    vocab_size: int
-    # optional: `batches_prefills_with_past = True` lets TTFT-first runs batch prompts that start on a past;
-    # `mixes_decodes_with_prefills = True` puts the running sequences' decode tokens in those runs too
-
-    def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]: ...
-
-    def close(self) -> None: ...
-
-
 class LLMEngine:
     """The CPU serving runtime. Build it with `from_engine_dir`, `start()` it, `submit()` prompts."""
 
@@ -103,8 +90,8 @@ class LLMEngine:
         store = BlockStore(runner.num_blocks, kv.tokens_per_block) if kv.prefix_reuse else None
         self.block_store = store
         self.scheduler = Scheduler(config, store)
-        self.scheduler.batch_past_prefills = bool(getattr(runner, "batches_prefills_with_past", False))
-        self.scheduler.mix_decodes = bool(getattr(runner, "mixes_decodes_with_prefills", False))
+        self.scheduler.batch_past_prefills = runner.batches_prefills_with_past
+        self.scheduler.mix_decodes = runner.mixes_decodes_with_prefills
         self.stats = metrics_mod.StepStats()
         self._lock = threading.Condition()
         self._inbox: list[tuple[Request, RequestHandle, Reservation | None]] = []

@@ -14,7 +14,8 @@ from llmkiln.capabilities import Backend
 from llmkiln.engine_dir import EngineDir, resolve_engine
 from llmkiln.errors import BadInput
 from llmkiln.kv_scales import is_quantized
-from llmkiln.runtime.engine import LLMEngine, Runner
+from llmkiln.runtime.engine import LLMEngine
+from llmkiln.runtime.plan import Runner
 from llmkiln.runtime.runner import OnnxRunner
 from llmkiln.runtime.scheduler import SchedulerConfig
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from llmkiln.runtime.kv_blocks import BlockStore
-    from llmkiln.runtime.scheduler import Scheduler, SchedulerOutput
+    from llmkiln.runtime.plan import SchedulerOutput
+    from llmkiln.runtime.scheduler import Scheduler
 
 
 @dataclass

@@ -38,8 +38,8 @@ from openvino._offline_transformations import paged_attention_transformation
 from llmkiln.capabilities import OPENVINO_STORE_DTYPES
 from llmkiln.errors import CpuLacksFeature
 from llmkiln.runtime.kv_quant import BlockData, bytes_per_block
+from llmkiln.runtime.plan import BlockCopy, SchedulerOutput, block_runs
 from llmkiln.runtime.profile import StepTrace, now_ns
-from llmkiln.runtime.scheduler import BlockCopy, SchedulerOutput, block_runs
 
 PRECISIONS = {"fp32": "f32", "bf16": "bf16"}
 

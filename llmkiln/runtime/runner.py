@@ -27,8 +27,8 @@ from llmkiln.errors import BadInput, NeedsGpuHost
 from llmkiln.kv_scales import KvScales
 from llmkiln.runtime import last_logits
 from llmkiln.runtime.kv_quant import BlockData, bytes_per_block
+from llmkiln.runtime.plan import PrefillChunk, SchedulerOutput, block_runs
 from llmkiln.runtime.profile import StepTrace, now_ns
-from llmkiln.runtime.scheduler import PrefillChunk, SchedulerOutput, block_runs
 
 _POOL_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int8)": np.int8}
 _RAW_NAMES = {"float16": "fp16", "int8": "int8"}
@@ -91,6 +91,9 @@ def check_session_providers(
 
 class OnnxRunner:
     """Holds the session, the slot KV pools and the prefix-store block data; runs one plan per call."""
+
+    batches_prefills_with_past = False  # GroupQueryAttention takes a past only at batch 1
+    mixes_decodes_with_prefills = False
 
     def __init__(
         self,

@@ -521,6 +521,7 @@ class TorchRunner:
     floating-point rounding of differently shaped matrix products (fp32: ~1e-6)."""
 
     batches_prefills_with_past = True  # the scheduler's TTFT-first runs may batch prompts on a cached past
+    mixes_decodes_with_prefills = True
 
     def __init__(
         self,
@@ -583,8 +584,8 @@ class TorchRunner:
     def execute(self, plan, trace=None):
         import numpy as np
 
+        from llmkiln.runtime.plan import block_runs
         from llmkiln.runtime.profile import now_ns
-        from llmkiln.runtime.scheduler import block_runs
 
         t = now_ns()
         for slot, start, ids in block_runs(plan.loads, self.tokens_per_block):

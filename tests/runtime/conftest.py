@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from llmkiln.runtime.kv_blocks import BlockStore
+from llmkiln.runtime.plan import SchedulerOutput
 from llmkiln.runtime.profile import StepTrace
 from llmkiln.runtime.request import Request, RequestTimings, SamplingParams, TokenEvent
-from llmkiln.runtime.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from llmkiln.runtime.scheduler import Scheduler, SchedulerConfig
 
 if TYPE_CHECKING:
-    from llmkiln.runtime.engine import Runner
+    from llmkiln.runtime.plan import Runner
 
 VOCAB = 97
 EOS = 2
@@ -45,6 +46,9 @@ class FakeRunner:
     keeps its tokens after a request ends (the scheduler may start the next prompt on a resident prefix), so a
     load or chunk at `start` keeps the first `start` tokens and drops the rest.
     """
+
+    batches_prefills_with_past = False
+    mixes_decodes_with_prefills = False
 
     def __init__(self, num_slots: int, num_blocks: int, tokens_per_block: int, max_len: int = 4096) -> None:
         self.num_slots = num_slots

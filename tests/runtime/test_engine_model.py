@@ -202,8 +202,8 @@ def test_rejections_and_cancel_leave_everything_free(engine_factory):
 @pytest.mark.parametrize("recipe", ["stories-fp32", "stories-int8"])
 def test_last_logits_rewrite_matches_full_graph(engine_factory, recipe):
     engine_dir = engine_factory(recipe)
+    from llmkiln.runtime.plan import PrefillChunk, SchedulerOutput
     from llmkiln.runtime.runner import OnnxRunner
-    from llmkiln.runtime.scheduler import PrefillChunk, SchedulerOutput
 
     info = EngineDir(engine_dir).genai_config()
     runners = [OnnxRunner(engine_dir, info, 4, 128, 16, 0, last_logits_only=flag) for flag in (True, False)]

@@ -13,8 +13,9 @@ import pytest
 from llmkiln.engine_dir import EngineDir
 from llmkiln.runtime import openvino_runner as ov_runner
 from llmkiln.runtime.engine import LLMEngine
+from llmkiln.runtime.plan import DecodeItem, PrefillChunk, SchedulerOutput
 from llmkiln.runtime.request import SamplingParams
-from llmkiln.runtime.scheduler import DecodeItem, PrefillChunk, SchedulerConfig, SchedulerOutput
+from llmkiln.runtime.scheduler import SchedulerConfig
 from tests.conftest import STORIES_DIR as STORIES
 from tests.conftest import requires_bf16
 

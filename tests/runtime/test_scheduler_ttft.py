@@ -9,7 +9,7 @@ import pytest
 
 from llmkiln.errors import RecipeError
 from llmkiln.recipe import load_recipe
-from llmkiln.runtime.scheduler import StepCosts
+from llmkiln.runtime.plan import StepCosts
 
 from .conftest import FakeRunner, apply_plan, make_requests, make_scheduler, reference_generate
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from llmkiln.runtime.plan import DecodeItem, PrefillChunk, SchedulerOutput
 from llmkiln.runtime.request import SamplingParams
-from llmkiln.runtime.scheduler import DecodeItem, PrefillChunk, SchedulerOutput
 from llmkiln.runtime.simple import SimpleGenerator
 
 torch = pytest.importorskip("torch")

@@ -1,0 +1,111 @@
+"""One engine step's plan (what the scheduler decides) and the Runner protocol (what executes it).
+
+The scheduler (runtime.scheduler) writes a `SchedulerOutput`; a runner (runtime.runner.OnnxRunner,
+runtime.openvino_runner.OpenVinoPagedRunner, the tests' fakes) executes it and returns logits rows. Runners import
+this module, never the scheduler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from llmkiln.runtime.profile import StepTrace
+
+
+@dataclass(frozen=True)
+class BlockCopy:
+    """Copy block `block_id` of the prefix store to/from tokens [start, start + tokens_per_block) of `slot`.
+    `key`: the block's chained hash (its content: every token up to its end), so a runner may keep and share
+    what it loaded (0: unknown)."""
+
+    block_id: int
+    slot: int
+    start: int
+    key: int = 0
+
+
+def block_runs(copies: Sequence[BlockCopy], tokens_per_block: int) -> list[tuple[int, int, list[int]]]:
+    """(slot, start, block ids) for each run of consecutive blocks of one slot, in plan order: what a runner
+    moves in one copy."""
+    runs: list[tuple[int, int, list[int]]] = []
+    for c in copies:
+        if runs and runs[-1][0] == c.slot and runs[-1][1] + len(runs[-1][2]) * tokens_per_block == c.start:
+            runs[-1][2].append(c.block_id)
+        else:
+            runs.append((c.slot, c.start, [c.block_id]))
+    return runs
+
+
+@dataclass(frozen=True)
+class PrefillChunk:
+    """Run `token_ids` at positions [start, start + len) of `slot`; `sample`: this chunk ends the prompt."""
+
+    request_id: str
+    slot: int
+    start: int
+    token_ids: tuple[int, ...]
+    sample: bool
+
+
+@dataclass(frozen=True)
+class DecodeItem:
+    """Run one token at `position` of `slot` and sample the next."""
+
+    request_id: str
+    slot: int
+    token_id: int
+    position: int
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """The engine's running estimates of what a step costs (ns), for the TTFT-first decisions."""
+
+    prefill_ns_per_token: float = 0.0
+    decode_ns: float = 0.0
+
+
+@dataclass
+class SchedulerOutput:
+    """One step's plan, executed in this order: loads, prefills, decodes, saves."""
+
+    loads: list[BlockCopy] = field(default_factory=list)
+    prefills: list[PrefillChunk] = field(default_factory=list)
+    decodes: list[DecodeItem] = field(default_factory=list)
+    saves: list[BlockCopy] = field(default_factory=list)
+    admitted: list[str] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(c.token_ids) for c in self.prefills) + len(self.decodes)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.prefills or self.decodes)
+
+    def sampled_request_ids(self) -> list[str]:
+        """Requests the engine must sample a token for, in plan order."""
+        return [c.request_id for c in self.prefills if c.sample] + [d.request_id for d in self.decodes]
+
+
+class Runner(Protocol):
+    """What the engine needs from a runner, capabilities declared (not probed).
+
+    `batches_prefills_with_past`: a TTFT-first prefill run may batch prompts that start on a past (onnxruntime's
+    GroupQueryAttention cannot: False there). `mixes_decodes_with_prefills`: the running sequences' decode tokens
+    ride in those runs too."""
+
+    num_slots: int
+    num_blocks: int
+    vocab_size: int
+    batches_prefills_with_past: bool
+    mixes_decodes_with_prefills: bool
+
+    def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]: ...
+
+    def close(self) -> None: ...
