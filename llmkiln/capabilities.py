@@ -58,8 +58,9 @@ BACKEND_PRECISIONS: dict[Backend, tuple[str, ...]] = {
     Backend.TRTLLM_LLMAPI: ("fp8",),
 }
 
-# openvino-cpu's prefix store: blocks copied to and from OpenVINO's pools without KV scales
-OPENVINO_STORE_DTYPES: tuple[str, ...] = ("fp32", "fp16")
+# openvino-cpu: the KV lives in OpenVINO's PagedAttention blocks, which are the KV cache manager's blocks; its CPU
+# plugin's block (checked again by the runner against the compiled graph at load)
+OPENVINO_BLOCK_SIZE = 32
 
 
 def honoured_by(*backends: Backend, why: str = "") -> dict[str, Any]:

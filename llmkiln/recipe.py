@@ -22,6 +22,8 @@ from pydantic_core import ErrorDetails
 from llmkiln.capabilities import (
     BACKEND_PRECISIONS,
     LLMKILN_RUNTIME,
+    ONNX_BACKENDS,
+    OPENVINO_BLOCK_SIZE,
     TRTLLM_BACKENDS,
     Backend,
     field_backends,
@@ -141,9 +143,16 @@ class KvCache(Strict):
     dtype: Literal["fp32", "fp16", "int8", "fp8"] = Field(
         "fp32",
         description="Storage dtype of cached prefix blocks (CPU block store) or the engine KV cache (GPU).",
+        json_schema_extra=honoured_by(
+            *ONNX_BACKENDS,
+            *TRTLLM_BACKENDS,
+            why="openvino-cpu keeps the KV in OpenVINO's blocks in the inference precision (precision: fp32 or bf16)",
+        ),
     )
     tokens_per_block: PositiveInt = Field(
-        16, description="Tokens per KV block; prefixes are shared in whole blocks."
+        16,
+        description="Tokens per KV block; prefixes are shared in whole blocks (openvino-cpu: OpenVINO's block, "
+        f"{OPENVINO_BLOCK_SIZE}).",
     )
     max_bytes: Annotated[int, Field(gt=0, le=MAX_KV_BYTES)] = Field(
         64 * 2**20,
@@ -159,7 +168,10 @@ class KvCache(Strict):
         True,
         description="CPU, with prefix_reuse: a free slot keeps the KV of its last prompt, and a new prompt sharing "
         "a prefix with it starts there (token-exact, beyond whole blocks, no block copies).",
-        json_schema_extra=RUNTIME_ONLY,
+        json_schema_extra=honoured_by(
+            *ONNX_BACKENDS,
+            why="openvino-cpu shares every cached prompt block by block table: nothing is resident in a slot",
+        ),
     )
     free_gpu_memory_fraction: Annotated[float, Field(gt=0, le=1)] = Field(
         0.9,
@@ -413,6 +425,12 @@ class Recipe(Strict):
             raise ValueError(
                 f"precision {self.precision!r} is not available on backend {self.backend.value!r}; allowed: "
                 f"{', '.join(allowed)}"
+            )
+        if self.backend is Backend.OPENVINO_CPU and self.kv_cache.tokens_per_block != OPENVINO_BLOCK_SIZE:
+            raise ValueError(
+                f"kv_cache.tokens_per_block: {self.kv_cache.tokens_per_block}; backend openvino-cpu keeps the KV in "
+                f"OpenVINO's blocks of {OPENVINO_BLOCK_SIZE} tokens: set kv_cache.tokens_per_block: "
+                f"{OPENVINO_BLOCK_SIZE}"
             )
         ignored = ignored_settings(self)
         if ignored:

@@ -27,7 +27,6 @@ import numpy as np
 
 from llmkiln.build.capacity import check_model_fits
 from llmkiln.build.stages import BuildContext
-from llmkiln.capabilities import OPENVINO_STORE_DTYPES
 from llmkiln.engine_dir import GENAI_CONFIG, OPENVINO_BIN, OPENVINO_XML
 from llmkiln.errors import BadInput, BuildFailed
 from llmkiln.versions import package_versions
@@ -284,12 +283,6 @@ class OpenVinoExportStage:
 
     def check(self, ctx: BuildContext) -> None:
         # precision: the recipe schema already allows only BACKEND_PRECISIONS[openvino-cpu] (fp32, bf16)
-        if ctx.recipe.kv_cache.dtype not in OPENVINO_STORE_DTYPES:
-            raise BadInput(
-                f"{ctx.recipe_file}: field 'kv_cache.dtype': {ctx.recipe.kv_cache.dtype!r} is not available on "
-                f"backend openvino-cpu (its prefix store keeps {' or '.join(OPENVINO_STORE_DTYPES)} blocks; int8/fp8 blocks "
-                "with calibrated scales are onnx-cpu's); use fp16 to halve the store"
-            )
         config = check_model_fits(ctx)
         problems = _config_problems(config) if config is not None else []
         if problems:

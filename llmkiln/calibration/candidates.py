@@ -151,7 +151,7 @@ class OpenVinoScorer:
         self.precision = precision or folder.recipe().precision
         self.kind = f"openvino-engine-{self.precision}"
         self.max_len = min(max_len, folder.genai_config().context_length)
-        self.runner = OpenVinoPagedRunner(xml, 1, self.max_len, 16, 0, precision=self.precision)
+        self.runner = OpenVinoPagedRunner(xml, 1, self.max_len, None, 0, precision=self.precision)
         self.tokenizer = Tokenizer.from_file(str(tok))
 
     def encode(self, text: str) -> list[int]:

@@ -43,6 +43,7 @@ from typing import Any, Protocol
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.host.metrics import HostMetrics
 from llmkiln.host.roles import WorkerRole
+from llmkiln.runtime.block_memory import array_spans
 from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.kv_blocks import Reservation
 
@@ -111,7 +112,7 @@ class KvTransfer:
     ) -> None:
         if role is WorkerRole.AGGREGATED:
             raise ValueError("an aggregated host moves no KV")
-        store, data = engine.block_store, engine.block_data
+        store, data = engine.block_store, engine.block_memory
         if store is None or data is None:
             raise BadInput(
                 f"the {role.value} role moves prompt KV through the prefix store: this engine has none "
@@ -140,10 +141,7 @@ class KvTransfer:
         self.metrics.set("kv_registrations", len(data.regions()))
         self.metadata = self.agent.get_agent_metadata()
         self._metadata_b64 = base64.b64encode(self.metadata).decode("ascii")
-        self._arrays = [
-            (arr.ctypes.data, arr.nbytes // max(1, arr.shape[0]))
-            for arr in ([data.values] if data.scales is None else [data.values, data.scales])
-        ]
+        self._arrays = data.arrays()
         self._lock = threading.Lock()
         self._exports: dict[str, Export] = {}
         self._releasing: dict[str, Export] = {}  # released, their unpin not done yet
@@ -339,7 +337,7 @@ class KvTransfer:
             self._notify(peer, f"release:{export_id}")
             return 0, 0.0
         local = self.data.spans([res.block_ids[i] for i in fill])
-        remote = [(base + remote_ids[i] * step, step) for base, step in arrays for i in fill]
+        remote = array_spans(arrays, [remote_ids[i] for i in fill])
         nbytes = sum(n for _, n in local)
         t0 = time.perf_counter()
         with self._agent_lock:

@@ -22,10 +22,10 @@ from llmkiln.errors import KilnError
 from llmkiln.recipe import Recipe
 from llmkiln.runtime import compute_priority
 from llmkiln.runtime import metrics as metrics_mod
+from llmkiln.runtime.block_memory import BlockMemory
 from llmkiln.runtime.compute_priority import ComputePriority
 from llmkiln.runtime.handle import RequestHandle, push_events
 from llmkiln.runtime.kv_blocks import BlockStore, Reservation
-from llmkiln.runtime.kv_quant import BlockData
 from llmkiln.runtime.plan import BlockCopy, Runner, SchedulerOutput, StepCosts
 from llmkiln.runtime.profile import Profiler, StepTrace, now_ns
 from llmkiln.runtime.request import (
@@ -87,9 +87,13 @@ class LLMEngine:
         self.engine_dir = engine_dir
         self.vocab_size = runner.vocab_size
         kv = config.kv_cache
-        store = BlockStore(runner.num_blocks, kv.tokens_per_block) if kv.prefix_reuse else None
-        self.block_store = store
-        self.scheduler = Scheduler(config, store)
+        # the KV cache manager: a slot runner's prefix store, or every block of a paged runner's KV
+        manager = (
+            BlockStore(runner.num_blocks, kv.tokens_per_block) if kv.prefix_reuse or runner.paged_kv else None
+        )
+        self.kv_manager = manager
+        self.block_store = manager if kv.prefix_reuse else None
+        self.scheduler = Scheduler(config, manager, paged=runner.paged_kv)
         self.scheduler.batch_past_prefills = runner.batches_prefills_with_past
         self.scheduler.mix_decodes = runner.mixes_decodes_with_prefills
         self.stats = metrics_mod.StepStats()
@@ -329,10 +333,9 @@ class LLMEngine:
         return fut
 
     @property
-    def block_data(self) -> BlockData | None:
-        """The arrays behind the prefix store's block ids (None: no store, or a runner without one)."""
-        data = getattr(self.runner, "blocks", None)
-        return data if self.block_store is not None and isinstance(data, BlockData) else None
+    def block_memory(self) -> BlockMemory | None:
+        """Where the prefix store's blocks live (None: no store, or a runner without one)."""
+        return self.runner.block_memory if self.block_store is not None else None
 
     def _handoff_keys(self, token_ids: Sequence[int]) -> tuple[list[int], list[int]]:
         store = self.block_store
@@ -556,7 +559,8 @@ class LLMEngine:
         a block is visible to lookups only once written)."""
         t = now_ns()
         try:
-            self.runner.execute(SchedulerOutput(saves=saves))
+            if not self.runner.paged_kv:  # a paged runner wrote them in place: publishing is all
+                self.runner.execute(SchedulerOutput(saves=saves))
         except Exception as exc:
             self.scheduler.release_saves(saves, written=False)
             if self.profiler is not None:

@@ -1,12 +1,19 @@
-"""Prefix block store bookkeeping: chained block hashes, ref counts (pins), LRU eviction, a fixed capacity.
+"""The KV cache manager: every block's id, chained hash, reference count (pins), LRU eviction, a fixed capacity.
 
-Pure Python: this module decides which block ids hold which token prefixes; the runner owns the arrays the ids
-index (kv_quant.BlockData). A block holds the KV of `tokens_per_block` consecutive tokens. Its key chains the
+Pure Python: this module decides which block ids hold which token prefixes; the runner owns the memory the ids
+index (a slot runner's prefix store, kv_quant.BlockData; a paged runner's pools, runtime.paged_pool). On a paged
+runner (OpenVINO) every block of KV is one of these, a running sequence's block table included: the scheduler
+`reserve`s a request's worst case at admission, `allocate`s private blocks and `offer`s prompt blocks as the
+sequence grows into them, and shares cached prefixes by pinning them into the table — no second pool, no copies.
+No write ever lands in a shared block (hits are whole blocks and a request always computes its last prompt
+token into a block of its own), so there is no copy-on-write to do. A block holds the KV of `tokens_per_block`
+consecutive tokens. Its key chains the
 key of the block before it with its own token ids, so a key stands for the whole prefix up to the block's end
 (nano-vllm / vLLM). Only full blocks are keyed; a hit is accepted only when the stored token ids and parent key
 match (collision guard).
 
-Life of a block: empty → `offer()` hands it out pinned and not ready (the engine writes it once the step's
+Life of a block: empty → `allocate()` hands it out pinned, unkeyed (a sequence's private block: back to empty when
+unpinned), or `offer()` hands it out pinned and not ready (the engine writes it once the step's
 tokens are out) → `commit()` makes it ready and unpins it → lookups pin it while a running sequence uses it → when no sequence
 pins it, it sits in the LRU and keeps its key until `offer()` needs the space (evicted).
 
@@ -89,6 +96,7 @@ class BlockStore:
         self._empty: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
         self._lru: OrderedDict[int, None] = OrderedDict()  # ready, unpinned, keyed blocks; oldest first
         self.num_evicted = 0
+        self._reserved = 0  # blocks promised to running sequences (`reserve`), not handed out yet
         self.num_lookups = 0
         self.num_hits = 0
         self.num_hit_tokens = 0
@@ -115,8 +123,42 @@ class BlockStore:
 
     @property
     def num_free(self) -> int:
-        """Blocks `offer()` may hand out: empty ones plus cached ones no sequence pins."""
+        """Blocks not pinned: empty ones plus cached ones no sequence pins (reserved ones included)."""
         return len(self._empty) + len(self._lru)
+
+    @property
+    def num_reserved(self) -> int:
+        return self._reserved
+
+    @property
+    def num_available(self) -> int:
+        """Free blocks nobody has reserved: what `reserve`, and an `offer` or `allocate` without a reservation,
+        may take."""
+        return self.num_free - self._reserved
+
+    # ------------------------------------------------------------------ reservations (paged runners)
+    def reserve(self, num_blocks: int) -> bool:
+        """Promise `num_blocks` future blocks to a sequence (its worst case); False when that many are not
+        available. Each `allocate`/`offer` with reserved=True consumes one; `unreserve` returns the rest."""
+        if num_blocks < 0:
+            raise ValueError(f"reserve({num_blocks})")
+        if num_blocks > self.num_available:
+            return False
+        self._reserved += num_blocks
+        return True
+
+    def unreserve(self, num_blocks: int) -> None:
+        if not 0 <= num_blocks <= self._reserved:
+            raise RuntimeError(f"unreserve({num_blocks}) with {self._reserved} reserved")
+        self._reserved -= num_blocks
+
+    def allocate(self, reserved: bool = False) -> int | None:
+        """A private block (pinned, unkeyed: never looked up; back to empty when unpinned), or None when no block
+        is available. reserved=True takes it out of a `reserve`d promise."""
+        block_id = self._take(reserved)
+        if block_id is not None:
+            self.blocks[block_id].ref_count = 1
+        return block_id
 
     def block_keys(self, token_ids: Sequence[int], num_blocks: int, parent: int | None = None) -> list[int]:
         """Chained keys of the first `num_blocks` full blocks of token_ids."""
@@ -130,23 +172,10 @@ class BlockStore:
         """Block ids of the longest cached prefix of token_ids covering at most max_tokens tokens (not pinned).
 
         record=False leaves the hit statistics alone (call `record_lookup` once the result is used)."""
-        bs = self.tokens_per_block
-        n_max = max(0, min(len(token_ids), max_tokens)) // bs
-        found: list[int] = []
-        parent: int | None = None
-        for i in range(n_max):
-            tokens = tuple(token_ids[i * bs : (i + 1) * bs])
-            key = self.hash_fn(parent, tokens)
-            block_id = self._by_key.get(key)
-            if block_id is None:
-                break
-            block = self.blocks[block_id]
-            if not block.ready or block.token_ids != tokens or block.parent != parent:
-                break
-            found.append(block_id)
-            parent = key
+        n_max = max(0, min(len(token_ids), max_tokens)) // self.tokens_per_block
+        found = self.lookup_keys(self.block_keys(token_ids, n_max), token_ids, max_tokens)
         if record:
-            self.record_lookup(len(token_ids), len(found) * bs)
+            self.record_lookup(len(token_ids), len(found) * self.tokens_per_block)
         return found
 
     def lookup_keys(self, keys: Sequence[int], token_ids: Sequence[int], max_tokens: int) -> list[int]:
@@ -157,20 +186,22 @@ class BlockStore:
         found: list[int] = []
         parent: int | None = None
         for i in range(n_max):
-            key = keys[i]
-            block_id = self._by_key.get(key)
+            block_id = self._stored(keys[i], parent, tuple(token_ids[i * bs : (i + 1) * bs]))
             if block_id is None:
                 break
-            block = self.blocks[block_id]
-            if (
-                not block.ready
-                or block.parent != parent
-                or block.token_ids != tuple(token_ids[i * bs : (i + 1) * bs])
-            ):
-                break
             found.append(block_id)
-            parent = key
+            parent = keys[i]
         return found
+
+    def _stored(self, key: int, parent: int | None, tokens: tuple[int, ...]) -> int | None:
+        """The ready block holding exactly this chain link (collision guard: its tokens and parent match)."""
+        block_id = self._by_key.get(key)
+        if block_id is None:
+            return None
+        block = self.blocks[block_id]
+        if not block.ready or block.token_ids != tokens or block.parent != parent:
+            return None
+        return block_id
 
     def record_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
         """Count one lookup of num_tokens prompt tokens of which num_hit_tokens were served from cache (whole
@@ -201,10 +232,9 @@ class BlockStore:
         parent: int | None = None
         for i, key in enumerate(keys):
             tokens = tuple(token_ids[i * bs : (i + 1) * bs])
-            existing = self._by_key.get(key)
-            if existing is not None:
-                block = self.blocks[existing]
-                if not block.ready or block.token_ids != tokens or block.parent != parent:
+            if key in self._by_key:
+                existing = self._stored(key, parent, tokens)
+                if existing is None:  # being written, or another chain's
                     break
                 self.pin([existing])
                 ids.append(existing)
@@ -254,12 +284,14 @@ class BlockStore:
 
     # ------------------------------------------------------------------ saving
     def offer(
-        self, parent: int | None, token_ids: Sequence[int], key: int | None = None
+        self, parent: int | None, token_ids: Sequence[int], key: int | None = None, reserved: bool = False
     ) -> tuple[int, int | None]:
-        """A full block of a sequence is computed. Returns (its key, block id to write or None); `key`: the
-        block's chained key when the caller computed it already (it must equal hash_fn(parent, token_ids)).
+        """A full block of a sequence is computed (slot runners), or about to be (paged runners: the sequence
+        writes its KV straight into it). Returns (its key, block id to write or None); `key`: the block's chained
+        key when the caller computed it already (it must equal hash_fn(parent, token_ids)); reserved: take the
+        block out of a `reserve`d promise.
 
-        None when the prefix is stored already (or being written) or when every block is pinned. A returned block
+        None when the prefix is stored already (or being written) or when no block is available. A returned block
         is pinned and not ready: the runner writes it, then `commit()` publishes it.
         """
         tokens = tuple(token_ids)
@@ -274,7 +306,7 @@ class BlockStore:
             if existing in self._lru:
                 self._lru.move_to_end(existing)
             return key, None
-        block_id = self._take()
+        block_id = self._take(reserved)
         if block_id is None:
             return key, None
         block = self.blocks[block_id]
@@ -296,7 +328,13 @@ class BlockStore:
                 listener.blocks_stored(stored)
         self.unpin(block_ids)
 
-    def _take(self) -> int | None:
+    def _take(self, reserved: bool = False) -> int | None:
+        if reserved:
+            if self._reserved <= 0:
+                raise RuntimeError("a reserved block was taken beyond the reservation")
+            self._reserved -= 1
+        elif self.num_available <= 0:
+            return None
         if self._empty:
             return self._empty.pop()
         if self._lru:
@@ -336,6 +374,8 @@ class BlockStore:
         empty, lru = set(self._empty), set(self._lru)
         if len(empty) != len(self._empty) or empty & lru or empty & pinned or lru & pinned:
             raise RuntimeError("block lists overlap")
+        if self._reserved > len(empty) + len(lru):
+            raise RuntimeError(f"{self._reserved} blocks reserved, {len(empty) + len(lru)} free")
         if len(empty) + len(lru) + len(pinned) != self.num_blocks:
             raise RuntimeError(
                 f"empty {len(empty)} + lru {len(lru)} + pinned {len(pinned)} != total {self.num_blocks}"

@@ -16,6 +16,7 @@ import numpy as np
 
 from llmkiln.errors import BadInput
 from llmkiln.kv_scales import QMAX, KvScales, is_quantized
+from llmkiln.runtime.block_memory import array_spans
 
 STORAGE_DTYPES: dict[str, np.dtype] = {
     "fp32": np.dtype(np.float32),
@@ -121,16 +122,15 @@ class BlockData:
             out.append((self.scales.ctypes.data, self.scales.nbytes))
         return out
 
+    def arrays(self) -> list[tuple[int, int]]:
+        """(base address, bytes per block) of the values, then of the scales (runtime.block_memory.BlockMemory)."""
+        arrays = [self.values] if self.scales is None else [self.values, self.scales]
+        return [(arr.ctypes.data, arr.nbytes // max(1, arr.shape[0])) for arr in arrays]
+
     def spans(self, block_ids: Sequence[int]) -> list[tuple[int, int]]:
         """(address, bytes) of these blocks as stored: the values of each, then the scales of each (a block is
         one contiguous run of values and one of scales). Two stores of one layout give lists of equal sizes."""
-        out: list[tuple[int, int]] = []
-        arrays = [self.values] if self.scales is None else [self.values, self.scales]
-        for arr in arrays:
-            step = arr.nbytes // max(1, arr.shape[0])
-            base = arr.ctypes.data
-            out += [(base + int(block_id) * step, step) for block_id in block_ids]
-        return out
+        return array_spans(self.arrays(), block_ids)
 
     def layout(self) -> dict[str, object]:
         """What two stores must share for blocks to move between them as bytes."""

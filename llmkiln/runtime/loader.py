@@ -51,7 +51,6 @@ def load_engine(engine: str | Path | EngineDir, overrides: dict[str, Any] | None
             max_len=recipe.limits.max_seq_len,
             tokens_per_block=kv.tokens_per_block,
             store_max_bytes=kv.max_bytes if kv.prefix_reuse else 0,
-            kv_dtype=kv.dtype,
             precision=recipe.precision,
             threads=recipe.scheduler.intra_op_threads,
         )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
+    from llmkiln.runtime.block_memory import BlockMemory
     from llmkiln.runtime.profile import StepTrace
 
 
@@ -79,6 +80,8 @@ class SchedulerOutput:
     decodes: list[DecodeItem] = field(default_factory=list)
     saves: list[BlockCopy] = field(default_factory=list)
     admitted: list[str] = field(default_factory=list)
+    # paged runners: each planned sequence's block table, covering every token up to this step's end
+    block_tables: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def num_tokens(self) -> int:
@@ -96,15 +99,23 @@ class SchedulerOutput:
 class Runner(Protocol):
     """What the engine needs from a runner, capabilities declared (not probed).
 
-    `batches_prefills_with_past`: a TTFT-first prefill run may batch prompts that start on a past (onnxruntime's
-    GroupQueryAttention cannot: False there). `mixes_decodes_with_prefills`: the running sequences' decode tokens
-    ride in those runs too."""
+        `batches_prefills_with_past`: a TTFT-first prefill run may batch prompts that start on a past (onnxruntime's
+        GroupQueryAttention cannot: False there). `mixes_decodes_with_prefills`: the running sequences' decode tokens
+        ride in those runs too. `paged_kv`: the runner's KV is the manager's `num_blocks` blocks, addressed by the plan's
+    block tables (no slot memory, no loads; saves only publish); otherwise a slot runner: `num_blocks` is its prefix
+    store, moved by the plan's loads and saves."""
 
     num_slots: int
     num_blocks: int
     vocab_size: int
     batches_prefills_with_past: bool
     mixes_decodes_with_prefills: bool
+    paged_kv: bool
+
+    @property
+    def block_memory(self) -> BlockMemory | None:
+        """The blocks' bytes, for a KV transfer (None: no such memory)."""
+        ...
 
     def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]: ...
 

@@ -142,7 +142,10 @@ class Request:
     slot: int | None = None
     num_computed_tokens: int = 0  # tokens whose KV is in the slot
     num_cached_tokens: int = 0  # prompt tokens loaded from the prefix cache
+    # slot runners: the cached prefix blocks it uses; paged runners: its whole block table (shared hits first)
     pinned_block_ids: list[int] = field(default_factory=list)
+    offered: set[int] = field(default_factory=set)  # paged: table positions offered, not published yet
+    reserved_blocks: int = 0  # paged: blocks promised at admission, not allocated yet
     num_saved_blocks: int = 0  # leading full prompt blocks already offered to the block store
     parent_hash: int | None = None  # chained hash of the last saved/hit block
     block_hashes: list[int] = field(default_factory=list)  # chained keys of the full prompt blocks, set once

@@ -94,6 +94,7 @@ class OnnxRunner:
 
     batches_prefills_with_past = False  # GroupQueryAttention takes a past only at batch 1
     mixes_decodes_with_prefills = False
+    paged_kv = False  # contiguous slots; the prefix store's blocks are copied in and out
 
     def __init__(
         self,
@@ -175,6 +176,7 @@ class OnnxRunner:
             raw,
             max_copy_tokens=max_len,
         )
+        self.block_memory: BlockData | None = self.blocks
         self._empty_past = np.zeros((1,), self.pool_dtype)
         self._names = [
             (

@@ -84,11 +84,23 @@ _SECTIONS: dict[str, type[recipe_schema.Strict]] = {
 
 
 class Scheduler:
-    """Owns the waiting queue, the running slots and the prefix block store's pins."""
+    """Owns the waiting queue, the running slots and the KV cache manager's pins.
 
-    def __init__(self, config: SchedulerConfig, block_store: BlockStore | None = None) -> None:
+    `paged`: the runner keeps all KV in the manager's blocks (`Runner.paged_kv`, the OpenVINO runner): each running
+    request holds a block table (`Request.pinned_block_ids`: cached prefix blocks shared by pinning, then blocks
+    of its own, allocated as it grows into them out of the worst case `reserve`d at admission), the plan carries
+    the tables (`SchedulerOutput.block_tables`) and no loads; a save then just publishes a prompt block the
+    request wrote in place. Otherwise (onnxruntime's contiguous slots) cached blocks are copied into a slot
+    (`loads`) and completed prompt blocks out of it (`saves`), and a free slot's resident prefix is reused."""
+
+    def __init__(
+        self, config: SchedulerConfig, block_store: BlockStore | None = None, paged: bool = False
+    ) -> None:
         self.config = config
         self.block_store = block_store if config.kv_cache.prefix_reuse else None
+        if paged and block_store is None:
+            raise ValueError("a paged runner's scheduler needs the KV cache manager (block_store)")
+        self.pool = block_store if paged else None  # paged: the manager of every block of KV
         self.waiting: list[Request] = []  # sorted by policy key
         self.slots: list[Request | None] = [None] * config.scheduler.max_batch_size
         self._free_slots: set[int] = set(range(config.scheduler.max_batch_size))
@@ -163,17 +175,23 @@ class Scheduler:
 
     # ------------------------------------------------------------------ planning
     def schedule(self, now_ns: int = 0, costs: StepCosts | None = None) -> SchedulerOutput:
+        if self.config.scheduler.ttft_first:
+            out = self._schedule_ttft_first(now_ns, costs or StepCosts())
+        else:
+            out = self._schedule_budget(now_ns)
+        if self.pool is not None:
+            for rid in [c.request_id for c in out.prefills] + [d.request_id for d in out.decodes]:
+                out.block_tables[rid] = tuple(self.requests[rid].pinned_block_ids)
+        return out
+
+    def _schedule_budget(self, now_ns: int) -> SchedulerOutput:
         cfg = self.config
-        if cfg.scheduler.ttft_first:
-            return self._schedule_ttft_first(now_ns, costs or StepCosts())
         out = SchedulerOutput()
         budget = cfg.scheduler.max_num_tokens
         running = sorted(self.running(), key=lambda r: r.arrival_seq)
         for r in running:
             if r.prefill_done:
-                out.decodes.append(
-                    DecodeItem(r.request_id, r.slot_id, r.last_token_id(), r.num_computed_tokens)
-                )
+                out.decodes.append(self._decode_item(r))
                 budget -= 1
         limit = self._run_limit(bool(out.decodes))
         for r in running:
@@ -185,6 +203,8 @@ class Scheduler:
                     break
                 request = self.waiting[0]
                 hits = self._lookup(request)
+                if not self._fits(request, hits, self.pool.num_available if self.pool else 0):
+                    break
                 remaining = request.num_prompt_tokens - self._admission_start(request, hits)
                 if not cfg.scheduler.chunked_prefill and remaining > budget and not out.is_empty:
                     break
@@ -215,22 +235,21 @@ class Scheduler:
         if not picked:
             self._forced_decode = bool(decoding) and self._has_prefill_work(running)
             for r in decoding:
-                out.decodes.append(
-                    DecodeItem(r.request_id, r.slot_id, r.last_token_id(), r.num_computed_tokens)
-                )
+                out.decodes.append(self._decode_item(r))
             out.decodes.sort(key=lambda d: d.slot)
             return out
         self._forced_decode = False
-        if self.mix_decodes:  # the decode tokens ride in the prefill run (same projected time as above)
-            for r in decoding:
-                out.decodes.append(
-                    DecodeItem(r.request_id, r.slot_id, r.last_token_id(), r.num_computed_tokens)
-                )
-            out.decodes.sort(key=lambda d: d.slot)
+        # admit (pin every picked prompt's hits) before any block is taken for this step: taking one may evict an
+        # unpinned cached block, and the hits were looked up before
         for request, hits, _ in picked:
             if request.status is RequestStatus.WAITING:
                 self.waiting.remove(request)
                 self._admit(request, hits, now_ns, out)
+        if self.mix_decodes:  # the decode tokens ride in the prefill run (same projected time as above)
+            for r in decoding:
+                out.decodes.append(self._decode_item(r))
+            out.decodes.sort(key=lambda d: d.slot)
+        for request, _, _ in picked:
             self._plan_chunk(request, limit, out)
         return out
 
@@ -260,8 +279,13 @@ class Scheduler:
         for r in running:
             if not r.prefill_done:
                 cands.append((r, [], r.num_computed_tokens, r.num_prompt_tokens - r.num_computed_tokens))
+        available = self.pool.num_available if self.pool is not None else 0
         for r in self.waiting[: len(self._free_slots)]:
             hits = self._lookup(r)
+            if not self._fits(r, hits, available):
+                break  # admission order holds: the next ones wait too
+            if self.pool is not None:
+                available -= self._blocks_taken(r, hits)
             start = self._admission_start(r, hits)
             cands.append((r, hits, start, r.num_prompt_tokens - start))
         if not cands:
@@ -300,11 +324,58 @@ class Scheduler:
             request.block_hashes, request.prompt_ids, request.num_prompt_tokens - 1
         )
 
+    # ------------------------------------------------------------------ paged KV: reservations and block tables
+    def _worst_case_blocks(self, request: Request) -> int:
+        """Blocks the request can fill before it ends (its prompt and max_tokens outputs, within max_seq_len)."""
+        tokens = min(request.num_prompt_tokens + request.params.max_tokens, self.config.limits.max_seq_len)
+        return -(-tokens // self.config.kv_cache.tokens_per_block)
+
+    def _blocks_taken(self, request: Request, hits: list[int]) -> int:
+        """Available blocks admitting the request takes: its reservation, and cached hits no one pins yet."""
+        assert self.pool is not None
+        unpinned = sum(1 for b in hits if self.pool.blocks[b].ref_count == 0)
+        return max(0, self._worst_case_blocks(request) - len(hits)) + unpinned
+
+    def _fits(self, request: Request, hits: list[int], available: int) -> bool:
+        return self.pool is None or self._blocks_taken(request, hits) <= available
+
+    def _grow(self, request: Request, end: int) -> None:
+        """Paged: extend the request's block table to cover tokens [0, end). A block that will hold a whole prompt
+        block is offered under its chained key (the request writes its KV in place; it is published once complete,
+        `_plan_saves`), unless that prefix is stored or being written already; every other one is private."""
+        pool, bs = self.pool, self.config.kv_cache.tokens_per_block
+        assert pool is not None
+        table = request.pinned_block_ids
+        while len(table) * bs < end:
+            i = len(table)
+            block_id = None
+            if self.block_store is not None and (i + 1) * bs <= request.num_prompt_tokens:
+                parent = request.block_hashes[i - 1] if i else None
+                tokens = request.prompt_ids[i * bs : (i + 1) * bs]
+                _, block_id = pool.offer(parent, tokens, key=request.block_hashes[i], reserved=True)
+                if block_id is not None:
+                    pool.pin([block_id])  # the table's pin; the offer's ends with commit (or _finish)
+                    request.offered.add(i)
+            if block_id is None:
+                block_id = pool.allocate(reserved=True)
+            if block_id is None:  # the reservation guarantees a block: a bookkeeping bug
+                raise RuntimeError(f"request {request.request_id}: no KV block within its reservation")
+            request.reserved_blocks -= 1
+            table.append(block_id)
+
+    def _decode_item(self, request: Request) -> DecodeItem:
+        position = request.num_computed_tokens
+        if self.pool is not None:
+            self._grow(request, position + 1)
+        return DecodeItem(request.request_id, request.slot_id, request.last_token_id(), position)
+
     def _best_slot(self, request: Request) -> tuple[int, int]:
         """(free slot, prompt tokens it still holds for this request): the longest resident prefix wins, then the
-        lowest slot. At most num_prompt_tokens - 1 (one token must be computed to get logits)."""
+        lowest slot. At most num_prompt_tokens - 1 (one token must be computed to get logits). Paged runners keep
+        no resident prefix (the blocks stay cached in the manager instead)."""
         kv = self.config.kv_cache
-        limit = request.num_prompt_tokens - 1 if kv.prefix_reuse and kv.slot_reuse else 0
+        reuse = kv.prefix_reuse and kv.slot_reuse and self.pool is None
+        limit = request.num_prompt_tokens - 1 if reuse else 0
         best, best_n = -1, -1
         for slot in sorted(self._free_slots):
             n = _common_prefix(self._resident[slot], request.prompt_ids, limit)
@@ -329,7 +400,14 @@ class Scheduler:
         self.num_admitted += 1
         self.queue_ns_total += max(0, now_ns - request.timings.arrival_ns)
         out.admitted.append(request.request_id)
-        if hits and self.block_store is not None:
+        if self.pool is not None:  # paged: the hits start the block table, the rest is reserved
+            self.pool.pin(hits)
+            request.pinned_block_ids = list(hits)
+            need = max(0, self._worst_case_blocks(request) - len(hits))
+            if not self.pool.reserve(need):  # _fits said yes on this thread: a bookkeeping bug
+                raise RuntimeError(f"request {request.request_id}: {need} KV blocks not available")
+            request.reserved_blocks = need
+        elif hits and self.block_store is not None:
             # Every hit block is pinned while the request runs, so a prefix in use is never evicted and is
             # refreshed in the LRU when released (the KV router sees it stay); blocks the slot already holds need
             # no copy, the rest are copied in.
@@ -358,6 +436,8 @@ class Scheduler:
         if size <= 0:
             return 0
         end = start + size
+        if self.pool is not None:
+            self._grow(request, end)
         chunk = PrefillChunk(
             request.request_id,
             request.slot_id,
@@ -377,6 +457,13 @@ class Scheduler:
         bs = self.config.kv_cache.tokens_per_block
         while (request.num_saved_blocks + 1) * bs <= min(computed, request.num_prompt_tokens):
             i = request.num_saved_blocks
+            if self.pool is not None:  # paged: the block the request writes is the one published
+                request.num_saved_blocks += 1
+                if i in request.offered:
+                    request.offered.discard(i)
+                    written = request.pinned_block_ids[i]
+                    out.saves.append(BlockCopy(written, request.slot_id, i * bs, request.block_hashes[i]))
+                continue
             key, block_id = store.offer(
                 request.parent_hash, request.prompt_ids[i * bs : (i + 1) * bs], key=request.block_hashes[i]
             )
@@ -444,13 +531,22 @@ class Scheduler:
 
     def _finish(self, request: Request, reason: FinishReason, now_ns: int) -> None:
         if request.slot is not None:
-            computed = min(request.num_computed_tokens, request.num_prompt_tokens)
-            self._resident[request.slot] = request.prompt_ids[:computed]
+            if self.pool is None:
+                computed = min(request.num_computed_tokens, request.num_prompt_tokens)
+                self._resident[request.slot] = request.prompt_ids[:computed]
             self.slots[request.slot] = None
             self._free_slots.add(request.slot)
             request.slot = None
-        if request.pinned_block_ids and self.block_store is not None:
-            self.block_store.unpin(request.pinned_block_ids)
+        store = self.pool or self.block_store
+        if store is not None:
+            # offered prompt blocks never completed (a cancel mid-prompt): their offer's pin, then the table's
+            store.unpin([request.pinned_block_ids[i] for i in sorted(request.offered)])
+            if request.pinned_block_ids:
+                store.unpin(request.pinned_block_ids)
+            if request.reserved_blocks:
+                store.unreserve(request.reserved_blocks)
+        request.offered.clear()
+        request.reserved_blocks = 0
         request.pinned_block_ids = []
         request.status = RequestStatus.FINISHED
         request.finish_reason = reason

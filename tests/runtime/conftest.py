@@ -49,6 +49,8 @@ class FakeRunner:
 
     batches_prefills_with_past = False
     mixes_decodes_with_prefills = False
+    paged_kv = False
+    block_memory = None
 
     def __init__(self, num_slots: int, num_blocks: int, tokens_per_block: int, max_len: int = 4096) -> None:
         self.num_slots = num_slots
@@ -107,7 +109,72 @@ class FakeRunner:
         pass
 
 
-def make_scheduler(num_blocks: int = 64, **overrides: Any) -> Scheduler:
+class PagedFakeRunner:
+    """A paged runner (`paged_kv`) on token lists: its pool is `num_blocks` blocks of `tokens_per_block` token
+    ids, addressed only through the plan's block tables, like the OpenVINO runner's pools.
+
+    Each sequence of a plan reads its context [0, start) through its table (every position must hold a token:
+    a block the table names but nobody wrote is an error), writes its new tokens into the table's blocks, and
+    gets the one-hot row of `next_token(context)`. So a wrong table, a shared block overwritten, or a block
+    handed to two sequences at once shows up as a wrong token in the output. Reads happen before writes within a
+    plan (one batched run)."""
+
+    batches_prefills_with_past = True
+    mixes_decodes_with_prefills = True
+    paged_kv = True
+    block_memory = None
+
+    def __init__(self, num_slots: int, num_blocks: int, tokens_per_block: int) -> None:
+        self.num_slots = num_slots
+        self.num_blocks = num_blocks
+        self.tokens_per_block = tokens_per_block
+        self.vocab_size = VOCAB
+        self.pool: list[list[int | None]] = [[None] * tokens_per_block for _ in range(num_blocks)]
+        self.steps: list[SchedulerOutput] = []
+        self.prefill_tokens = 0
+
+    def read(self, table: tuple[int, ...] | list[int], n: int) -> list[int]:
+        bs = self.tokens_per_block
+        if len(table) * bs < n:
+            raise RuntimeError(f"block table of {len(table)} blocks cannot hold {n} tokens")
+        out = [self.pool[table[p // bs]][p % bs] for p in range(n)]
+        if any(t is None for t in out):
+            raise RuntimeError("a sequence reads a position nobody wrote")
+        return [int(t) for t in out if t is not None]
+
+    def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]:
+        self.steps.append(plan)
+        if plan.loads:
+            raise RuntimeError("a paged runner gets no loads")
+        seqs = [(c.request_id, c.token_ids, c.start, c.sample) for c in plan.prefills]
+        seqs += [(d.request_id, (d.token_id,), d.position, True) for d in plan.decodes]
+        contexts = {rid: self.read(plan.block_tables[rid], start) for rid, _, start, _ in seqs}
+        self.prefill_tokens += sum(len(c.token_ids) for c in plan.prefills)
+        bs, out = self.tokens_per_block, {}
+        for rid, tokens, start, sample in seqs:
+            table = plan.block_tables[rid]
+            if len(table) * bs < start + len(tokens):
+                raise RuntimeError(f"{rid}: table of {len(table)} blocks, writes up to {start + len(tokens)}")
+            for i, t in enumerate(tokens):
+                p = start + i
+                self.pool[table[p // bs]][p % bs] = t
+            if sample:
+                row = np.zeros(VOCAB, np.float32)
+                row[next_token(contexts[rid] + list(tokens))] = 1.0
+                out[rid] = row
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def make_paged_scheduler(num_blocks: int = 64, **overrides: Any) -> Scheduler:
+    """make_scheduler's settings on a paged runner's KV: the manager holds every block."""
+    config = SchedulerConfig.make(**_config_fields(overrides))
+    return Scheduler(config, BlockStore(num_blocks, config.kv_cache.tokens_per_block), paged=True)
+
+
+def _config_fields(overrides: dict[str, Any]) -> dict[str, Any]:
     base: dict[str, Any] = dict(
         max_batch_size=4,
         max_num_tokens=64,
@@ -118,7 +185,11 @@ def make_scheduler(num_blocks: int = 64, **overrides: Any) -> Scheduler:
         eos_token_ids=(EOS,),
     )
     base.update(overrides)
-    config = SchedulerConfig.make(**base)
+    return base
+
+
+def make_scheduler(num_blocks: int = 64, **overrides: Any) -> Scheduler:
+    config = SchedulerConfig.make(**_config_fields(overrides))
     return Scheduler(config, BlockStore(num_blocks, config.kv_cache.tokens_per_block))
 
 
@@ -155,7 +226,7 @@ def greedy(logits: dict[str, np.ndarray]) -> dict[str, int]:
 
 
 def apply_plan(
-    scheduler: Scheduler, runner: FakeRunner, plan: SchedulerOutput, now_ns: int = 0
+    scheduler: Scheduler, runner: FakeRunner | PagedFakeRunner, plan: SchedulerOutput, now_ns: int = 0
 ) -> list[tuple[Request, TokenEvent]]:
     """What the engine does with a plan: run it (the fake runner writes its saves too), update, publish saves."""
     events = scheduler.update_from_output(plan, greedy(runner.execute(plan)), now_ns)
@@ -164,7 +235,7 @@ def apply_plan(
 
 
 def run_to_completion(
-    scheduler: Scheduler, runner: FakeRunner, max_steps: int = 10_000
+    scheduler: Scheduler, runner: FakeRunner | PagedFakeRunner, max_steps: int = 10_000
 ) -> dict[str, list[int | None]]:
     """Drive schedule → execute → update until nothing is left; returns output ids per request."""
     outputs: dict[str, list[int | None]] = {}
@@ -177,6 +248,6 @@ def run_to_completion(
     raise RuntimeError("scheduler did not finish")
 
 
-def _conforms(runner: FakeRunner) -> Runner:
-    """Never called: mypy checks the stand-in runner against the engine's Runner protocol."""
-    return runner
+def _conforms(runner: FakeRunner, paged: PagedFakeRunner) -> tuple[Runner, Runner]:
+    """Never called: mypy checks the stand-in runners against the engine's Runner protocol."""
+    return runner, paged

@@ -1,7 +1,8 @@
 """The OpenVINO PagedAttention runner (runtime/openvino_runner.py) on the stories260K openvino-cpu engine: several
 requests' prefills on a cached past in one call and mixed decode + prefill steps give the same logits as one at a
 time (fp32 and bf16) and as transformers (fp32); served greedy output equals transformers' greedy loop (fp32) and,
-in bf16, the same runner's one-request-at-a-time output."""
+in bf16, the same runner's one-request-at-a-time output; prefixes shared by block table give the tokens an engine
+without prefix reuse gives."""
 
 from __future__ import annotations
 
@@ -51,8 +52,17 @@ def _hf_greedy(hf, ids, n) -> list[int]:
     return out
 
 
+BS = 32  # OpenVINO's block: kv_cache.tokens_per_block of every openvino-cpu engine
+
+
 def _runner(xml, precision="fp32", store=2**20):
-    return ov_runner.OpenVinoPagedRunner(xml, 8, 512, 16, store, precision=precision, threads=1)
+    return ov_runner.OpenVinoPagedRunner(xml, 8, 512, BS, store, precision=precision, threads=1)
+
+
+def _tables(runner, *sequences: str) -> dict[str, tuple[int, ...]]:
+    """Block tables by hand, as the scheduler would give them: sequence i owns blocks [i*bps, (i+1)*bps)."""
+    bps = runner.blocks_per_slot
+    return {rid: tuple(range(i * bps, (i + 1) * bps)) for i, rid in enumerate(sequences)}
 
 
 def _steps(xml, precision: str, batched: bool):
@@ -60,22 +70,27 @@ def _steps(xml, precision: str, batched: bool):
     prefix = rng.integers(3, 500, 120).tolist()
     sufs = [rng.integers(3, 500, n).tolist() for n in (30, 7, 51)]
     r = _runner(xml, precision)
+    tables = _tables(r, "r0", "r1", "r2", "f")
     for s in range(3):
-        r.execute(SchedulerOutput(prefills=[PrefillChunk("p", s, 0, tuple(prefix), False)]))
+        pre = {"p": tables[f"r{s}"]}
+        r.execute(SchedulerOutput(prefills=[PrefillChunk("p", s, 0, tuple(prefix), False)], block_tables=pre))
     P = len(prefix)
     chunks = [PrefillChunk(f"r{s}", s, P, tuple(x), True) for s, x in enumerate(sufs)]
     first: dict = {}
     for plan in (
-        [SchedulerOutput(prefills=chunks)] if batched else [SchedulerOutput(prefills=[c]) for c in chunks]
+        [SchedulerOutput(prefills=chunks, block_tables=tables)]
+        if batched
+        else [SchedulerOutput(prefills=[c], block_tables=tables) for c in chunks]
     ):
         first.update(r.execute(plan))
     toks = {s: int(first[f"r{s}"].argmax()) for s in range(3)}
     decodes = [DecodeItem(f"r{s}", s, toks[s], P + len(sufs[s])) for s in range(3)]
     fresh = PrefillChunk("f", 3, 0, tuple(sufs[0]), True)
     plans = (
-        [SchedulerOutput(prefills=[fresh], decodes=decodes)]
+        [SchedulerOutput(prefills=[fresh], decodes=decodes, block_tables=tables)]
         if batched
-        else [SchedulerOutput(decodes=[d]) for d in decodes] + [SchedulerOutput(prefills=[fresh])]
+        else [SchedulerOutput(decodes=[d], block_tables=tables) for d in decodes]
+        + [SchedulerOutput(prefills=[fresh], block_tables=tables)]
     )
     second: dict = {}
     for plan in plans:
@@ -116,11 +131,11 @@ def test_served_greedy_equals_transformers(xml, hf, extra):
     ]
     expected = [_hf_greedy(hf, p, 8) for p in prompts]
     config = SchedulerConfig.make(
-        eos_token_ids=(2,), tokens_per_block=16, max_bytes=2**20, max_seq_len=512, **{**SMALL, **extra}
+        eos_token_ids=(2,), tokens_per_block=BS, max_bytes=2**20, max_seq_len=512, **{**SMALL, **extra}
     )
     kv = config.kv_cache
     runner = ov_runner.OpenVinoPagedRunner(
-        xml, 4, 512, 16, kv.max_bytes if kv.prefix_reuse else 0, precision="fp32", threads=1
+        xml, 4, 512, BS, kv.max_bytes if kv.prefix_reuse else 0, precision="fp32", threads=1
     )
     eng = LLMEngine(config, runner)
     try:
@@ -144,12 +159,12 @@ def test_served_bf16_greedy_equals_alone(xml):
     system = rng.integers(3, 500, 48).tolist()
     prompts = [system + rng.integers(3, 500, n).tolist() for n in (5, 12, 1, 9, 30, 2, 17, 8)]
     config = SchedulerConfig.make(
-        eos_token_ids=(2,), tokens_per_block=16, max_bytes=2**20, max_seq_len=512, **SMALL
+        eos_token_ids=(2,), tokens_per_block=BS, max_bytes=2**20, max_seq_len=512, **SMALL
     )
     params = SamplingParams(max_tokens=8, ignore_eos=True)
 
     def engine():
-        runner = ov_runner.OpenVinoPagedRunner(xml, 4, 512, 16, 2**20, kv_dtype="fp16", precision="bf16")
+        runner = ov_runner.OpenVinoPagedRunner(xml, 4, 512, BS, 2**20, precision="bf16")
         return LLMEngine(config, runner)
 
     alone = []
@@ -171,40 +186,45 @@ def test_served_bf16_greedy_equals_alone(xml):
     assert same == len(prompts), (alone, together)
 
 
-def test_prefix_hits_share_blocks_and_give_what_copies_give(xml):
-    """Loads of whole OpenVINO blocks point the slots' tables at shared blocks (one copy of the prefix for every
-    request), partial overlaps are copied on write; the tokens equal those of a runner that copies every load."""
+def test_prefix_hits_share_blocks_and_give_what_no_reuse_gives(xml):
+    """Requests on one system prompt share its whole blocks by block table (one copy of the prefix for all of
+    them); partial overlaps compute the rest; the tokens equal those of an engine without prefix reuse."""
     rng = np.random.default_rng(4)
     system = rng.integers(3, 500, 75).tolist()  # 2 whole OpenVINO blocks of 32 + 11 tokens
     prompts = [system + rng.integers(3, 500, n).tolist() for n in (3, 9, 20, 1, 14)]
     prompts += [system[:40] + rng.integers(3, 500, 12).tolist(), system[:33] + [7, 8, 9]]  # partial overlaps
-    config = SchedulerConfig.make(
-        eos_token_ids=(2,), tokens_per_block=16, max_bytes=2**20, max_seq_len=512, **SMALL
-    )
     params = SamplingParams(max_tokens=6, ignore_eos=True)
 
-    def run(share: bool):
-        runner = ov_runner.OpenVinoPagedRunner(xml, 4, 512, 16, 2**20, precision="fp32", threads=1)
-        if not share:
-            runner.shared = ov_runner._SharedBlocks(0, 0)
+    def run(reuse: bool):
+        config = SchedulerConfig.make(
+            eos_token_ids=(2,),
+            tokens_per_block=BS,
+            max_bytes=2**20,
+            max_seq_len=512,
+            prefix_reuse=reuse,
+            **SMALL,
+        )
+        runner = ov_runner.OpenVinoPagedRunner(xml, 4, 512, BS, 2**20, precision="fp32", threads=1)
         eng = LLMEngine(config, runner)
+        shared_refs = []
         try:
             first = eng.submit(prompts[0], params)
             while not first.finished:
                 eng.step()
             out = [first.result(timeout=60)]
             handles = [eng.submit(p, params) for p in prompts[1:]]
-            eng.start()
+            while not all(h.finished for h in handles):
+                eng.step()
+                shared_refs.append(max((b.ref_count for b in eng.kv_manager.blocks), default=0))
             out += [h.result(timeout=60) for h in handles]
             hits = eng.metrics()["prefix_cache_hits"]
         finally:
             eng.shutdown()
-        return out, runner, hits
+        return out, hits, max(shared_refs)
 
-    shared_out, runner, hits = run(True)
-    copied_out, _, _ = run(False)
-    assert shared_out == copied_out
+    shared_out, hits, most_refs = run(True)
+    plain_out, _, plain_refs = run(False)
+    assert shared_out == plain_out
     assert hits >= 4
-    assert (
-        len(runner.shared.by_key) >= 1
-    )  # the system prompt's whole blocks were shared, not copied per request
+    assert most_refs >= 3  # one block of the system prompt in three or more running requests' tables
+    assert plain_refs == 1
