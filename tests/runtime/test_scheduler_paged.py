@@ -173,7 +173,7 @@ def test_the_routers_view_is_what_the_worker_holds():
     rng = np.random.default_rng(9)
     systems = [[int(x) for x in rng.integers(3, 97, n)] for n in (24, 40, 13, 31)]
     with engine.start():
-        for wave in range(5):
+        for _ in range(5):
             prompts = [
                 systems[int(rng.integers(0, 4))] + [int(x) for x in rng.integers(3, 97, 9)] for _ in range(6)
             ]
