@@ -106,10 +106,19 @@ def test_the_runtime_fields_the_issue_named_are_cpu_only() -> None:
     for section, field in [
         ("scheduler", "ttft_first"),
         ("scheduler", "tpot_slo_ms"),
-        ("kv_cache", "slot_reuse"),
     ]:
         info = Recipe.model_fields[section].annotation.model_fields[field]  # type: ignore[union-attr]
         assert set(field_backends(info)) == {Backend.ONNX_CPU, Backend.ONNX_GPU, Backend.OPENVINO_CPU}
+    # a slot-resident prefix exists only on the slot runners; openvino-cpu shares blocks by table instead
+    info = Recipe.model_fields["kv_cache"].annotation.model_fields["slot_reuse"]  # type: ignore[union-attr]
+    assert set(field_backends(info)) == {Backend.ONNX_CPU, Backend.ONNX_GPU}
+
+
+def test_openvino_recipes_take_openvinos_block_and_no_kv_dtype() -> None:
+    with pytest.raises(RecipeError, match="kv_cache.tokens_per_block: 16; backend openvino-cpu .* 32"):
+        load_recipe("stories-ov-fp32", overrides={"kv_cache": {"tokens_per_block": 16}})
+    with pytest.raises(RecipeError, match="kv_cache.dtype.*openvino-cpu keeps the KV in OpenVINO's blocks"):
+        load_recipe("stories-ov-fp32", overrides={"kv_cache": {"dtype": "fp16"}})
 
 
 def test_a_cpu_field_on_a_trtllm_recipe_is_exit_2_naming_the_field_and_its_backends() -> None:

@@ -522,6 +522,7 @@ class TorchRunner:
 
     batches_prefills_with_past = True  # the scheduler's TTFT-first runs may batch prompts on a cached past
     mixes_decodes_with_prefills = True
+    paged_kv = False
 
     def __init__(
         self,
@@ -557,6 +558,7 @@ class TorchRunner:
             None,
             max_copy_tokens=max_len,
         )
+        self.block_memory = self.blocks
         self.slot_tokens: list[list[int]] = [[] for _ in range(num_slots)]
         self._prefixes: dict[tuple[int, int], PrefixKV] = {}
         self.block_tokens: dict[int, tuple[int, ...]] = {}
