@@ -65,7 +65,8 @@ from llmkiln.dynamo.kv_events import KvEventBridge
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import KilnError
 from llmkiln.host.engine_host import EngineHost, HostOptions
-from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS, KvTransfer, TransferFailed
+from llmkiln.host.kv_connector import ConnectorPlan
+from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
 from llmkiln.host.roles import WorkerRole
 from llmkiln.runtime import compute_priority
 from llmkiln.runtime.compute_priority import COMPUTE_PRIORITIES, ComputePriority
@@ -384,36 +385,24 @@ class KilnWorker(DynamoEngine):
             host.metrics.add("rejected")
             raise
         rid = context.id()
-        if role is WorkerRole.PREFILL and not probe and host.kv is not None:
-            local = host.kv.local_handoff(token_ids)
-            if (
-                local is not None
-            ):  # a short prompt: the decode worker prefills it; this engine is not involved
-                yield {
-                    "token_ids": [],
-                    "index": 0,
-                    "finish_reason": "length",
-                    "completion_usage": usage(len(token_ids), 0, 0),
-                    "disaggregated_params": local,
-                }
-                return
-        kv_import = None
-        local_prefill = False
+        received = None
         if role is WorkerRole.DECODE and not probe:
             prefill = extract_prefill_result(request) or {}
-            handoff_params = prefill.get("disaggregated_params") if isinstance(prefill, dict) else None
-            if host.kv is not None and KvTransfer.is_local(handoff_params):
-                local_prefill = True  # handed back by the prefill worker: prefilled here, by choice
-                host.metrics.add("kv_local_prefills")
-            else:
-                kv_import = await self._pull(host, handoff_params, token_ids)
+            received = prefill.get("disaggregated_params") if isinstance(prefill, dict) else None
+        plan = ConnectorPlan() if probe else await host.connector.before(token_ids, received)
+        if (
+            plan.answer is not None
+        ):  # a short prompt: the decode worker prefills it, this engine is not involved
+            yield {
+                "token_ids": [],
+                "index": 0,
+                "finish_reason": "length",
+                "completion_usage": usage(len(token_ids), 0, 0),
+                "disaggregated_params": plan.answer.to_json(),
+            }
+            return
         try:
-            handoff: dict[str, Any] = {}  # LLMEngine's hand-off arguments (the roles run only on it)
-            if kv_import is not None:
-                handoff["kv_import"] = kv_import
-            if role is WorkerRole.PREFILL and not probe:
-                handoff["export_prefix"] = True
-            handle = engine.submit(token_ids, params, request_id=rid, **handoff)
+            handle = engine.submit(token_ids, params, request_id=rid, handoff=plan.handoff)
         except QueueFull as exc:  # overload: 429 (+ Retry-After from the front); the frontend may migrate it
             host.metrics.add("rejected")
             raise HttpError(429, str(exc)) from None
@@ -445,8 +434,6 @@ class KilnWorker(DynamoEngine):
                     host.metrics.observe_request(
                         len(token_ids), handle.num_cached_tokens, ttft / 1e6 if ttft is not None else None
                     )
-                    if local_prefill:
-                        host.metrics.add("kv_local_prefill_tokens", len(token_ids) - handle.num_cached_tokens)
                 ids: list[int] = [] if event.token_id is None else [event.token_id]
                 n_out += len(ids)
                 last: GenerateChunk = {
@@ -455,60 +442,15 @@ class KilnWorker(DynamoEngine):
                     "finish_reason": event.finish_reason or "stop",
                     "completion_usage": usage(len(token_ids), n_out, handle.num_cached_tokens),
                 }
-                pinning = getattr(handle, "exported", None)  # LLMEngine, submitted with export_prefix
-                if pinning is not None and host.kv is not None:
-                    last["disaggregated_params"] = await self._export(host, pinning)
+                handoff = await host.connector.after(handle, plan)
+                if handoff is not None:
+                    last["disaggregated_params"] = handoff
                 yield last
                 return
         finally:
             host.untrack(handle)
             host.request_ended()
             self._handles.pop(rid, None)
-
-    async def _export(self, host: EngineHost, pinning: Any) -> dict[str, Any]:
-        """Prefill role: the KV handle of the blocks the engine pinned at the request's end ({}: none). If this
-        request is cancelled meanwhile, the pins are released when they arrive (nothing stays pinned)."""
-        assert host.kv is not None
-        try:
-            pinned = await asyncio.shield(asyncio.wrap_future(pinning))  # set right after the last step
-        except asyncio.CancelledError:
-            engine = host.kv.engine
-            pinning.add_done_callback(
-                lambda f: f.cancelled() or f.exception() is not None or engine.release_blocks(f.result())
-            )
-            raise
-        return host.kv.open_export(pinned) or {}
-
-    async def _pull(self, host: EngineHost, handle: Any, token_ids: list[int]) -> Any:
-        """Decode role: the prompt's blocks from the prefill worker (`handle`: its disaggregated_params; a
-        reservation for submit), or None — no handle (nothing whole to move), or a failed transfer (counted; this
-        worker prefills the prompt)."""
-        if not handle or host.kv is None:
-            return None
-        pulling = asyncio.ensure_future(asyncio.to_thread(host.kv.pull, handle, token_ids))
-        try:
-            res, stats = await asyncio.shield(pulling)
-        except asyncio.CancelledError:  # the client left: give the reservation back once the pull is done
-            engine = host.kv.engine
-
-            def give_back(f: asyncio.Future[Any]) -> None:
-                if not f.cancelled() and f.exception() is None:
-                    engine.end_import(f.result()[0], filled=False)
-
-            pulling.add_done_callback(give_back)
-            raise
-        except TransferFailed as exc:
-            host.metrics.add("kv_fallbacks")
-            log.warning("KV transfer failed, prefilling here: %s", exc)
-            return None
-        log.debug(
-            "pulled %d of %d blocks (%d bytes) in %.2f ms",
-            stats.read_blocks,
-            stats.offered_blocks,
-            stats.nbytes,
-            stats.seconds * 1e3,
-        )
-        return res
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:

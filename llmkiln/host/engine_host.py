@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.host.check import check_engine
+from llmkiln.host.kv_connector import KvConnector
 from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS, KvTransfer
 from llmkiln.host.metrics import HostMetrics, exposition
 from llmkiln.host.roles import WorkerRole
@@ -113,6 +114,8 @@ class EngineHost:
         self._ending = False
         self._closed = False
         self.kv: KvTransfer | None = None  # prefill/decode roles (attach_kv_transfer)
+        # what each request's KV does across engines (host.kv_connector); the aggregated one does nothing
+        self.connector = KvConnector(WorkerRole.AGGREGATED, self.metrics)
 
     @classmethod
     def open(
@@ -159,6 +162,7 @@ class EngineHost:
             log=self.log,
             max_local_prefill_tokens=max_local_prefill_tokens,
         )
+        self.connector = KvConnector(self.role, self.metrics, self.kv)
         self.log.info(f"llmkiln: {self.role.value} host: NIXL agent {self.kv.name}")
         return self.kv
 

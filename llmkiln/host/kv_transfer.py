@@ -1,21 +1,24 @@
 """The KV hand-off of a prefill host to a decode host, moved by NIXL (DRAM to DRAM over UCX, one CPU host or two).
 
     kv = KvTransfer(engine, WorkerRole.PREFILL, host.metrics)      # one NIXL agent per host
-    params = kv.export(prompt_ids)    # prefill: pin the prompt's stored blocks; JSON handle for the decode side
+    h = engine.submit(prompt_ids, sampling, handoff=KvHandoff(export_prefix=True))
+    params = kv.open_export(h.exported.result())  # prefill: the blocks pinned at its end; a KvHandle
     res, stats = kv.pull(params, prompt_ids)   # decode: reserve room, READ the blocks into it, tell the peer
-    engine.submit(prompt_ids, sampling, kv_import=res)   # the blocks are published right before admission
+    engine.submit(prompt_ids, sampling, handoff=KvHandoff(kv_import=res))   # published right before admission
     kv.close()
 
-Memory: each host registers its prefix store's arrays (values, and scales for int8/fp8) with its agent once, at
-start; the arrays never move, so the agent metadata (a few hundred bytes: the UCX address and the registrations'
+The host's KV connector (host.kv_connector) decides when each of these happens; this module only moves blocks.
+
+Memory: each host registers its engine's block memory (runtime.block_memory: the OpenVINO runner's pools — the
+blocks the engine computes in and reads from, so nothing is staged —, or onnxruntime's prefix store: values, and
+scales for int8/fp8) with its agent once, at start; the arrays never move, so the agent metadata (a few hundred bytes: the UCX address and the registrations'
 keys) is the same for every request and travels in `disaggregated_params`, base64. A block moves as stored
 (fp32/fp16/int8/fp8 values, then its float32 scales), never as JSON: the handle carries the agent's name and
 metadata, the export id, the store layout, and the exported block ids with each array's base address and block
 stride, from which the decode side computes the remote descriptors.
 
 Life of an export (prefill side): the blocks are pinned on the scheduler thread (a request submitted with
-`export_prefix=True` gets them pinned right after its last step; `export` asks for it later) and `open_export`
-opens an export; it is released — the blocks unpinned — when the decode side's READ completes (its NIXL
+`handoff.export_prefix` gets them pinned right after its last step) and `open_export` opens an export; it is released — the blocks unpinned — when the decode side's READ completes (its NIXL
 notification `release:<id>` arrives with the data), when the decode side says it gave up (`failed:<id>`), or after
 `export_timeout_s` (a decode worker that died mid-transfer never says anything). The release notifications are
 polled by one thread every POLL_S. The decode side reserves its blocks (LLMEngine.reserve_import, pinned, not
@@ -23,32 +26,30 @@ visible), reads, and hands the reservation to `submit`; if the read fails or tim
 tells the peer, and the caller prefills the prompt itself (counted as a fallback).
 
 Short prompts (`local_handoff`, prefill side): a prompt whose uncached part is at most `max_local_prefill_tokens`
-is not prefilled here at all: the prefill role answers at once with a `LOCAL_KIND` hand-off (no KV, no pin),
-and the decode side (`is_local`) prefills it itself — conditional disaggregation, decided where Dynamo 1.6.1's
+is not prefilled here at all: the prefill role answers at once with a `LocalPrefill` hand-off (no KV, no pin),
+and the decode side prefills it itself — conditional disaggregation, decided where Dynamo 1.6.1's
 frontend always sends a prompt first (docs/serve.md, "Short prompts skip the prefill tier").
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llmkiln.errors import BadInput, KilnError
+from llmkiln.host.disaggregated_params import KvHandle, LocalPrefill
 from llmkiln.host.metrics import HostMetrics
 from llmkiln.host.roles import WorkerRole
 from llmkiln.runtime.block_memory import array_spans
-from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.kv_blocks import Reservation
+from llmkiln.runtime.protocol import KvEngine
 
-PARAMS_KIND = "llmkiln.kv/1"
-LOCAL_KIND = "llmkiln.local/1"  # disaggregated_params of a prompt the decode worker prefills itself
 # The prefill role hands a prompt whose uncached part is at most this many tokens back to the decode worker at once
 # (docs/serve.md, "Short prompts skip the prefill tier"): measured on this 2-core host, bench-llama-125m on one core
 # prefills 128 tokens in ~100 ms (the recipe's tpot_slo_ms), so a local prefill stretches the decode worker's running
@@ -102,7 +103,7 @@ class KvTransfer:
 
     def __init__(
         self,
-        engine: LLMEngine,
+        engine: KvEngine,
         role: WorkerRole,
         metrics: HostMetrics,
         export_timeout_s: float = 30.0,
@@ -140,7 +141,6 @@ class KvTransfer:
         self._registration = self.agent.register_memory([(a, n, 0, "") for a, n in data.regions()], "DRAM")
         self.metrics.set("kv_registrations", len(data.regions()))
         self.metadata = self.agent.get_agent_metadata()
-        self._metadata_b64 = base64.b64encode(self.metadata).decode("ascii")
         self._arrays = data.arrays()
         self._lock = threading.Lock()
         self._exports: dict[str, Export] = {}
@@ -153,7 +153,7 @@ class KvTransfer:
             self._poller.start()
 
     # ------------------------------------------------------------------ prefill side
-    def local_handoff(self, token_ids: Sequence[int]) -> dict[str, Any] | None:
+    def local_handoff(self, token_ids: Sequence[int]) -> LocalPrefill | None:
         """The hand-off of a prompt whose uncached part (here: the prompt less the prefix this host's store holds,
         `LLMEngine.cached_prefix_estimate`, read without the scheduler thread) is at most
         `max_local_prefill_tokens`: JSON telling the decode worker to prefill it itself — the request never waits
@@ -166,17 +166,11 @@ class KvTransfer:
         if uncached > limit:
             return None
         self.metrics.add("kv_local_handoffs")
-        return {"kind": LOCAL_KIND, "prompt_tokens": n, "uncached_tokens": uncached, "limit": limit}
+        return LocalPrefill(n, uncached, limit)
 
-    def export(self, token_ids: Sequence[int]) -> dict[str, Any] | None:
-        """Pin the prompt's stored blocks for a decode host; the JSON handle (None: no whole block stored).
-        Runs a scheduler-thread call (it waits for the step in progress); a request submitted with
-        `export_prefix=True` has its blocks pinned at its end already: `open_export(handle.exported)`."""
-        return self.open_export(self.engine.export_prefix(token_ids).result(ENGINE_CALL_S))
-
-    def open_export(self, block_ids: Sequence[int]) -> dict[str, Any] | None:
-        """Export blocks pinned for it (LLMEngine.export_prefix, or a request's `exported`): the JSON handle;
-        None (and nothing pinned) when there are none."""
+    def open_export(self, block_ids: Sequence[int]) -> KvHandle | None:
+        """Export blocks pinned for it (a request's `exported`): where they are; None (and nothing pinned) when
+        there are none."""
         ids = [int(b) for b in block_ids]
         if not ids:
             return None
@@ -188,16 +182,9 @@ class KvTransfer:
             self._exports[export.export_id] = export
         self.metrics.add("kv_exports")
         self._publish_open()
-        return {
-            "kind": PARAMS_KIND,
-            "agent": self.name,
-            "metadata": self._metadata_b64,
-            "export_id": export.export_id,
-            "layout": self.data.layout(),
-            "arrays": [list(a) for a in self._arrays],
-            "block_ids": export.block_ids,
-            "tokens": len(ids) * self.tokens_per_block,
-        }
+        return KvHandle(
+            self.name, self.metadata, export.export_id, self.data.layout(), tuple(self._arrays), tuple(ids)
+        )
 
     def release(self, export_id: str, why: str, wait: bool = False) -> bool:
         """Unpin an export's blocks (the decode side read them, gave up, or the export expired). The unpin is a
@@ -267,28 +254,16 @@ class KvTransfer:
                 self.release(export_id, "timeout")
 
     # ------------------------------------------------------------------ decode side
-    @staticmethod
-    def is_local(params: object) -> bool:
-        """A prefill worker's `local_handoff`: prefill the prompt here (by choice: not a fallback)."""
-        return isinstance(params, Mapping) and params.get("kind") == LOCAL_KIND
-
-    def pull(self, params: Mapping[str, Any], token_ids: Sequence[int]) -> tuple[Reservation, PullStats]:
-        """Read an export's blocks into this host's store: a reservation to pass to `submit(kv_import=...)`.
-        TransferFailed when it cannot (the reservation is given back, the peer told)."""
+    def pull(self, params: KvHandle, token_ids: Sequence[int]) -> tuple[Reservation, PullStats]:
+        """Read an export's blocks into this host's blocks: a reservation to submit with
+        (`KvHandoff(kv_import=...)`). TransferFailed when it cannot (the reservation is given back, the peer told)."""
         t0 = time.perf_counter()
-        try:
-            peer_name = str(params["agent"])
-            export_id = str(params["export_id"])
-            remote_ids = [int(b) for b in params["block_ids"]]
-            arrays = [(int(a), int(s)) for a, s in params["arrays"]]
-            metadata = base64.b64decode(str(params["metadata"]))
-            layout = params["layout"]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TransferFailed(f"not an llmkiln KV handle: {exc!r}") from None
-        if params.get("kind") != PARAMS_KIND or layout != self.data.layout():
+        peer_name, export_id, metadata = params.agent, params.export_id, params.metadata
+        remote_ids, arrays = list(params.block_ids), list(params.arrays)
+        if dict(params.layout) != self.data.layout():
             self._tell(peer_name, metadata, f"failed:{export_id}")
             raise TransferFailed(
-                f"the prefill worker's store has another layout: {layout} (here {self.data.layout()})"
+                f"the prefill worker's blocks have another layout: {dict(params.layout)} (here {self.data.layout()})"
             )
         if [s for _, s in arrays] != [s for _, s in self._arrays]:
             self._tell(peer_name, metadata, f"failed:{export_id}")

@@ -40,10 +40,11 @@ def array_spans(arrays: list[tuple[int, int]], block_ids: Sequence[int]) -> list
 
 
 class PagedPools:
-    """The paged runner's pools: per layer a K and a V array [blocks, kv_heads, tokens_per_block, head_dim]."""
+    """A paged runner's pools, each [blocks, ...] (OpenVINO: per layer a K and a V array [blocks, kv_heads,
+    tokens_per_block, head_dim], in the order k0, v0, k1, v1, ...)."""
 
-    def __init__(self, k: Sequence[np.ndarray], v: Sequence[np.ndarray], dtype: str) -> None:
-        self.pools = [p for pair in zip(k, v, strict=True) for p in pair]  # k0, v0, k1, v1, ...
+    def __init__(self, pools: Sequence[np.ndarray], dtype: str) -> None:
+        self.pools = list(pools)
         self.dtype = dtype
         first = self.pools[0]
         if any(p.shape != first.shape or p.dtype != first.dtype for p in self.pools):

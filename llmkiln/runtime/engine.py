@@ -25,6 +25,7 @@ from llmkiln.runtime import metrics as metrics_mod
 from llmkiln.runtime.block_memory import BlockMemory
 from llmkiln.runtime.compute_priority import ComputePriority
 from llmkiln.runtime.handle import RequestHandle, push_events
+from llmkiln.runtime.handoff import KvHandoff
 from llmkiln.runtime.kv_blocks import BlockStore, Reservation
 from llmkiln.runtime.plan import BlockCopy, Runner, SchedulerOutput, StepCosts
 from llmkiln.runtime.profile import Profiler, StepTrace, now_ns
@@ -238,17 +239,18 @@ class LLMEngine:
         params: SamplingParams | None = None,
         priority: int = 0,
         request_id: str | None = None,
-        kv_import: Reservation | None = None,
-        export_prefix: bool = False,
+        handoff: KvHandoff | None = None,
     ) -> RequestHandle:
         """Queue a request; raises QueueFull / PromptTooLong / BadRequestParams at once. Never blocks.
 
-        kv_import: blocks of this prompt filled from another engine (`reserve_import`): the scheduler thread
-        publishes them right before it queues the request, so its admission finds them as a cached prefix. A
-        submission refused here gives them back.
-        export_prefix: when the request ends normally, the scheduler thread pins the prompt's stored blocks right
-        after its last step published them (no extra step): `handle.exported` gives their ids (release them with
-        `release_blocks`); [] when it ended otherwise."""
+        handoff.kv_import: blocks of this prompt filled from another engine (`reserve_import`): the scheduler
+        thread publishes them right before it queues the request, so its admission finds them as a cached prefix.
+        A submission refused here gives them back.
+        handoff.export_prefix: when the request ends normally, the scheduler thread pins the prompt's stored
+        blocks right after its last step published them (no extra step): `handle.exported` gives their ids
+        (release them with `release_blocks`); [] when it ended otherwise."""
+        kv_import = handoff.kv_import if handoff is not None else None
+        export_prefix = handoff.export_prefix if handoff is not None else False
         arrival = time.time_ns()
         params = params if params is not None else SamplingParams()
         try:
@@ -345,12 +347,6 @@ class LLMEngine:
         usable = max(0, len(ids) - 1) // store.tokens_per_block  # a request computes at least its last token
         return store.block_keys(ids, usable), ids
 
-    def export_prefix(self, token_ids: Sequence[int]) -> Future[list[int]]:
-        """Pin the longest stored prefix of this prompt that another engine's request for it could use (whole
-        blocks, at most len - 1 tokens): its block ids, pinned until `release_blocks`."""
-        ids = [int(t) for t in token_ids]
-        return self.call(lambda: self._pin_prompt(ids))
-
     def cached_prefix_estimate(self, token_ids: Sequence[int]) -> int:
         """Tokens of this prompt's longest stored prefix that a request for it could use (whole blocks, at most
         len - 1), read from any thread WITHOUT the scheduler thread: the store's index is read as it is (dict
@@ -368,14 +364,14 @@ class LLMEngine:
         return len(found) * store.tokens_per_block
 
     def release_blocks(self, block_ids: Sequence[int]) -> Future[None]:
-        """Unpin blocks pinned by `export_prefix`."""
+        """Unpin blocks pinned for an export (a request's `handle.exported`)."""
         store = self.block_store
         assert store is not None
         return self.call(lambda: store.unpin(list(block_ids)))
 
     def reserve_import(self, token_ids: Sequence[int], num_blocks: int) -> Future[Reservation]:
         """Hold room for the first `num_blocks` blocks of this prompt, to be filled from another engine
-        (BlockStore.reserve_chain); then `submit(..., kv_import=reservation)`, or `end_import(res, False)`."""
+        (BlockStore.reserve_chain); then `submit(..., handoff=KvHandoff(kv_import=reservation))`, or `end_import(res, False)`."""
         keys, ids = self._handoff_keys(token_ids)
         store = self.block_store
         assert store is not None

@@ -135,7 +135,9 @@ class OpenVinoPagedRunner:
                 self.req.set_tensor(name, tensor)
                 self._tensors.append(tensor)
                 pools.append(arr)
-        self.block_memory: PagedPools | None = PagedPools(self.k, self.v, precision)
+        self.block_memory: PagedPools | None = PagedPools(
+            [p for kv in zip(self.k, self.v, strict=True) for p in kv], precision
+        )
         self.vocab_size = int(self.compiled.output("logits").get_partial_shape()[-1].get_length())
         # `prompt_logits` / `next_logits` outside an engine (the quality diff's scorer): the first blocks
         self._scratch = tuple(range(min(bps, self.num_blocks)))

@@ -9,10 +9,13 @@ stays what production runs. Structural only: nothing here is imported at run tim
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Protocol, Self
 
 from llmkiln.recipe import Recipe
-from llmkiln.runtime.kv_blocks import BlockStore
+from llmkiln.runtime.block_memory import BlockMemory
+from llmkiln.runtime.handoff import KvHandoff
+from llmkiln.runtime.kv_blocks import BlockStore, Reservation
 from llmkiln.runtime.profile import Profiler
 from llmkiln.runtime.request import RequestTimings, SamplingParams, TokenEvent
 from llmkiln.runtime.scheduler import SchedulerConfig
@@ -64,6 +67,12 @@ class ServingHandle(Protocol):
     @property
     def error(self) -> str | None:
         """Why the request failed (its last event has finish_reason "error"); None otherwise."""
+        ...
+
+    @property
+    def exported(self) -> Future[list[int]] | None:
+        """Submitted with handoff.export_prefix: the prompt's stored block ids, pinned at the request's end
+        ([] when it did not end normally); None otherwise."""
         ...
 
     def cancel(self) -> None: ...
@@ -123,8 +132,10 @@ class ServingEngine(Protocol):
         params: SamplingParams | None = None,
         priority: int = 0,
         request_id: str | None = None,
+        handoff: KvHandoff | None = None,
     ) -> ServingHandle:
-        """Queue a request; raises a RequestRejected subclass at once instead of blocking."""
+        """Queue a request; raises a RequestRejected subclass at once instead of blocking. `handoff`: KV it
+        brings from, or hands to, another engine (runtime.handoff; None: neither)."""
         ...
 
     def encode(self, text: str) -> list[int]: ...
@@ -136,3 +147,23 @@ class ServingEngine(Protocol):
         ...
 
     def shutdown(self, timeout_s: float = 5.0) -> None: ...
+
+
+class KvEngine(ServingEngine, Protocol):
+    """A ServingEngine whose prompt KV moves to and from another engine's (what host.kv_transfer drives). Every
+    call that changes the KV cache manager runs on the engine's scheduler thread (a Future of its result)."""
+
+    @property
+    def block_memory(self) -> BlockMemory | None:
+        """Where the prefix store's blocks live (None: no store)."""
+        ...
+
+    def cached_prefix_estimate(self, token_ids: Sequence[int]) -> int:
+        """Tokens of the prompt's longest stored prefix, read without the scheduler thread: a routing hint."""
+        ...
+
+    def release_blocks(self, block_ids: Sequence[int]) -> Future[None]: ...
+
+    def reserve_import(self, token_ids: Sequence[int], num_blocks: int) -> Future[Reservation]: ...
+
+    def end_import(self, reservation: Reservation, filled: bool) -> Future[None]: ...

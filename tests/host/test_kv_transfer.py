@@ -1,17 +1,21 @@
-"""Prefill and decode hosts in one process with the real stories260K engine and real NIXL agents (UCX, DRAM):
-the decode host pulls the prompt's blocks from the prefill host's store and its greedy output is the aggregated
-engine's; exports are released after the import, on a failed pull and on timeout; nothing stays pinned."""
+"""Prefill and decode hosts in one process with the real stories260K engines (onnxruntime's prefix store, and the
+OpenVINO runner's paged pools) and real NIXL agents (UCX, DRAM): the decode host pulls the prompt's blocks from the
+prefill host's blocks and its greedy output is the aggregated engine's; exports are released after the import, on
+a failed pull and on timeout; nothing stays pinned."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
 import pytest
 
+from llmkiln.host.disaggregated_params import KvHandle, LocalPrefill, params_from_json
 from llmkiln.host.engine_host import EngineHost, HostOptions
 from llmkiln.host.kv_transfer import TransferFailed
 from llmkiln.host.roles import WorkerRole
+from llmkiln.runtime.handoff import KvHandoff
 from llmkiln.runtime.request import SamplingParams
 
 pytest.importorskip("nixl_cu12")
@@ -32,7 +36,7 @@ def pinned(host: EngineHost) -> int:
     return host.engine.block_store.num_pinned
 
 
-@pytest.fixture(scope="module", params=["stories-fp32", "stories-int8"])
+@pytest.fixture(scope="module", params=["stories-fp32", "stories-int8", "stories-ov-fp32"])
 def hosts(request, engine_factory):
     folder: Path = engine_factory(request.param)
     agg = EngineHost.open(folder, HostOptions())
@@ -47,14 +51,17 @@ def hosts(request, engine_factory):
         assert h.metrics.values["kv_registrations"] == 0
 
 
-def prefill(pre: EngineHost, ids: list[int], later: bool = False) -> dict:
-    """Run the prompt on the prefill host and export its blocks: pinned at the request's end (export_prefix)
-    or, later=True, by a scheduler-thread call afterwards (KvTransfer.export)."""
+def prefill(pre: EngineHost, ids: list[int]) -> KvHandle:
+    """Run the prompt on the prefill host and export its blocks (pinned at the request's end)."""
     assert pre.kv is not None
-    h = pre.engine.submit(ids, SamplingParams(max_tokens=1, temperature=0.0), export_prefix=not later)
+    h = pre.engine.submit(
+        ids, SamplingParams(max_tokens=1, temperature=0.0), handoff=KvHandoff(export_prefix=True)
+    )
     h.result()
-    params = pre.kv.export(ids) if later else pre.kv.open_export(h.exported.result(10))
+    assert h.exported is not None
+    params = pre.kv.open_export(h.exported.result(10))
     assert params is not None
+    assert params_from_json(params.to_json()) == params  # what travels as disaggregated_params
     return params
 
 
@@ -63,15 +70,15 @@ def test_decode_output_equals_aggregated_and_export_released(hosts) -> None:
     ids = agg.engine.encode(PROMPT * 3)
     expected = agg.engine.submit(ids, GREEDY).result()
     params = prefill(pre, ids)
-    assert "values" not in str(params)  # a handle, never KV values
-    assert pre.kv.num_open_exports == 1 and pinned(pre) == len(params["block_ids"])
+    assert "values" not in str(params.to_json())  # a handle, never KV values
+    assert pre.kv.num_open_exports == 1 and pinned(pre) == len(params.block_ids)
     res, stats = dec.kv.pull(params, ids)
-    assert stats.read_blocks == len(params["block_ids"]) > 0 and stats.nbytes > 0
+    assert stats.read_blocks == len(params.block_ids) > 0 and stats.nbytes > 0
     assert 0 < stats.read_seconds <= stats.seconds
-    handle = dec.engine.submit(ids, GREEDY, kv_import=res)
+    handle = dec.engine.submit(ids, GREEDY, handoff=KvHandoff(kv_import=res))
     assert handle.result() == expected
     bs = dec.engine.block_store.tokens_per_block
-    assert handle.num_cached_tokens >= len(params["block_ids"]) * bs
+    assert handle.num_cached_tokens >= len(params.block_ids) * bs
     wait_for(lambda: pre.kv.num_open_exports == 0 and pinned(pre) == 0)  # the READ's notification released it
     assert pinned(pre) == 0 and pinned(dec) == 0
     assert pre.metrics.values["kv_exports_expired"] == 0
@@ -79,7 +86,7 @@ def test_decode_output_equals_aggregated_and_export_released(hosts) -> None:
     params = prefill(pre, ids)
     res, stats = dec.kv.pull(params, ids)
     assert stats.read_blocks == 0
-    assert dec.engine.submit(ids, GREEDY, kv_import=res).result() == expected
+    assert dec.engine.submit(ids, GREEDY, handoff=KvHandoff(kv_import=res)).result() == expected
     wait_for(lambda: pre.kv.num_open_exports == 0 and pinned(pre) == 0)
     assert pinned(pre) == 0 and pinned(dec) == 0
 
@@ -88,7 +95,7 @@ def test_failed_pull_gives_everything_back(hosts) -> None:
     _agg, pre, dec = hosts
     ids = pre.engine.encode(PROMPT * 2 + "The end.")
     params = prefill(pre, ids)
-    bad = {**params, "layout": {**params["layout"], "dtype": "other"}}
+    bad = dataclasses.replace(params, layout={**params.layout, "dtype": "other"})
     with pytest.raises(TransferFailed):
         dec.kv.pull(bad, ids)
     wait_for(lambda: pre.kv.num_open_exports == 0 and pinned(pre) == 0)  # the decode side said it failed
@@ -98,7 +105,7 @@ def test_failed_pull_gives_everything_back(hosts) -> None:
 def test_unanswered_export_expires(hosts) -> None:
     _agg, pre, dec = hosts
     ids = pre.engine.encode("A dog ran. " * 12)
-    prefill(pre, ids, later=True)  # nobody pulls it
+    prefill(pre, ids)  # nobody pulls it
     assert pre.kv.num_open_exports == 1 and pinned(pre) > 0
     wait_for(lambda: pre.kv.num_open_exports == 0 and pinned(pre) == 0, timeout_s=5.0)
     assert pinned(pre) == 0
@@ -120,18 +127,18 @@ def test_local_handoff_decides_on_the_uncached_part(hosts) -> None:
     assert len(short) <= limit < len(long)
     before = pre.metrics.values["kv_local_handoffs"]
     local = kv.local_handoff(short)
-    assert local is not None and dec.kv.is_local(local) and not dec.kv.is_local({"kind": "llmkiln.kv/1"})
-    assert local["uncached_tokens"] == len(short) and "block_ids" not in local
+    assert isinstance(local, LocalPrefill) and params_from_json(local.to_json()) == local
+    assert local.uncached_tokens == len(short)
     assert pinned(pre) == 0 and kv.num_open_exports == 0
     assert kv.local_handoff(long) is None  # nothing of it stored here: prefilled on the prefill tier
     assert pre.engine.cached_prefix_estimate(long) == 0
     params = prefill(pre, long)
-    kv.release(params["export_id"], "test", wait=True)
+    kv.release(params.export_id, "test", wait=True)
     bs = pre.engine.block_store.tokens_per_block
     whole = (len(long) - 1) // bs * bs
-    assert pre.engine.cached_prefix_estimate(long) == len(params["block_ids"]) * bs == whole
+    assert pre.engine.cached_prefix_estimate(long) == len(params.block_ids) * bs == whole
     again = kv.local_handoff(long)  # its prefix is stored here now: only the last partial block is uncached
-    assert again is not None and again["uncached_tokens"] == len(long) - whole
+    assert again is not None and again.uncached_tokens == len(long) - whole
     assert pre.metrics.values["kv_local_handoffs"] == before + 2
     assert pinned(pre) == 0 and kv.num_open_exports == 0
     kv.max_local_prefill_tokens = 0  # off: every prompt is prefilled on the prefill tier

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from llmkiln.runtime.block_memory import PagedPools
 from llmkiln.runtime.kv_blocks import BlockStore
 from llmkiln.runtime.plan import SchedulerOutput
 from llmkiln.runtime.profile import StepTrace
@@ -122,14 +123,14 @@ class PagedFakeRunner:
     batches_prefills_with_past = True
     mixes_decodes_with_prefills = True
     paged_kv = True
-    block_memory = None
 
     def __init__(self, num_slots: int, num_blocks: int, tokens_per_block: int) -> None:
         self.num_slots = num_slots
         self.num_blocks = num_blocks
         self.tokens_per_block = tokens_per_block
         self.vocab_size = VOCAB
-        self.pool: list[list[int | None]] = [[None] * tokens_per_block for _ in range(num_blocks)]
+        self.pool = np.full((num_blocks, tokens_per_block), -1, np.int64)  # the "KV": token ids, -1 unwritten
+        self.block_memory: PagedPools | None = PagedPools([self.pool], "token-ids")  # what NIXL moves
         self.steps: list[SchedulerOutput] = []
         self.prefill_tokens = 0
 
@@ -137,10 +138,10 @@ class PagedFakeRunner:
         bs = self.tokens_per_block
         if len(table) * bs < n:
             raise RuntimeError(f"block table of {len(table)} blocks cannot hold {n} tokens")
-        out = [self.pool[table[p // bs]][p % bs] for p in range(n)]
-        if any(t is None for t in out):
+        out = [int(self.pool[table[p // bs], p % bs]) for p in range(n)]
+        if any(t < 0 for t in out):
             raise RuntimeError("a sequence reads a position nobody wrote")
-        return [int(t) for t in out if t is not None]
+        return out
 
     def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]:
         self.steps.append(plan)

@@ -11,6 +11,7 @@ import pytest
 
 from llmkiln.runtime.engine import EngineFailed, LLMEngine
 from llmkiln.runtime.handle import RequestFailed
+from llmkiln.runtime.handoff import KvHandoff
 from llmkiln.runtime.request import QueueFull, SamplingParams
 from llmkiln.runtime.scheduler import SchedulerConfig
 
@@ -231,13 +232,15 @@ def test_call_runs_on_the_scheduler_thread_and_import_feeds_admission():
         assert eng.submit(prompt, SamplingParams(max_tokens=5)).result() == expected
         store = eng.block_store
         assert store is not None
-        store_ids = eng.export_prefix(prompt).result(5)
+        exporting = eng.submit(prompt, SamplingParams(max_tokens=1), handoff=KvHandoff(export_prefix=True))
+        assert exporting.exported is not None
+        store_ids = exporting.exported.result(5)
         assert len(store_ids) == 3 and store.num_pinned == 3
         eng.release_blocks(store_ids).result(5)
         assert store.num_pinned == 0
         res = eng.reserve_import(prompt, 3).result(5)
         assert res.fill == ()  # all stored here already
-        h = eng.submit(prompt, SamplingParams(max_tokens=5), kv_import=res)
+        h = eng.submit(prompt, SamplingParams(max_tokens=5), handoff=KvHandoff(kv_import=res))
         assert h.result() == expected and h.num_cached_tokens == 12
         assert store.num_pinned == 0
     finally:

@@ -38,7 +38,7 @@ def _settled(sched: Scheduler, runner: PagedFakeRunner) -> None:
     assert pool.num_pinned == 0 and pool.num_reserved == 0
     for b in pool.blocks:
         if b.ready and b.key is not None:
-            assert tuple(runner.pool[b.block_id]) == b.token_ids, b
+            assert tuple(int(t) for t in runner.pool[b.block_id]) == b.token_ids, b
 
 
 MODES = [

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from llmkiln.recipe import Recipe
     from llmkiln.runtime.engine import LLMEngine
     from llmkiln.runtime.handle import RequestHandle
+    from llmkiln.runtime.handoff import KvHandoff
     from llmkiln.runtime.kv_blocks import BlockStore
     from llmkiln.runtime.profile import Profiler
     from llmkiln.runtime.protocol import ServingEngine, ServingHandle
@@ -60,6 +61,7 @@ class Handle:
     error: str | None = None
     request_id: str = "fake"
     finish_reason: str | None = None
+    exported: None = None  # moves no KV
 
     def result(self, timeout: float | None = None) -> list[int]:
         """The whole output at once (the host's warmup waits on it): the prompt echoed, max_tokens long."""
@@ -132,7 +134,12 @@ class FakeEngine:
         params: SamplingParams | None = None,
         priority: int = 0,
         request_id: str | None = None,
+        handoff: KvHandoff | None = None,
     ) -> Handle:
+        if handoff is not None:
+            raise NotImplementedError(
+                "the front-door fake engine moves no KV (tests/host: LLMEngine on a fake runner)"
+            )
         ids = list(prompt.encode("utf-8")) if isinstance(prompt, str) else list(prompt)
         if len(ids) > MAX_PROMPT:
             raise PromptTooLong(f"prompt has {len(ids)} tokens, the engine accepts at most {MAX_PROMPT}")
