@@ -67,6 +67,7 @@ from llmkiln.errors import KilnError
 from llmkiln.host.engine_host import EngineHost, HostOptions
 from llmkiln.host.kv_connector import ConnectorPlan
 from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
+from llmkiln.host.request_life import Refused, RequestLife
 from llmkiln.host.roles import WorkerRole
 from llmkiln.runtime import compute_priority
 from llmkiln.runtime.compute_priority import COMPUTE_PRIORITIES, ComputePriority
@@ -369,10 +370,17 @@ class KilnWorker(DynamoEngine):
         host = self.host
         if host is None:
             raise EngineShutdown("the worker is not running")
-        refused = host.refusal()
-        if refused is not None:  # draining: the front answers 503 + Retry-After
-            host.metrics.add("rejected")
-            raise HttpError(503, refused)
+        try:
+            with host.serving() as life:
+                async for chunk in self._serve(host, life, request, context):
+                    yield chunk
+        except Refused as exc:  # draining: the front answers 503 + Retry-After
+            raise HttpError(503, str(exc)) from None
+
+    async def _serve(
+        self, host: EngineHost, life: RequestLife, request: GenerateRequest, context: Context
+    ) -> AsyncGenerator[GenerateChunk, None]:
+        """Dynamo's request ↔ the host's request life and KV connector: translation only."""
         engine = host.engine
         role = self.args.role
         probe = is_probe(request)
@@ -382,7 +390,7 @@ class KilnWorker(DynamoEngine):
         try:
             params = sampling_params(request, len(token_ids), engine.config.limits.max_seq_len)
         except InvalidArgument:
-            host.metrics.add("rejected")
+            life.rejected()
             raise
         rid = context.id()
         received = None
@@ -402,19 +410,14 @@ class KilnWorker(DynamoEngine):
             }
             return
         try:
-            handle = engine.submit(token_ids, params, request_id=rid, handoff=plan.handoff)
+            handle = life.submit(token_ids, params, request_id=rid, handoff=plan.handoff)
         except QueueFull as exc:  # overload: 429 (+ Retry-After from the front); the frontend may migrate it
-            host.metrics.add("rejected")
             raise HttpError(429, str(exc)) from None
         except RequestRejected as exc:
-            host.metrics.add("rejected")
             raise InvalidArgument(str(exc)) from None
         except EngineClosed as exc:
-            host.metrics.add("rejected")
             raise EngineShutdown(str(exc)) from None
         self._handles[rid] = handle
-        host.request_started()
-        host.track(handle)
         n_out = 0
         try:
             async for event in handle.aiter():
@@ -423,17 +426,10 @@ class KilnWorker(DynamoEngine):
                     n_out += 1
                     yield {"token_ids": [event.token_id], "index": 0}
                     continue
+                life.ended(handle)
                 if event.finish_reason == FinishReason.ERROR.value:
-                    host.metrics.add("failed")
                     failed = EngineShutdown if not engine.healthy else Unknown
                     raise failed(f"llmkiln engine: {handle.error}")
-                if event.finish_reason == FinishReason.CANCELLED.value:
-                    host.metrics.add("cancelled")
-                else:
-                    ttft = handle.timings.ttft_ns
-                    host.metrics.observe_request(
-                        len(token_ids), handle.num_cached_tokens, ttft / 1e6 if ttft is not None else None
-                    )
                 ids: list[int] = [] if event.token_id is None else [event.token_id]
                 n_out += len(ids)
                 last: GenerateChunk = {
@@ -448,8 +444,6 @@ class KilnWorker(DynamoEngine):
                 yield last
                 return
         finally:
-            host.untrack(handle)
-            host.request_ended()
             self._handles.pop(rid, None)
 
 

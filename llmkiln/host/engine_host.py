@@ -22,7 +22,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,6 +34,7 @@ from llmkiln.host.check import check_engine
 from llmkiln.host.kv_connector import KvConnector
 from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS, KvTransfer
 from llmkiln.host.metrics import HostMetrics, exposition
+from llmkiln.host.request_life import Refused, RequestLife
 from llmkiln.host.roles import WorkerRole
 from llmkiln.host.warmup import WarmupResult, run_warmup
 from llmkiln.recipe import Warmup
@@ -233,6 +235,23 @@ class EngineHost:
         return exposition(self.metrics, labels)
 
     # ------------------------------------------------------------------ requests
+    @contextmanager
+    def serving(self) -> Iterator[RequestLife]:
+        """One request's life (host.request_life): Refused (counted) when refusal() says so; otherwise active
+        until the block ends, its handle tracked for the drain deadline once submitted."""
+        refused = self.refusal()
+        if refused is not None:
+            self.metrics.add("rejected")
+            raise Refused(refused)
+        self.request_started()
+        life = RequestLife(self)
+        try:
+            yield life
+        finally:
+            if life.handle is not None:
+                self.untrack(life.handle)
+            self.request_ended()
+
     def refusal(self) -> str | None:
         """Why a new request must be refused now (draining or shut down), None when it may be submitted."""
         if self._draining or self._closed:

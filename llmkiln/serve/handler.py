@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from llmkiln.host.engine_host import SHUTTING_DOWN, EngineHost, HostOptions
+from llmkiln.host.request_life import Refused, RequestLife
 from llmkiln.recipe import Warmup
 from llmkiln.runtime.detokenizer import IncrementalDetokenizer
 from llmkiln.runtime.protocol import ServingHandle
@@ -243,29 +244,27 @@ class ServeCore:
             return
         if self.drain_file is not None and not self.host.draining and os.path.exists(self.drain_file):
             self.host.begin_drain()
-        refused = self.host.refusal()
-        if refused is not None:
-            self.metrics.add("rejected")
-            self._error(sender, refused, unavailable=True)
-            return
-        self.host.request_started()
-        # at once, not at the next refresh: the drain stops tritonserver when this gauge reads 0
-        self.published.publish(self.metrics)
         try:
-            await self._run(request, sender, received_ns)
-        except Exception as exc:  # anything unexpected still ends the stream
-            self.metrics.add("failed")
-            self.pb.Logger.log_error(f"llmkiln: request failed: {type(exc).__name__}: {exc}")
-            self._error(sender, f"llmkiln: internal error: {type(exc).__name__}")
-        finally:
-            sender.finish()  # every exit path ends the request with exactly one final response
-            if sender.dropped:
-                self.pb.Logger.log_warn(
-                    f"llmkiln: {sender.dropped} response(s) after the final one dropped "
-                    f"(request {request.request_id()!r})"
-                )
-            self.host.request_ended()
-            self.published.publish(self.metrics)  # counters and TTFT at once; engine gauges every second
+            with self.host.serving() as life:  # active from here (host.request_life)
+                # at once, not at the next refresh: the drain stops tritonserver when this gauge reads 0
+                self.published.publish(self.metrics)
+                try:
+                    await self._run(request, sender, received_ns, life)
+                except Exception as exc:  # anything unexpected still ends the stream
+                    life.failed()
+                    self.pb.Logger.log_error(f"llmkiln: request failed: {type(exc).__name__}: {exc}")
+                    self._error(sender, f"llmkiln: internal error: {type(exc).__name__}")
+                finally:
+                    sender.finish()  # every exit path ends the request with exactly one final response
+                    if sender.dropped:
+                        self.pb.Logger.log_warn(
+                            f"llmkiln: {sender.dropped} response(s) after the final one dropped "
+                            f"(request {request.request_id()!r})"
+                        )
+        except Refused as exc:
+            self._error(sender, str(exc), unavailable=True)
+            return
+        self.published.publish(self.metrics)  # counters and TTFT at once; engine gauges every second
 
     def _cancel(self, request_id: str) -> None:
         """An in-band cancel: cancel the running request, or remember it for when it is submitted."""
@@ -283,19 +282,19 @@ class ServeCore:
 
         return get
 
-    async def _run(self, request: Any, sender: Any, received_ns: int = 0) -> None:
+    async def _run(self, request: Any, sender: Any, received_ns: int, life: RequestLife) -> None:
         try:
             req = parse_request(self._get_array(request), self.exclude_input_default, self.limits)
             params = SamplingParams(**req.sampling_kwargs())
         except (InvalidRequest, RequestRejected) as exc:
-            self.metrics.add("rejected")
+            life.rejected()
             self._error(sender, f"llmkiln: bad request: {exc}")
             return
         bound = self.max_prompt_bytes_for_tokens
         if bound is not None and len(req.prompt) > bound:  # characters <= bytes: a cheap first look
             n_bytes = len(req.prompt.encode("utf-8"))
             if n_bytes > bound:
-                self.metrics.add("rejected")
+                life.rejected()
                 self._error(
                     sender,
                     f"llmkiln: request rejected: the prompt ({n_bytes} bytes) is far longer than "
@@ -305,24 +304,22 @@ class ServeCore:
         submit_ns = time.time_ns()
         try:
             prompt = await self._encode(req.prompt)
-            handle = self.engine.submit(
+            handle = life.submit(
                 prompt, params, priority=req.priority, request_id=request.request_id() or None
             )
-        except RequestRejected as exc:
-            self.metrics.add("rejected")
+        except RequestRejected as exc:  # counted by life.submit (a tokenizer refusal: here)
+            life.rejected()
             self._error(sender, f"llmkiln: request rejected: {exc}", unavailable=isinstance(exc, QueueFull))
             return
-        self.host.track(handle)
         request_id = request.request_id()
         if request_id:
             self.by_id[request_id] = handle
             if self.early_cancels.take(request_id):  # its cancel came while it was being tokenized
                 handle.cancel()
-                self.metrics.add("cancelled")
+                life.cancelled()
         try:
-            await self._stream(request, sender, req, handle, (received_ns, submit_ns))
+            await self._stream(request, sender, req, handle, life, (received_ns, submit_ns))
         finally:
-            self.host.untrack(handle)
             if request_id and self.by_id.get(request_id) is handle:
                 del self.by_id[request_id]
 
@@ -332,6 +329,7 @@ class ServeCore:
         sender: Any,
         req: ParsedRequest,
         handle: ServingHandle,
+        life: RequestLife,
         stamps: tuple[int, int] = (0, 0),
     ) -> None:
         # The prompt is context only: the first generated word keeps its leading space.
@@ -345,11 +343,11 @@ class ServeCore:
             if not first_seen_ns:
                 first_seen_ns = time.time_ns()
             if ev.finish_reason == FinishReason.ERROR:
-                self.metrics.add("failed")
+                life.failed()
                 self._error(sender, f"llmkiln: generation failed: {handle.error or 'runtime error'}")
                 return
             if ev.finish_reason == FinishReason.CANCELLED and self.host.ending:
-                self.metrics.add("failed")
+                life.failed()
                 self._error(
                     sender, f"{SHUTTING_DOWN} (the request did not finish within the exit timeout)", True
                 )
@@ -382,13 +380,13 @@ class ServeCore:
                     f"llmkiln: request {request.request_id()!r} cancelled by the client"
                 )
                 handle.cancel()
-                self.metrics.add("cancelled")
+                life.cancelled()
                 sender.send(flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 return
         if stopped:
             handle.cancel()
         perf = self._perf(handle, n_tokens)
-        self._observe(handle)
+        life.completed(handle)
         if self.engine.profiler is not None:
             self.engine.profiler.serve(
                 {
@@ -425,11 +423,6 @@ class ServeCore:
             num_input_tokens=handle.num_prompt_tokens,
             num_output_tokens=n_tokens,
         )
-
-    def _observe(self, handle: ServingHandle) -> None:
-        ttft_ns = handle.timings.ttft_ns
-        ttft_ms = ttft_ns / 1e6 if ttft_ns is not None else None
-        self.metrics.observe_request(handle.num_prompt_tokens, handle.num_cached_tokens, ttft_ms)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         if self.heartbeat is not None:
