@@ -225,21 +225,6 @@ class DynamoLauncher:
         with urllib.request.urlopen(f"{self.spec.status_url(index)}/metrics", timeout=timeout_s) as r:
             return parse_exposition(r.read().decode("utf-8"))
 
-    def worker_health(self, index: int) -> dict[str, Any]:
-        """The worker's /health answer (status 'ready' when serving; an error status or no answer otherwise)."""
-        try:
-            with urllib.request.urlopen(f"{self.spec.status_url(index)}/health", timeout=5) as r:
-                return dict(json.loads(r.read()))
-        except urllib.error.HTTPError as exc:
-            body = exc.read()
-            try:
-                data = json.loads(body) if body else {}
-            except ValueError:
-                data = {"body": body.decode("utf-8", "replace")}
-            return {**(data if isinstance(data, dict) else {}), "http_status": exc.code}
-        except (urllib.error.URLError, OSError) as exc:
-            return {"status": "unreachable", "error": str(exc)}
-
     # -- stop ------------------------------------------------------------------------------------------------
     def stop(self, timeout_s: float | None = None) -> dict[str, int | None]:
         """SIGTERM everything, wait (grace period + drain + margin), SIGKILL stragglers, remove discovery files.
@@ -265,10 +250,6 @@ class DynamoLauncher:
             self.reaper.close()
             self.reaper = None
         return {p.name: p.returncode() for p in self.procs}
-
-    def leftover_pids(self) -> list[int]:
-        """Pids of this launch's processes still alive (empty after stop())."""
-        return [p.pid for p in self.procs if p.pid is not None and p.alive()]
 
     def __enter__(self) -> DynamoLauncher:
         try:

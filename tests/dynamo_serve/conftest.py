@@ -42,7 +42,7 @@ def launch_processes_alive(discovery_dir: Path) -> list[int]:
 
 def assert_nothing_left(launcher: DynamoLauncher) -> None:
     spec = launcher.spec
-    assert launcher.leftover_pids() == []
+    assert [p.pid for p in launcher.procs if p.alive()] == []
     assert launch_processes_alive(spec.discovery_dir) == []
     assert not spec.discovery_dir.exists() or not any(spec.discovery_dir.rglob("*"))
 
