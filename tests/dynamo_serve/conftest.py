@@ -17,7 +17,8 @@ from typing import Any
 import openai
 import pytest
 
-from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, make_spec
+from llmkiln.dynamo.launcher import DynamoLauncher, make_spec
+from llmkiln.dynamo.options import DynamoOptions
 from llmkiln.serve.server import free_ports
 
 FAULTY_WORKER = Path(__file__).with_name("faulty_worker.py")
@@ -81,7 +82,7 @@ def launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
             spec = replace(
                 spec,
                 worker_command=(sys.executable, str(FAULTY_WORKER)),
-                extra_env={"LLMKILN_TEST_FAULT_DIR": str(state)},
+                options=replace(spec.options, extra_env={"LLMKILN_TEST_FAULT_DIR": str(state)}),
             )
         launcher = DynamoLauncher(spec)
         started.append(launcher)

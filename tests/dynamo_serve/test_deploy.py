@@ -14,11 +14,19 @@ import pytest
 import yaml
 
 from llmkiln.cli.main import main
-from llmkiln.dynamo.deploy import DGD_FILE, DeployOptions, check_layout, deployment, write_deployment
+from llmkiln.dynamo.deploy import (
+    DGD_FILE,
+    DeployOptions,
+    check_layout,
+    deployment,
+    write_deployment,
+)
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
-from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
+from llmkiln.host.kv_transfer_options import KvTransferOptions
 from llmkiln.recipe import load_recipe
+
+MAX_LOCAL_PREFILL_TOKENS = KvTransferOptions().max_local_prefill_tokens
 
 DYNAMO_ROOT = Path(importlib.util.find_spec("dynamo").submodule_search_locations[0])
 
@@ -57,7 +65,7 @@ def engines_root(engine_factory) -> Path:
 
 def test_writes_a_valid_dgd_for_a_cpu_recipe(engines_root, tmp_path):
     out = tmp_path / "deploy"
-    path = write_deployment("stories-fp32", out, DeployOptions(replicas=3, engines_root=engines_root))
+    path = write_deployment("stories-fp32", out, DeployOptions(workers=3, engines_root=engines_root))
     doc = yaml.safe_load(path.read_text())
     assert doc["apiVersion"] == "nvidia.com/v1beta1" and doc["kind"] == "DynamoGraphDeployment"
     frontend, worker = doc["spec"]["components"]
@@ -68,6 +76,7 @@ def test_writes_a_valid_dgd_for_a_cpu_recipe(engines_root, tmp_path):
     assert main_c["resources"]["requests"] == main_c["resources"]["limits"]
     assert main_c["resources"]["requests"]["cpu"] == "2"
     assert main_c["args"][main_c["args"].index("--threads") + 1] == "2"
+    assert "--role" not in main_c["args"]  # aggregated: the worker's default
     volume = worker["podTemplate"]["spec"]["volumes"][0]
     assert volume["persistentVolumeClaim"] == {"claimName": "llmkiln-engines", "readOnly": True}
     assert main_c["volumeMounts"][0] == {"name": "engines", "mountPath": "/engines", "readOnly": True}
@@ -121,7 +130,7 @@ def test_cli(engines_root, tmp_path, capsys):
                 "stories-fp32",
                 "-o",
                 str(tmp_path / "d"),
-                "--replicas",
+                "--replicas",  # another name of --workers
                 "4",
                 "--engines-dir",
                 str(engines_root),
@@ -146,7 +155,7 @@ def test_llm_api_recipe_gets_dynamo_trtllm_and_its_extra_engine_args(tmp_path):
 
     out = tmp_path / "trt"
     path = write_deployment(
-        "tiny-trtllm-llmapi", out, DeployOptions(replicas=1, engines_root=tmp_path / "none")
+        "tiny-trtllm-llmapi", out, DeployOptions(workers=1, engines_root=tmp_path / "none")
     )
     doc = yaml.safe_load(path.read_text())
     worker = doc["spec"]["components"][1]
@@ -170,10 +179,10 @@ def test_llm_api_recipe_gets_dynamo_trtllm_and_its_extra_engine_args(tmp_path):
 
 
 def test_disaggregated_cpu_recipe_gets_prefill_and_decode_components(engines_root, tmp_path):
-    """--disaggregated: components as the wheel's disagg template (types prefill / decode), llmkiln workers with
-    --role (their KV moves with NIXL); the wheel's DGD model accepts it."""
+    """--prefill-workers / --decode-workers: components as the wheel's disagg template (types prefill / decode),
+    llmkiln workers with --role (their KV moves with NIXL); the wheel's DGD model accepts it."""
     out = tmp_path / "pd"
-    opts = DeployOptions(replicas=3, prefill_replicas=2, engines_root=engines_root, disaggregated=True)
+    opts = DeployOptions(prefill_workers=2, decode_workers=3, engines_root=engines_root)
     path = write_deployment("stories-fp32", out, opts)
     doc = yaml.safe_load(path.read_text())
     frontend, prefill, decode = doc["spec"]["components"]
@@ -185,7 +194,9 @@ def test_disaggregated_cpu_recipe_gets_prefill_and_decode_components(engines_roo
         assert args[args.index("--role") + 1] == role
         # the prefill tier decides which prompts the decode worker prefills itself; the decode tier caps its runs
         assert args[args.index("--max-local-prefill-tokens") + 1] == str(MAX_LOCAL_PREFILL_TOKENS)
-    assert "--disaggregated" in (out / "README.md").read_text() and "NIXL" in (out / "README.md").read_text()
+        assert args[args.index("--kv-export-timeout") + 1] == "30"
+    readme = (out / "README.md").read_text()
+    assert "--prefill-workers 2 --decode-workers 3" in readme and "NIXL" in readme
     template = yaml.safe_load((DYNAMO_ROOT / "profiler/templates/dgd/trtllm/disagg.yaml").read_text())
     check_layout(doc, template)
     with pytest.raises(BadInput, match="types"):
@@ -194,7 +205,7 @@ def test_disaggregated_cpu_recipe_gets_prefill_and_decode_components(engines_roo
 
 
 def test_disaggregated_llm_api_recipe_gets_role_yamls_with_cache_transceiver(tmp_path):
-    """trtllm-llmapi --disaggregated: `dynamo.trtllm --disaggregation-mode prefill|decode`, each with its LLM-API
+    """trtllm-llmapi with prefill/decode workers: `dynamo.trtllm --disaggregation-mode prefill|decode`, each with its LLM-API
     YAML (the aggregated options + cache_transceiver_config; overlap scheduler off on prefill, as Dynamo's
     examples), keys checked against the pinned TensorRT-LLM facts."""
     from llmkiln.dynamo.deploy import CONFIGMAP_FILE
@@ -203,7 +214,7 @@ def test_disaggregated_llm_api_recipe_gets_role_yamls_with_cache_transceiver(tmp
     from llmkiln.trtllm.llmapi import llm_api_options
 
     out = tmp_path / "trt-pd"
-    opts = DeployOptions(replicas=1, engines_root=tmp_path / "none", disaggregated=True)
+    opts = DeployOptions(prefill_workers=1, decode_workers=1, engines_root=tmp_path / "none")
     path = write_deployment("tiny-trtllm-llmapi", out, opts)
     doc = yaml.safe_load(path.read_text())
     _, prefill, decode = doc["spec"]["components"]
@@ -232,3 +243,19 @@ def test_disaggregated_llm_api_recipe_gets_role_yamls_with_cache_transceiver(tmp
     assert "--publish-kv-events" in prefill["podTemplate"]["spec"]["containers"][0]["args"]
     assert yaml.safe_load((out / "prefill.yaml").read_text())["disable_overlap_scheduler"] is True
     assert validate_with_wheel_model(path) == {"types": ["frontend", "prefill", "decode"], "same": True}
+
+
+def test_cli_prefill_and_decode_workers(engines_root, tmp_path):
+    """`kiln deploy dynamo` takes `kiln serve --dynamo`'s flags of prefill/decode separation."""
+    out = tmp_path / "pd-cli"
+    flags = ["--prefill-workers", "1", "--decode-workers", "2", "--kv-export-timeout", "5"]
+    flags += ["--max-local-prefill-tokens", "64", "--engines-dir", str(engines_root)]
+    with pytest.raises(SystemExit) as done:
+        main(["deploy", "dynamo", "stories-fp32", "-o", str(out), *flags])
+    assert done.value.code == 0
+    _, prefill, decode = yaml.safe_load((out / DGD_FILE).read_text())["spec"]["components"]
+    assert (prefill["replicas"], decode["replicas"]) == (1, 2)
+    for comp in (prefill, decode):
+        args = comp["podTemplate"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--kv-export-timeout") + 1] == "5"
+        assert args[args.index("--max-local-prefill-tokens") + 1] == "64"

@@ -11,6 +11,7 @@ import pytest
 
 from llmkiln.host.engine_host import EngineHost, HostOptions
 from llmkiln.host.kv_transfer import TransferFailed
+from llmkiln.host.kv_transfer_options import KvTransferOptions
 from llmkiln.host.roles import WorkerRole
 from llmkiln.runtime.request import SamplingParams
 
@@ -36,7 +37,9 @@ def pinned(host: EngineHost) -> int:
 def hosts(request, engine_factory):
     folder: Path = engine_factory(request.param)
     agg = EngineHost.open(folder, HostOptions())
-    pre = EngineHost.open(folder, HostOptions(role=WorkerRole.PREFILL, kv_export_timeout_s=1.0))
+    pre = EngineHost.open(
+        folder, HostOptions(role=WorkerRole.PREFILL, kv=KvTransferOptions(export_timeout_s=1.0))
+    )
     dec = EngineHost.open(folder, HostOptions(role=WorkerRole.DECODE))
     try:
         yield agg, pre, dec
@@ -114,7 +117,7 @@ def test_local_handoff_decides_on_the_uncached_part(hosts) -> None:
     kv = pre.kv
     assert kv is not None and dec.kv is not None
     limit = kv.max_local_prefill_tokens
-    assert limit == 128  # the default (MAX_LOCAL_PREFILL_TOKENS)
+    assert limit == KvTransferOptions().max_local_prefill_tokens == 128  # the default
     short = agg.engine.encode(PROMPT * 2)
     long = agg.engine.encode("The cat sat on a warm mat and purred. " * 20)
     assert len(short) <= limit < len(long)
