@@ -57,8 +57,8 @@ def dynamo(
     force: bool,
     **launch: Any,  # launch_options: the Dynamo graph, as `kiln serve --dynamo` takes it
 ) -> None:
-    """DynamoGraphDeployment (nvidia.com/v1beta1): Dynamo frontend + llmkiln CPU workers (onnx-cpu recipes) or
-    dynamo.trtllm workers with their --extra-engine-args YAML (trtllm-llmapi recipes); engines as a
+    """DynamoGraphDeployment (nvidia.com/v1beta1): Dynamo frontend + llmkiln CPU workers (onnx-cpu and openvino-cpu
+    recipes) or dynamo.trtllm workers with their --extra-engine-args YAML (trtllm-llmapi recipes); engines as a
     volume. --prefill-workers P --decode-workers D: prefill and decode components instead of aggregated workers;
     the launch flags are `kiln serve --dynamo`'s, checked the same way (a flag that does not apply: exit 2)."""
     opts = DeployOptions(

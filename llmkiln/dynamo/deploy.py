@@ -8,8 +8,8 @@ Written (atomically, as one folder):
 - `dynamo-graph-deployment.yaml`: `apiVersion: nvidia.com/v1beta1`, `kind: DynamoGraphDeployment` with a
   `Frontend` component (`python3 -m dynamo.frontend`, KV router, migration) and an `LlmkilnWorker` component
   (`python3 -m llmkiln.dynamo.worker` with the arguments of its `WorkerOptions`, `workers` replicas, CPU and
-  memory requests = limits, the engine folder mounted read-only from a PersistentVolumeClaim) for an onnx-cpu
-  recipe. Layout as in the upstream v1beta1 examples (the ai-dynamo
+  memory requests = limits, the engine folder mounted read-only from a PersistentVolumeClaim) for a recipe of
+  llmkiln's CPU runtime (onnx-cpu or openvino-cpu: both run in llmkiln's own Dynamo worker, the same command). Layout as in the upstream v1beta1 examples (the ai-dynamo
   wheel ships them: dynamo/profiler/templates/dgd/<backend>/agg.yaml): components[] with name, type
   (frontend | worker), replicas, podTemplate.spec.containers[] (name main, image, command, args, resources).
   Discovery is the operator's business in a cluster (it sets the backend); nothing here pins it.
@@ -22,8 +22,9 @@ Recipes on TensorRT-LLM's LLM-API path (backend trtllm-llmapi) get a `TrtllmWork
 TensorRT-LLM of Dynamo's runtime image, pins.json dynamo_tensorrt_llm, checked against its facts), written as
 `llm_api.yaml` and as the ConfigMap `llm-api-configmap.yaml` mounted at /config. The checkpoint is the ModelOpt
 unified HF checkpoint inside the engine folder (`--checkpoint`, default <recipe>/hf_checkpoint on the volume).
-onnx-gpu and Triton-engine trtllm recipes cannot run under Dynamo's workers (dynamo.trtllm 1.6.1 loads HF
-checkpoints on the PyTorch backend, not trtllm-build engines).
+Refused: onnx-gpu (the deployment writes CPU pods for llmkiln's worker; serve it with `kiln serve`) and
+Triton-engine trtllm recipes (dynamo.trtllm 1.6.1 loads HF checkpoints on the PyTorch backend, not trtllm-build
+engines).
 
 `--prefill-workers P --decode-workers D` (as `kiln serve --dynamo`) writes the prefill/decode variant, laid out
 as the wheel's disagg template (dynamo/profiler/templates/dgd/trtllm/disagg.yaml: components `prefill` and
@@ -59,6 +60,7 @@ from llmkiln.errors import BadInput
 from llmkiln.host.kv_transfer_options import KvTransferOptions
 from llmkiln.host.roles import TIERS, WorkerRole
 from llmkiln.recipe import Recipe, load_recipe
+from llmkiln.runtime.kv_quant import bytes_per_block
 from llmkiln.trtllm import pins
 from llmkiln.trtllm.cache_transceiver import Role, disaggregated_llm_api_options
 from llmkiln.trtllm.facts import FACTS_FILES, check_options
@@ -80,7 +82,8 @@ DISAGG_TEMPLATE = ("profiler", "templates", "dgd", "trtllm", "disagg.yaml")
 # the tiers of a disaggregated LLM-API deployment: dynamo.trtllm's role names and options files
 TRTLLM_ROLES: dict[WorkerRole, Role] = {WorkerRole.PREFILL: "prefill", WorkerRole.DECODE: "decode"}
 ROLE_FILES = {WorkerRole.PREFILL: "prefill.yaml", WorkerRole.DECODE: "decode.yaml"}
-CPU_BACKENDS = (Backend.ONNX_CPU,)  # recipes run in llmkiln's Dynamo worker (python -m llmkiln.dynamo.worker)
+# llmkiln's CPU runtime: every such recipe runs in llmkiln's Dynamo worker (python -m llmkiln.dynamo.worker)
+CPU_BACKENDS = (Backend.ONNX_CPU, Backend.OPENVINO_CPU)
 LLM_API_FILE = "llm_api.yaml"
 CONFIGMAP_FILE = "llm-api-configmap.yaml"
 CONFIG_MOUNT = "/config"
@@ -129,19 +132,42 @@ def _k8s_name(text: str) -> str:
 
 
 def worker_memory_mib(recipe: Recipe, engine: EngineDir | None) -> int:
-    """Memory a worker needs: its KV slot pools (from the engine's shapes), the prefix store's byte budget,
-    the weights, and a base. Without a built engine the pools and weights are unknown: BadInput."""
-    if engine is None or not engine.has_onnx_model():
+    """Memory a CPU worker needs: its KV pools (from the engine's shapes), the prefix store's byte budget, the
+    weights, and a base. onnx-cpu: fp32 slot pools. openvino-cpu: its block pools in the inference precision,
+    the slots' runs plus shared blocks for as many tokens as the store holds (llmkiln.runtime.openvino_runner).
+    Without a built engine the pools and weights are unknown: BadInput."""
+    model_files = _model_files(recipe, engine)
+    if engine is None or not model_files:
         raise BadInput(
             f"recipe {recipe.name}: build the engine first (`kiln build {recipe.name}`); the deployment mounts "
             "that folder and sizes the workers' memory from it"
         )
     info = engine.genai_config()
-    per_token = 2 * info.num_layers * info.kv_heads * info.head_size * 4  # fp32 slot pools (k and v)
+    kv = recipe.kv_cache
+    value_bytes = 2 if recipe.backend is Backend.OPENVINO_CPU and recipe.precision == "bf16" else 4
+    per_token = 2 * info.num_layers * info.kv_heads * info.head_size * value_bytes  # k and v, every layer
     pools = recipe.scheduler.max_batch_size * recipe.limits.max_seq_len * per_token
-    store = recipe.kv_cache.max_bytes if recipe.kv_cache.prefix_reuse else 0
-    weights = sum(f.stat().st_size for f in engine.path.glob("model.onnx*") if f.is_file())
-    return WORKER_BASE_MIB + -(-(pools + store + weights) // MIB)
+    store = kv.max_bytes if kv.prefix_reuse else 0
+    shared = 0
+    if recipe.backend is Backend.OPENVINO_CPU and store:
+        block = bytes_per_block(kv.dtype, info.num_layers, info.kv_heads, kv.tokens_per_block, info.head_size)
+        shared = store // block * kv.tokens_per_block * per_token
+    weights = sum(f.stat().st_size for f in model_files)
+    return WORKER_BASE_MIB + -(-(pools + shared + store + weights) // MIB)
+
+
+def _model_files(recipe: Recipe, engine: EngineDir | None) -> list[Path]:
+    """The engine's model files (the ONNX graph and its data, or the OpenVINO IR); [] when not built."""
+    if engine is None:
+        return []
+    if recipe.backend is Backend.OPENVINO_CPU:
+        xml = engine.openvino_model()
+        if xml is None:
+            return []
+        return [xml, xml.with_suffix(".bin")]
+    if not engine.has_onnx_model():
+        return []
+    return [f for f in engine.path.glob("model.onnx*") if f.is_file()]
 
 
 def configmap_name(doc: dict[str, Any]) -> str:
@@ -154,13 +180,16 @@ def http_port(recipe: Recipe, opts: DeployOptions) -> int:
 
 
 def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) -> dict[str, Any]:
-    """The DynamoGraphDeployment document: llmkiln CPU workers (onnx-cpu) or dynamo.trtllm (trtllm-llmapi)."""
+    """The DynamoGraphDeployment document: llmkiln's worker (onnx-cpu, openvino-cpu) or dynamo.trtllm
+    (trtllm-llmapi)."""
     trt = recipe.backend is Backend.TRTLLM_LLMAPI
     if recipe.backend not in CPU_BACKENDS and not trt:
         raise BadInput(
-            f"recipe {recipe.name}: backend {recipe.backend!r} cannot run in llmkiln's Dynamo workers (onnx-cpu) "
-            "nor in dynamo.trtllm (which loads HF checkpoints on TensorRT-LLM's PyTorch backend: use a "
-            "trtllm-llmapi recipe)"
+            f"recipe {recipe.name}: backend {recipe.backend.value!r}: `kiln deploy dynamo` writes llmkiln's "
+            f"Dynamo worker on CPU pods (backends {', '.join(b.value for b in CPU_BACKENDS)}) or dynamo.trtllm on "
+            "GPU pods, which loads HF checkpoints on TensorRT-LLM's PyTorch backend, not trtllm-build engines: "
+            "use a trtllm-llmapi recipe"
+            + (" (or serve this engine with `kiln serve`)" if recipe.backend is Backend.ONNX_GPU else "")
         )
     if trt:
         cpu_only = [f for f in KvTransferOptions.FLAGS.values() if f in opts.tier_flags_given()]

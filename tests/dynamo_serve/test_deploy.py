@@ -18,12 +18,16 @@ from llmkiln.dynamo.deploy import (
     DGD_FILE,
     DeployOptions,
     check_layout,
+    cpu_worker_options,
     deployment,
+    worker_memory_mib,
     write_deployment,
 )
+from llmkiln.dynamo.worker_options import WorkerOptions
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.host.kv_transfer_options import KvTransferOptions
+from llmkiln.host.roles import WorkerRole
 from llmkiln.recipe import load_recipe
 
 MAX_LOCAL_PREFILL_TOKENS = KvTransferOptions().max_local_prefill_tokens
@@ -116,6 +120,8 @@ def test_refusals(engines_root, tmp_path):
     assert (tmp_path / "full" / "x").read_text() == "keep"
     with pytest.raises(BadInput, match="use a trtllm-llmapi recipe"):
         write_deployment("tiny-trtllm-fp8", tmp_path / "t", DeployOptions(engines_root=engines_root))
+    with pytest.raises(BadInput, match="CPU pods .backends onnx-cpu, openvino-cpu.*serve this engine with"):
+        write_deployment("tiny-onnx-gpu", tmp_path / "t", DeployOptions(engines_root=engines_root))
     with pytest.raises(BadInput, match="build the engine first"):
         write_deployment("stories-int8", tmp_path / "u", DeployOptions(engines_root=tmp_path / "none"))
     assert not (tmp_path / "t").exists() and not (tmp_path / "u").exists()
@@ -259,3 +265,44 @@ def test_cli_prefill_and_decode_workers(engines_root, tmp_path):
         args = comp["podTemplate"]["spec"]["containers"][0]["args"]
         assert args[args.index("--kv-export-timeout") + 1] == "5"
         assert args[args.index("--max-local-prefill-tokens") + 1] == "64"
+
+
+@pytest.fixture(scope="module")
+def ov_engines_root(engine_factory) -> Path:
+    return engine_factory("stories-ov-fp32").parent
+
+
+def test_an_openvino_recipe_gets_llmkilns_worker(ov_engines_root, tmp_path):
+    """openvino-cpu runs in llmkiln's own Dynamo worker (as onnx-cpu): the same worker command, parsed back into
+    the worker's options; memory sized from its IR and its block pools; the wheel's DGD model accepts it."""
+    out = tmp_path / "ov"
+    path = write_deployment("stories-ov-fp32", out, DeployOptions(workers=2, engines_root=ov_engines_root))
+    doc = yaml.safe_load(path.read_text())
+    frontend, worker = doc["spec"]["components"]
+    assert (worker["name"], worker["type"], worker["replicas"]) == ("LlmkilnWorker", "worker", 2)
+    main_c = worker["podTemplate"]["spec"]["containers"][0]
+    assert main_c["command"] == ["python3"] and main_c["args"][:2] == ["-m", "llmkiln.dynamo.worker"]
+    recipe, _ = load_recipe("stories-ov-fp32")
+    parsed = WorkerOptions.from_argv(main_c["args"][2:])
+    assert parsed == cpu_worker_options(recipe, DeployOptions(workers=2), WorkerRole.AGGREGATED)
+    assert parsed.engine == Path("/engines/stories-ov-fp32") and parsed.threads == 2
+    assert parsed.served_model_name == recipe.serve.model_name
+    engine = EngineDir(ov_engines_root / "stories-ov-fp32")
+    ir = engine.openvino_model()
+    assert ir is not None
+    memory = int(main_c["resources"]["limits"]["memory"].removesuffix("Mi")) * 2**20
+    assert memory > ir.with_suffix(".bin").stat().st_size + recipe.kv_cache.max_bytes
+    assert main_c["resources"]["limits"]["memory"] == f"{worker_memory_mib(recipe, engine)}Mi"
+    assert "--no-router-track-active-blocks" in frontend["podTemplate"]["spec"]["containers"][0]["args"]
+    assert "stories-ov-fp32" in (out / "README.md").read_text()
+    assert validate_with_wheel_model(path) == {"types": ["frontend", "worker"], "same": True}
+    # prefill/decode: its tiers too
+    pd = deployment(recipe, engine, DeployOptions(prefill_workers=1, decode_workers=1))
+    roles = [
+        WorkerOptions.from_argv(c["podTemplate"]["spec"]["containers"][0]["args"][2:]).role
+        for c in pd["spec"]["components"][1:]
+    ]
+    assert roles == [WorkerRole.PREFILL, WorkerRole.DECODE]
+    # not built: refused with what to do (not "cannot run")
+    with pytest.raises(BadInput, match="build the engine first"):
+        deployment(recipe, None, DeployOptions())
