@@ -47,7 +47,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import yaml
 
@@ -105,8 +105,6 @@ class DeployOptions(LaunchOptions):
     checkpoint: str | None = (
         None  # trtllm-llmapi: checkpoint folder on the volume (default <recipe>/hf_checkpoint)
     )
-
-    FLAGS: ClassVar[dict[str, str]] = {**LaunchOptions.FLAGS, "threads_per_worker": "--threads-per-worker"}
 
     def check(self) -> None:
         super().check()

@@ -60,13 +60,8 @@ class LaunchOptions:
     # the flags given on a command line (e.g. "--workers"); see the module docstring
     given: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
-    FLAGS: ClassVar[dict[str, str]] = {
-        "workers": "--workers",
-        "prefill_workers": "--prefill-workers",
-        "decode_workers": "--decode-workers",
-        "router_mode": "--router-mode",
-        "migration_limit": "--migration-limit",
-    }
+    # field -> flag, for the fields whose being given is checked (is_given)
+    FLAGS: ClassVar[dict[str, str]] = {"workers": "--workers"}
 
     def __post_init__(self) -> None:
         self.check()
@@ -149,12 +144,6 @@ class DynamoOptions(LaunchOptions):
 
     FLAGS: ClassVar[dict[str, str]] = {
         **LaunchOptions.FLAGS,
-        "host": "--host",
-        "http_port": "--http-port",
-        "threads_per_worker": "--threads-per-worker",
-        "state_dir": "--state-dir",
-        "grace_period_s": "--grace-period",
-        "drain_timeout_s": "--exit-timeout",
         "prefill_overrides": "--prefill-set",
         "decode_first": "--decode-first",
     }
