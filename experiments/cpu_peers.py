@@ -74,7 +74,7 @@ from llmkiln.bench.workloads import Workload, WorkloadSpec, build_workload, load
 from llmkiln.cli.main import run_command
 from llmkiln.cli.options import engines_dir_option
 from llmkiln.dynamo.cluster import available_cores
-from llmkiln.dynamo.launcher import DynamoOptions
+from llmkiln.dynamo.options import DynamoOptions
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.versions import package_versions

@@ -49,9 +49,11 @@ from llmkiln.bench.workloads import Workload, WorkloadSpec, build_workload, load
 from llmkiln.cli.main import run_command
 from llmkiln.cli.options import engines_dir_option
 from llmkiln.dynamo.cluster import available_cores
-from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions
+from llmkiln.dynamo.launcher import DynamoLauncher
+from llmkiln.dynamo.options import DynamoOptions
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
+from llmkiln.host.kv_transfer_options import KvTransferOptions
 
 
 @dataclass(frozen=True)
@@ -352,7 +354,10 @@ def _run_setup(
         prefill_overrides={"scheduler": {"max_prefill_tokens": setup.prefill_chunk}}
         if setup.prefill_chunk
         else {},
-        max_local_prefill_tokens=setup.max_local_prefill,
+        # the KV transfer options apply to prefill/decode setups only (the options refuse them elsewhere)
+        kv=KvTransferOptions(max_local_prefill_tokens=setup.max_local_prefill)
+        if setup.prefill
+        else KvTransferOptions(),
         threads_per_worker=setup.threads,
         decode_first=setup.decode_first,
         profile_dir=cfg.raw_dir / "profiles" / setup.name,  # the step profile (a few list appends per step)

@@ -37,8 +37,9 @@ from llmkiln.bench.stats import Slo
 from llmkiln.bench.workloads import Workload, WorkloadSpec, build_workload, load_tokenizer
 from llmkiln.cli.main import run_command
 from llmkiln.cli.options import engines_dir_option
-from llmkiln.dynamo.cluster import RouterMode, available_cores
-from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions
+from llmkiln.dynamo.cluster import available_cores
+from llmkiln.dynamo.launcher import DynamoLauncher
+from llmkiln.dynamo.options import DynamoOptions, RouterMode
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.runtime.kv_quant import bytes_per_block

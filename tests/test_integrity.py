@@ -97,7 +97,8 @@ class MappedWriter:
 
 
 def test_mmap_rewrite_is_refused_by_generate_serve_and_dynamo(engine_copy: Path, tmp_path: Path) -> None:
-    from llmkiln.dynamo.launcher import DynamoOptions, serve_dynamo
+    from llmkiln.dynamo.launcher import serve_dynamo
+    from llmkiln.dynamo.options import DynamoOptions
     from llmkiln.serve.launch import ServeOptions, serve_engine
 
     writer = MappedWriter(engine_copy / "model.onnx.data")

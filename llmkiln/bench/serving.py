@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, make_spec
+from llmkiln.dynamo.launcher import DynamoLauncher, make_spec
+from llmkiln.dynamo.options import DynamoOptions
 from llmkiln.engine_dir import EngineDir
 from llmkiln.serve.ports import free_ports
 from llmkiln.serve.repository import spec_from_engine, write_repository

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from llmkiln.cli.options import engines_dir_option
-from llmkiln.dynamo.cluster import ROUTER_MODES, RouterMode
+from llmkiln.cli.options import engines_dir_option, launch_fields, launch_options
 from llmkiln.dynamo.deploy import DeployOptions, write_deployment
-from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
+
+_DEPLOY = DeployOptions()
 
 
 @click.group()
@@ -20,81 +21,55 @@ def deploy() -> None:
 @deploy.command("dynamo")
 @click.argument("recipe")
 @click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), required=True)
-@click.option("--replicas", type=int, default=2, show_default=True, help="llmkiln worker replicas.")
+@launch_options(workers_names=("--workers", "--replicas"))
 @click.option(
     "--threads-per-worker",
     type=int,
-    default=2,
+    default=_DEPLOY.threads_per_worker,
     show_default=True,
-    help="CPUs (and intra-op threads) per worker.",
+    help="CPUs (and intra-op threads) per CPU worker pod.",
 )
 @click.option(
     "--image", default=None, help="Container image with llmkiln + ai-dynamo (default llmkiln:<version>)."
 )
 @click.option(
-    "--engine-pvc", default="llmkiln-engines", show_default=True, help="PVC holding engines/<recipe>/."
+    "--engine-pvc", default=_DEPLOY.engine_pvc, show_default=True, help="PVC holding engines/<recipe>/."
 )
 @click.option("--name", default=None, help="metadata.name (default llmkiln-<recipe>).")
 @click.option("--namespace", default=None, help="metadata.namespace.")
-@click.option("--router-mode", type=click.Choice(ROUTER_MODES), default="kv", show_default=True)
-@click.option("--migration-limit", type=int, default=3, show_default=True)
 @engines_dir_option
 @click.option(
     "--checkpoint",
     default=None,
     help="trtllm-llmapi: the HF checkpoint folder on the volume (default <recipe>/hf_checkpoint).",
 )
-@click.option(
-    "--disaggregated",
-    is_flag=True,
-    help="Prefill and decode workers (--replicas decode, --prefill-replicas prefill) instead of aggregated ones.",
-)
-@click.option(
-    "--prefill-replicas", type=int, default=1, show_default=True, help="--disaggregated: prefill workers."
-)
-@click.option(
-    "--max-local-prefill-tokens",
-    type=int,
-    default=MAX_LOCAL_PREFILL_TOKENS,
-    show_default=True,
-    help="--disaggregated CPU workers: a prompt whose uncached part is at most this many tokens is prefilled on "
-    "the decode worker (0: every prompt on the prefill tier).",
-)
 @click.option("--force", is_flag=True, help="Replace a non-empty --out folder.")
 def dynamo(
     recipe: str,
     out: Path,
-    replicas: int,
     threads_per_worker: int,
     image: str | None,
     engine_pvc: str,
     name: str | None,
     namespace: str | None,
-    router_mode: RouterMode,  # click.Choice(ROUTER_MODES)
-    migration_limit: int,
     engines_dir: Path,
     checkpoint: str | None,
-    disaggregated: bool,
-    prefill_replicas: int,
-    max_local_prefill_tokens: int,
     force: bool,
+    **launch: Any,  # launch_options: the Dynamo graph, as `kiln serve --dynamo` takes it
 ) -> None:
-    """DynamoGraphDeployment (nvidia.com/v1beta1): Dynamo frontend + llmkiln CPU workers (onnx-cpu recipes) or
-    dynamo.trtllm workers with their --extra-engine-args YAML (trtllm-llmapi recipes); engines as a volume."""
+    """DynamoGraphDeployment (nvidia.com/v1beta1): Dynamo frontend + llmkiln CPU workers (onnx-cpu and openvino-cpu
+    recipes) or dynamo.trtllm workers with their --extra-engine-args YAML (trtllm-llmapi recipes); engines as a
+    volume. --prefill-workers P --decode-workers D: prefill and decode components instead of aggregated workers;
+    the launch flags are `kiln serve --dynamo`'s, checked the same way (a flag that does not apply: exit 2)."""
     opts = DeployOptions(
-        replicas=replicas,
+        **launch_fields(launch),
         threads_per_worker=threads_per_worker,
         image=image,
         engine_pvc=engine_pvc,
         name=name,
         namespace=namespace,
-        router_mode=router_mode,
-        migration_limit=migration_limit,
         engines_root=engines_dir,
         checkpoint=checkpoint,
-        disaggregated=disaggregated,
-        prefill_replicas=prefill_replicas,
-        max_local_prefill_tokens=max_local_prefill_tokens,
     )
     path = write_deployment(recipe, out, opts, force=force)
     click.echo(f"wrote {path} (and README.md); checked against the v1beta1 layout the ai-dynamo wheel ships")

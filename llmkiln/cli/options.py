@@ -11,6 +11,12 @@
   defaults are the command's (`kiln bench` sweeps 1,4,8,16 cold, `kiln profile` looks at one warm level).
 - `recipe_sets(items, flag)`: recipe overrides given as SECTION.FIELD=VALUE (`kiln profile --set`, `kiln serve
   --prefill-set`).
+- `launch_options` + `launch_fields(kw)`: the Dynamo graph of `kiln serve --dynamo` and `kiln deploy dynamo`
+  (--workers, --prefill-workers, --decode-workers, --kv-export-timeout, --max-local-prefill-tokens,
+  --router-mode, --migration-limit). Their defaults are LaunchOptions' and KvTransferOptions' fields (read, not
+  repeated), and the flags typed go to `LaunchOptions.given`, so both commands refuse what does not apply with
+  the one check (llmkiln.dynamo.options).
+- `given_flags()`: the flags typed on the current command line (not left at their default).
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ import click
 
 from llmkiln.bench.runner import parse_concurrency
 from llmkiln.bench.workloads import WorkloadSpec, parse_range
+from llmkiln.dynamo.options import ROUTER_MODES, LaunchOptions
 from llmkiln.engine_dir import DEFAULT_ENGINES_ROOT, ENGINES_ENV, default_engines_root
 from llmkiln.errors import BadInput
+from llmkiln.host.kv_transfer_options import KvTransferOptions
 from llmkiln.jsonl import loads_json
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -194,3 +202,105 @@ def sweep_levels(kw: dict[str, Any]) -> list[int]:
     if kw["warmup_requests"] < 0:
         raise BadInput(f"--warmup-requests must be zero or more, got {kw['warmup_requests']}")
     return levels
+
+
+def given_flags() -> frozenset[str]:
+    """The flags of the current command typed on its command line (each option's first name)."""
+    ctx = click.get_current_context()
+    return frozenset(
+        p.opts[0]
+        for p in ctx.command.params
+        if isinstance(p, click.Option)
+        and p.name is not None
+        and ctx.get_parameter_source(p.name) not in (None, click.core.ParameterSource.DEFAULT)
+    )
+
+
+LAUNCH_PARAMS = (
+    "workers",
+    "prefill_workers",
+    "decode_workers",
+    "kv_export_timeout",
+    "max_local_prefill_tokens",
+    "router_mode",
+    "migration_limit",
+)
+_LAUNCH = LaunchOptions()
+
+
+def launch_options(workers_names: tuple[str, ...] = ("--workers",), prefix: str = "") -> Callable[[F], F]:
+    """The Dynamo graph's options (see the module docstring). `workers_names`: other names of --workers (`kiln
+    deploy dynamo` also calls it --replicas); `prefix`: how each help line starts (`kiln serve`: "--dynamo: ")."""
+
+    def deco(f: F) -> F:
+        return _apply(
+            f,
+            [
+                click.option(
+                    *workers_names,
+                    "workers",
+                    type=int,
+                    default=_LAUNCH.workers,
+                    show_default=True,
+                    help=f"{prefix}llmkiln workers (aggregated: each prefills and decodes).",
+                ),
+                click.option(
+                    "--prefill-workers",
+                    type=click.IntRange(0, 64),
+                    default=_LAUNCH.prefill_workers,
+                    help=f"{prefix}prefill/decode separation: this many prefill workers (with --decode-workers; "
+                    "replaces --workers).",
+                ),
+                click.option(
+                    "--decode-workers",
+                    type=click.IntRange(0, 64),
+                    default=_LAUNCH.decode_workers,
+                    help=f"{prefix}decode workers beside --prefill-workers (the prompt's KV moves between them "
+                    "with NIXL).",
+                ),
+                click.option(
+                    "--kv-export-timeout",
+                    type=float,
+                    default=_LAUNCH.kv.export_timeout_s,
+                    show_default=True,
+                    help=f"{prefix}with prefill workers: seconds a prompt's exported KV stays pinned for a "
+                    "decode worker.",
+                ),
+                click.option(
+                    "--max-local-prefill-tokens",
+                    type=int,
+                    default=_LAUNCH.kv.max_local_prefill_tokens,
+                    show_default=True,
+                    help=f"{prefix}with prefill workers: a prompt whose uncached part is at most this many "
+                    "tokens skips the prefill tier (the decode worker prefills it); 0: every prompt goes through "
+                    "the prefill tier.",
+                ),
+                click.option(
+                    "--router-mode",
+                    type=click.Choice(ROUTER_MODES),
+                    default=_LAUNCH.router_mode,
+                    show_default=True,
+                    help=f"{prefix}kv (to the worker holding the prompt's prefix) or round-robin / random.",
+                ),
+                click.option(
+                    "--migration-limit",
+                    type=int,
+                    default=_LAUNCH.migration_limit,
+                    show_default=True,
+                    help=f"{prefix}times a request whose worker died moves to another worker.",
+                ),
+            ],
+        )
+
+    return deco
+
+
+def launch_fields(kw: dict[str, Any]) -> dict[str, Any]:
+    """Pop the values launch_options parsed from a command's keyword arguments: LaunchOptions' fields, with the
+    flags typed as `given`. BadInput (exit 2) naming the flag for a bad KV transfer value."""
+    v = {name: kw.pop(name) for name in LAUNCH_PARAMS}
+    kv = KvTransferOptions(
+        export_timeout_s=v.pop("kv_export_timeout"),
+        max_local_prefill_tokens=v.pop("max_local_prefill_tokens"),
+    )
+    return {**v, "kv": kv, "given": given_flags()}

@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 
-from llmkiln.cli.options import engines_dir_option, recipe_sets
-from llmkiln.dynamo.cluster import ROUTER_MODES, RouterMode
-from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, serve_dynamo
+from llmkiln.cli.options import (
+    LAUNCH_PARAMS,
+    engines_dir_option,
+    given_flags,
+    launch_fields,
+    launch_options,
+    recipe_sets,
+)
+from llmkiln.dynamo.launcher import DynamoLauncher, serve_dynamo
+from llmkiln.dynamo.options import DynamoOptions
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
-from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
 from llmkiln.serve.backend_env import check_triton_python
 from llmkiln.serve.launch import ServeOptions, serve_engine
 from llmkiln.serve.repository import check_repository, spec_from_engine, write_repository
@@ -97,9 +104,12 @@ def _check_trtllm(repo_dir: Path, upstream: Path | None, take: bool) -> None:
         click.echo(f"took {rel}")
 
 
+_DYNAMO = DynamoOptions()
+
+
 @click.command()
 @click.argument("engine", type=click.Path(path_type=Path))
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address the endpoints listen on.")
+@click.option("--host", default=_DYNAMO.host, show_default=True, help="Address the endpoints listen on.")
 @click.option("--http-port", type=PORT, default=None, help="Default: the recipe's serve.http_port.")
 @click.option("--grpc-port", type=PORT, default=None, help="Default: the recipe's serve.grpc_port.")
 @click.option("--metrics-port", type=PORT, default=None, help="Default: the recipe's serve.metrics_port.")
@@ -124,35 +134,7 @@ def _check_trtllm(repo_dir: Path, upstream: Path | None, take: bool) -> None:
     is_flag=True,
     help="Scale out: Dynamo's OpenAI frontend + KV router in front of --workers workers.",
 )
-@click.option("--workers", type=int, default=2, show_default=True, help="--dynamo: llmkiln workers.")
-@click.option(
-    "--prefill-workers",
-    type=click.IntRange(0, 64),
-    default=0,
-    help="--dynamo: prefill/decode separation: this many prefill workers (with --decode-workers; replaces "
-    "--workers).",
-)
-@click.option(
-    "--decode-workers",
-    type=click.IntRange(0, 64),
-    default=0,
-    help="--dynamo: decode workers beside --prefill-workers (the prompt's KV moves between them with NIXL).",
-)
-@click.option(
-    "--kv-export-timeout",
-    type=float,
-    default=30.0,
-    show_default=True,
-    help="--dynamo with prefill workers: seconds a prompt's exported KV stays pinned for a decode worker.",
-)
-@click.option(
-    "--max-local-prefill-tokens",
-    type=int,
-    default=MAX_LOCAL_PREFILL_TOKENS,
-    show_default=True,
-    help="--dynamo with prefill workers: a prompt whose uncached part is at most this many tokens skips the "
-    "prefill tier (the decode worker prefills it); 0: every prompt goes through the prefill tier.",
-)
+@launch_options(prefix="--dynamo: ")
 @click.option(
     "--prefill-set",
     "prefill_sets",
@@ -168,29 +150,15 @@ def _check_trtllm(repo_dir: Path, upstream: Path | None, take: bool) -> None:
     "workers' compute at idle priority (it gets the cycles decode steps, the front door and KV transfers leave).",
 )
 @click.option(
-    "--router-mode",
-    type=click.Choice(ROUTER_MODES),
-    default="kv",
-    show_default=True,
-    help="--dynamo: kv (to the worker holding the prompt's prefix) or round-robin / random.",
-)
-@click.option(
-    "--migration-limit",
-    type=int,
-    default=3,
-    show_default=True,
-    help="--dynamo: times a request whose worker died moves to another worker.",
-)
-@click.option(
     "--threads-per-worker",
     type=int,
-    default=0,
+    default=_DYNAMO.threads_per_worker,
     help="--dynamo: intra-op threads (default: cores // workers).",
 )
 @click.option(
     "--grace-period",
     type=float,
-    default=5.0,
+    default=_DYNAMO.grace_period_s,
     show_default=True,
     help="--dynamo: seconds a stopping worker keeps serving after it unregistered.",
 )
@@ -211,19 +179,13 @@ def serve(
     log_verbose: int,
     verify_full: bool,
     dynamo: bool,
-    workers: int,
-    prefill_workers: int,
-    decode_workers: int,
-    kv_export_timeout: float,
-    max_local_prefill_tokens: int,
     prefill_sets: tuple[str, ...],
     decode_first: bool,
-    router_mode: RouterMode,  # click.Choice(ROUTER_MODES)
-    migration_limit: int,
     threads_per_worker: int,
     grace_period: float,
     state_dir: Path | None,
     engines_dir: Path,
+    **launch: Any,  # launch_options: the Dynamo graph
 ) -> int:
     """Serve ENGINE with tritonserver; ready only after warmup. Ctrl-C or SIGTERM shuts it down cleanly.
 
@@ -241,46 +203,20 @@ def serve(
     A flag of the other front door is refused (exit 2): --grpc-port, --metrics-port and --log-verbose are
     Triton's; --workers, --prefill-workers, --decode-workers, --kv-export-timeout, --max-local-prefill-tokens,
     --prefill-set, --decode-first, --router-mode, --migration-limit, --threads-per-worker, --grace-period and
-    --state-dir are Dynamo's.
+    --state-dir are Dynamo's. With --dynamo, the flags of prefill/decode separation without --prefill-workers and
+    --decode-workers are refused as `kiln deploy dynamo` refuses them (llmkiln.dynamo.options).
     """
-    ctx = click.get_current_context()
-    _refuse_other_front_door(ctx, dynamo)
-    if dynamo and (prefill_workers or decode_workers):
-        if ctx.get_parameter_source("workers") not in (None, click.core.ParameterSource.DEFAULT):
-            raise BadInput(
-                "--workers is the aggregated mode: give --prefill-workers and --decode-workers instead"
-            )
-        if not (prefill_workers and decode_workers):
-            raise BadInput("--prefill-workers and --decode-workers go together (at least 1 each)")
-    elif dynamo:
-        given = [
-            "--" + name.replace("_", "-")
-            for name in PD_ONLY
-            if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
-        ]
-        if given:
-            raise BadInput(
-                f"{', '.join(given)}: flag(s) of prefill/decode separation: add --prefill-workers P "
-                "--decode-workers D, or remove them"
-            )
-    if max_local_prefill_tokens < 0:
-        raise BadInput(f"--max-local-prefill-tokens must be >= 0 (0: off), got {max_local_prefill_tokens}")
+    _refuse_other_front_door(dynamo)
     del verify_full  # every start re-hashes every engine file
     if dynamo:
         return _serve_dynamo(
             engine,
             DynamoOptions(
-                workers=workers,
-                prefill_workers=prefill_workers,
-                decode_workers=decode_workers,
-                kv_export_timeout_s=kv_export_timeout,
-                max_local_prefill_tokens=max_local_prefill_tokens,
+                **launch_fields(launch),
                 prefill_overrides=recipe_sets(prefill_sets, "--prefill-set"),
                 decode_first=decode_first,
                 host=host,
                 http_port=http_port,
-                router_mode=router_mode,
-                migration_limit=migration_limit,
                 threads_per_worker=threads_per_worker,
                 state_dir=state_dir,
                 grace_period_s=grace_period,
@@ -313,36 +249,24 @@ def serve(
     return code
 
 
-TRITON_ONLY = ("grpc_port", "metrics_port", "log_verbose")
+TRITON_ONLY = ("--grpc-port", "--metrics-port", "--log-verbose")
 DYNAMO_ONLY = (
-    "workers",
-    "prefill_workers",
-    "decode_workers",
-    "kv_export_timeout",
-    "max_local_prefill_tokens",
-    "prefill_sets",
-    "decode_first",
-    "router_mode",
-    "migration_limit",
-    "threads_per_worker",
-    "grace_period",
-    "state_dir",
+    *("--" + name.replace("_", "-") for name in LAUNCH_PARAMS),
+    "--prefill-set",
+    "--decode-first",
+    "--threads-per-worker",
+    "--grace-period",
+    "--state-dir",
 )
 
 
-PD_ONLY = ("kv_export_timeout", "max_local_prefill_tokens", "prefill_sets", "decode_first")
-
-
-def _refuse_other_front_door(ctx: click.Context, dynamo: bool) -> None:
+def _refuse_other_front_door(dynamo: bool) -> None:
     """BadInput (exit 2) naming every given flag that the chosen front door would ignore."""
-    given = [
-        name
-        for name in (TRITON_ONLY if dynamo else DYNAMO_ONLY)
-        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
-    ]
+    typed = given_flags()
+    given = [flag for flag in (TRITON_ONLY if dynamo else DYNAMO_ONLY) if flag in typed]
     if not given:
         return
-    flags = ", ".join("--" + name.replace("_", "-") for name in given)
+    flags = ", ".join(given)
     if dynamo:
         raise BadInput(
             f"{flags}: Triton's flag(s), not used with --dynamo (the OpenAI endpoint is --http-port; each "
@@ -355,7 +279,7 @@ def _serve_dynamo(engine: Path, opts: DynamoOptions) -> int:
     def ready(launcher: DynamoLauncher, waited_s: float) -> None:
         spec = launcher.spec
         click.secho(
-            f"ready in {waited_s:.1f} s: {spec.workers} worker(s), router {spec.router_mode}",
+            f"ready in {waited_s:.1f} s: {spec.workers} worker(s), router {spec.options.router_mode}",
             fg="green",
             err=True,
         )
@@ -363,9 +287,9 @@ def _serve_dynamo(engine: Path, opts: DynamoOptions) -> int:
             f"  OpenAI  {spec.url}   (POST {spec.url}/chat/completions, {spec.url}/completions)", err=True
         )
         for i in range(spec.workers):
-            role = "" if not spec.disaggregated else f", {spec.worker_role(i)}"
+            role = "" if not spec.disaggregated else f", {spec.worker_role(i).value}"
             click.echo(
-                f"  worker-{i} {spec.status_url(i)}/health  /metrics  ({spec.threads} thread(s){role})",
+                f"  worker-{i} {spec.status_url(i)}/health  /metrics  ({spec.worker_threads(i)} thread(s){role})",
                 err=True,
             )
         click.echo(f"  logs    {spec.log_dir}", err=True)

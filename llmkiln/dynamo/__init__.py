@@ -4,6 +4,9 @@ workers (each one runs the CPU runtime in-process), plus the Kubernetes deployme
 - `worker`: the Dynamo engine class (`python -m llmkiln.dynamo.worker`); imports `dynamo`, so only worker
   processes load it.
 - `kv_events`: the prefix block store's stored/removed blocks → Dynamo KV events (for the KV router).
+- `options`: what a launch is asked for (`LaunchOptions`, shared by `kiln serve --dynamo` and `kiln deploy dynamo`;
+  `DynamoOptions` for a local launch), checked in one place; `worker_options`: one worker's command line
+  (`WorkerOptions`: written by the launcher and the deployment, parsed back by the worker).
 - `cluster`: the process layout of one launch (frontend + N workers, environment, discovery folder);
   `launcher`: starts, supervises and stops it (`kiln serve ENGINE --dynamo`).
 - `deploy`: `kiln deploy dynamo RECIPE -o DIR` (DynamoGraphDeployment, TensorRT-LLM LLM-API arguments).

@@ -1,10 +1,15 @@
 """`kiln deploy dynamo RECIPE -o DIR`: the Kubernetes DynamoGraphDeployment for a recipe's engine.
 
+`DeployOptions` is the launch of `kiln serve --dynamo` (llmkiln.dynamo.options.LaunchOptions: the same flags,
+defaults and checks — a flag that does not apply is refused by both with the same message) plus what a
+cluster needs (image, volume, names, CPUs per pod).
+
 Written (atomically, as one folder):
 - `dynamo-graph-deployment.yaml`: `apiVersion: nvidia.com/v1beta1`, `kind: DynamoGraphDeployment` with a
   `Frontend` component (`python3 -m dynamo.frontend`, KV router, migration) and an `LlmkilnWorker` component
-  (`python3 -m llmkiln.dynamo.worker`, `replicas` workers, CPU and memory requests = limits, the engine folder
-  mounted read-only from a PersistentVolumeClaim). Layout as in the upstream v1beta1 examples (the ai-dynamo
+  (`python3 -m llmkiln.dynamo.worker` with the arguments of its `WorkerOptions`, `workers` replicas, CPU and
+  memory requests = limits, the engine folder mounted read-only from a PersistentVolumeClaim) for a recipe of
+  llmkiln's CPU runtime (onnx-cpu or openvino-cpu: both run in llmkiln's own Dynamo worker, the same command). Layout as in the upstream v1beta1 examples (the ai-dynamo
   wheel ships them: dynamo/profiler/templates/dgd/<backend>/agg.yaml): components[] with name, type
   (frontend | worker), replicas, podTemplate.spec.containers[] (name main, image, command, args, resources).
   Discovery is the operator's business in a cluster (it sets the backend); nothing here pins it.
@@ -17,14 +22,16 @@ Recipes on TensorRT-LLM's LLM-API path (backend trtllm-llmapi) get a `TrtllmWork
 TensorRT-LLM of Dynamo's runtime image, pins.json dynamo_tensorrt_llm, checked against its facts), written as
 `llm_api.yaml` and as the ConfigMap `llm-api-configmap.yaml` mounted at /config. The checkpoint is the ModelOpt
 unified HF checkpoint inside the engine folder (`--checkpoint`, default <recipe>/hf_checkpoint on the volume).
-onnx-gpu and Triton-engine trtllm recipes cannot run under Dynamo's workers (dynamo.trtllm 1.6.1 loads HF
-checkpoints on the PyTorch backend, not trtllm-build engines).
+Refused: onnx-gpu (the deployment writes CPU pods for llmkiln's worker; serve it with `kiln serve`) and
+Triton-engine trtllm recipes (dynamo.trtllm 1.6.1 loads HF checkpoints on the PyTorch backend, not trtllm-build
+engines).
 
-`--disaggregated` (DeployOptions.disaggregated) writes the prefill/decode variant, laid out as the wheel's
-disagg template (dynamo/profiler/templates/dgd/trtllm/disagg.yaml: components `prefill` and `decode` of types
-prefill / decode beside the Frontend): CPU recipes get `LlmkilnPrefill` (`--role prefill
---max-local-prefill-tokens N`, KV moved by NIXL, llmkiln.host.kv_transfer) and `LlmkilnDecode` (`--role decode`,
-the same N: it caps the decode worker's prefill runs); LLM-API recipes get `TrtllmPrefill` /
+`--prefill-workers P --decode-workers D` (as `kiln serve --dynamo`) writes the prefill/decode variant, laid out
+as the wheel's disagg template (dynamo/profiler/templates/dgd/trtllm/disagg.yaml: components `prefill` and
+`decode` of types prefill / decode beside the Frontend): CPU recipes get `LlmkilnPrefill` (`--role prefill
+--kv-export-timeout S --max-local-prefill-tokens N`, KV moved by NIXL, llmkiln.host.kv_transfer) and
+`LlmkilnDecode` (`--role decode`, the same N: it caps the decode worker's prefill runs); LLM-API recipes get
+`TrtllmPrefill` /
 `TrtllmDecode` (`python3 -m dynamo.trtllm ... --disaggregation-mode prefill --publish-kv-events` / `decode`)
 with `prefill.yaml` / `decode.yaml` = `disaggregated_llm_api_options(recipe, role)` (llmkiln.trtllm.
 cache_transceiver: the aggregated options plus cache_transceiver_config, overlap scheduler off on prefill), both
@@ -46,13 +53,16 @@ import yaml
 
 from llmkiln.atomic import atomic_dir, replace_dir
 from llmkiln.capabilities import Backend
-from llmkiln.dynamo.cluster import RouterMode
+from llmkiln.dynamo.options import LaunchOptions
+from llmkiln.dynamo.worker_options import WORKER_MODULE, WorkerOptions
 from llmkiln.engine_dir import HF_CHECKPOINT_DIR, EngineDir, default_engines_root
 from llmkiln.errors import BadInput
-from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
+from llmkiln.host.kv_transfer_options import KvTransferOptions
+from llmkiln.host.roles import TIERS, WorkerRole
 from llmkiln.recipe import Recipe, load_recipe
+from llmkiln.runtime.kv_quant import bytes_per_block
 from llmkiln.trtllm import pins
-from llmkiln.trtllm.cache_transceiver import ROLES, disaggregated_llm_api_options
+from llmkiln.trtllm.cache_transceiver import Role, disaggregated_llm_api_options
 from llmkiln.trtllm.facts import FACTS_FILES, check_options
 from llmkiln.trtllm.llmapi import llm_api_options
 from llmkiln.versions import package_versions
@@ -69,7 +79,11 @@ FRONTEND_MEMORY = "1Gi"
 TEMPLATE = ("profiler", "templates", "dgd", "trtllm", "agg.yaml")  # in the ai-dynamo wheel
 TRTLLM_IMAGE = str(pins.pin("dynamo_trtllm_image"))  # as in the upstream v1beta1 examples (pins.json)
 DISAGG_TEMPLATE = ("profiler", "templates", "dgd", "trtllm", "disagg.yaml")
-ROLE_FILES = {"prefill": "prefill.yaml", "decode": "decode.yaml"}  # disaggregated LLM-API options
+# the tiers of a disaggregated LLM-API deployment: dynamo.trtllm's role names and options files
+TRTLLM_ROLES: dict[WorkerRole, Role] = {WorkerRole.PREFILL: "prefill", WorkerRole.DECODE: "decode"}
+ROLE_FILES = {WorkerRole.PREFILL: "prefill.yaml", WorkerRole.DECODE: "decode.yaml"}
+# llmkiln's CPU runtime: every such recipe runs in llmkiln's Dynamo worker (python -m llmkiln.dynamo.worker)
+CPU_BACKENDS = (Backend.ONNX_CPU, Backend.OPENVINO_CPU)
 LLM_API_FILE = "llm_api.yaml"
 CONFIGMAP_FILE = "llm-api-configmap.yaml"
 CONFIG_MOUNT = "/config"
@@ -77,26 +91,35 @@ _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
-class DeployOptions:
-    """`kiln deploy dynamo` options."""
+class DeployOptions(LaunchOptions):
+    """`kiln deploy dynamo`: the launch (workers or prefill + decode workers, router, migration, KV transfer:
+    LaunchOptions) and the cluster's part. None = the default noted."""
 
-    replicas: int = 2
-    threads_per_worker: int = 2  # CPU request/limit and intra-op threads of each worker
+    threads_per_worker: int = 2  # CPU request/limit and intra-op threads of each CPU worker
     image: str | None = None  # default llmkiln:<version> (an image with llmkiln and ai-dynamo installed)
     engine_pvc: str = "llmkiln-engines"  # PVC holding the engines root (engines/<recipe>/ ...)
     name: str | None = None  # metadata.name; default llmkiln-<recipe>
     namespace: str | None = None
-    router_mode: RouterMode = "kv"
-    migration_limit: int = 3
-    http_port: int = 8000
-    engines_root: Path | None = None  # to size memory from the built engine (optional)
+    http_port: int | None = None  # the frontend's port; default the recipe's serve.http_port
+    engines_root: Path | None = None  # to size memory from the built engine
     checkpoint: str | None = (
         None  # trtllm-llmapi: checkpoint folder on the volume (default <recipe>/hf_checkpoint)
     )
-    disaggregated: bool = False  # prefill/decode workers instead of aggregated ones
-    prefill_replicas: int = 1  # with disaggregated (the decode replicas are `replicas`)
-    # CPU prefill workers: shorter uncached prompts are prefilled on the decode worker (0: never)
-    max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS
+
+    def check(self) -> None:
+        super().check()
+        if self.threads_per_worker < 1:
+            raise BadInput(
+                f"--threads-per-worker must be >= 1 (each worker pod's CPUs), got {self.threads_per_worker}"
+            )
+        if self.http_port is not None and not 1 <= self.http_port <= 65535:
+            raise BadInput(f"http_port {self.http_port} is out of range")
+
+    def replicas(self, role: WorkerRole) -> int:
+        """Pods of a role's component."""
+        if role is WorkerRole.PREFILL:
+            return self.prefill_workers
+        return self.decode_workers if role is WorkerRole.DECODE else self.workers
 
 
 def _k8s_name(text: str) -> str:
@@ -107,49 +130,78 @@ def _k8s_name(text: str) -> str:
 
 
 def worker_memory_mib(recipe: Recipe, engine: EngineDir | None) -> int:
-    """Memory a worker needs: its KV slot pools (from the engine's shapes), the prefix store's byte budget,
-    the weights, and a base. Without a built engine the pools and weights are unknown: BadInput."""
-    if engine is None or not engine.has_onnx_model():
+    """Memory a CPU worker needs: its KV pools (from the engine's shapes), the prefix store's byte budget, the
+    weights, and a base. onnx-cpu: fp32 slot pools. openvino-cpu: its block pools in the inference precision,
+    the slots' runs plus shared blocks for as many tokens as the store holds (llmkiln.runtime.openvino_runner).
+    Without a built engine the pools and weights are unknown: BadInput."""
+    model_files = _model_files(recipe, engine)
+    if engine is None or not model_files:
         raise BadInput(
             f"recipe {recipe.name}: build the engine first (`kiln build {recipe.name}`); the deployment mounts "
             "that folder and sizes the workers' memory from it"
         )
     info = engine.genai_config()
-    per_token = 2 * info.num_layers * info.kv_heads * info.head_size * 4  # fp32 slot pools (k and v)
+    kv = recipe.kv_cache
+    value_bytes = 2 if recipe.backend is Backend.OPENVINO_CPU and recipe.precision == "bf16" else 4
+    per_token = 2 * info.num_layers * info.kv_heads * info.head_size * value_bytes  # k and v, every layer
     pools = recipe.scheduler.max_batch_size * recipe.limits.max_seq_len * per_token
-    store = recipe.kv_cache.max_bytes if recipe.kv_cache.prefix_reuse else 0
-    weights = sum(f.stat().st_size for f in engine.path.glob("model.onnx*") if f.is_file())
-    return WORKER_BASE_MIB + -(-(pools + store + weights) // MIB)
+    store = kv.max_bytes if kv.prefix_reuse else 0
+    shared = 0
+    if recipe.backend is Backend.OPENVINO_CPU and store:
+        block = bytes_per_block(kv.dtype, info.num_layers, info.kv_heads, kv.tokens_per_block, info.head_size)
+        shared = store // block * kv.tokens_per_block * per_token
+    weights = sum(f.stat().st_size for f in model_files)
+    return WORKER_BASE_MIB + -(-(pools + shared + store + weights) // MIB)
+
+
+def _model_files(recipe: Recipe, engine: EngineDir | None) -> list[Path]:
+    """The engine's model files (the ONNX graph and its data, or the OpenVINO IR); [] when not built."""
+    if engine is None:
+        return []
+    if recipe.backend is Backend.OPENVINO_CPU:
+        xml = engine.openvino_model()
+        if xml is None:
+            return []
+        return [xml, xml.with_suffix(".bin")]
+    if not engine.has_onnx_model():
+        return []
+    return [f for f in engine.path.glob("model.onnx*") if f.is_file()]
 
 
 def configmap_name(doc: dict[str, Any]) -> str:
     return f"{doc['metadata']['name']}-llm-api"[:63].rstrip("-")
 
 
+def http_port(recipe: Recipe, opts: DeployOptions) -> int:
+    """The frontend's port: the options', else the recipe's serve.http_port."""
+    return recipe.serve.http_port if opts.http_port is None else opts.http_port
+
+
 def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) -> dict[str, Any]:
-    """The DynamoGraphDeployment document: llmkiln CPU workers (onnx-cpu) or dynamo.trtllm (trtllm-llmapi)."""
-    if recipe.backend not in (Backend.ONNX_CPU, Backend.TRTLLM_LLMAPI):
+    """The DynamoGraphDeployment document: llmkiln's worker (onnx-cpu, openvino-cpu) or dynamo.trtllm
+    (trtllm-llmapi)."""
+    trt = recipe.backend is Backend.TRTLLM_LLMAPI
+    if recipe.backend not in CPU_BACKENDS and not trt:
         raise BadInput(
-            f"recipe {recipe.name}: backend {recipe.backend!r} cannot run in llmkiln's Dynamo workers (onnx-cpu) "
-            "nor in dynamo.trtllm (which loads HF checkpoints on TensorRT-LLM's PyTorch backend: use a "
-            "trtllm-llmapi recipe)"
+            f"recipe {recipe.name}: backend {recipe.backend.value!r}: `kiln deploy dynamo` writes llmkiln's "
+            f"Dynamo worker on CPU pods (backends {', '.join(b.value for b in CPU_BACKENDS)}) or dynamo.trtllm on "
+            "GPU pods, which loads HF checkpoints on TensorRT-LLM's PyTorch backend, not trtllm-build engines: "
+            "use a trtllm-llmapi recipe"
+            + (" (or serve this engine with `kiln serve`)" if recipe.backend is Backend.ONNX_GPU else "")
         )
-    if opts.max_local_prefill_tokens < 0:
+    if trt:
+        cpu_only = [f for f in KvTransferOptions.FLAGS.values() if f in opts.tier_flags_given()]
+        if cpu_only:
+            raise BadInput(
+                f"{', '.join(cpu_only)}: flag(s) of llmkiln's CPU workers (their KV moves with NIXL); recipe "
+                f"{recipe.name} runs dynamo.trtllm, whose cache transceiver moves the KV: remove them"
+            )
+    elif opts.disaggregated and not recipe.kv_cache.prefix_reuse:
         raise BadInput(
-            f"--max-local-prefill-tokens must be >= 0 (0: off), got {opts.max_local_prefill_tokens}"
-        )
-    if opts.replicas < 1 or opts.threads_per_worker < 1 or opts.prefill_replicas < 1:
-        raise BadInput(
-            f"--replicas, --prefill-replicas and --threads-per-worker must be >= 1, got {opts.replicas}, "
-            f"{opts.prefill_replicas}, {opts.threads_per_worker}"
-        )
-    if opts.disaggregated and recipe.backend is Backend.ONNX_CPU and not recipe.kv_cache.prefix_reuse:
-        raise BadInput(
-            f"recipe {recipe.name}: --disaggregated moves the prompt's KV through the prefix store, and "
-            "kv_cache.prefix_reuse is off"
+            f"recipe {recipe.name}: prefill/decode separation moves the prompt's KV through the prefix store, "
+            "and kv_cache.prefix_reuse is off"
         )
     version = package_versions(("llmkiln",)).get("llmkiln") or "latest"
-    trt = recipe.backend is Backend.TRTLLM_LLMAPI
     image = opts.image or (TRTLLM_IMAGE if trt else f"llmkiln:{version}")
     metadata: dict[str, Any] = {"name": _k8s_name(opts.name or f"llmkiln-{recipe.name}")}
     if opts.namespace:
@@ -158,7 +210,7 @@ def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) ->
         "-m",
         "dynamo.frontend",
         "--http-port",
-        str(opts.http_port),
+        str(http_port(recipe, opts)),
         "--router-mode",
         opts.router_mode,
         "--migration-limit",
@@ -183,57 +235,53 @@ def deployment(recipe: Recipe, engine: EngineDir | None, opts: DeployOptions) ->
     )
     components = [frontend]
     doc = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": {"components": components}}
-    if opts.disaggregated:
-        for role in ROLES:
-            components.append(
-                trtllm_worker(recipe, image, opts, configmap_name(doc), role)
-                if trt
-                else cpu_worker(recipe, engine, image, opts, role)
-            )
-        return doc
-    worker = (
-        trtllm_worker(recipe, image, opts, configmap_name(doc))
-        if trt
-        else cpu_worker(recipe, engine, image, opts)
-    )
-    components.append(worker)
+    roles = TIERS if opts.disaggregated else (WorkerRole.AGGREGATED,)
+    for role in roles:
+        components.append(
+            trtllm_worker(recipe, image, opts, configmap_name(doc), role)
+            if trt
+            else cpu_worker(recipe, engine, image, opts, role)
+        )
     return doc
 
 
+def cpu_worker_options(recipe: Recipe, opts: DeployOptions, role: WorkerRole) -> WorkerOptions:
+    """The llmkiln worker of a pod: the engine on the volume, its CPUs as intra-op threads, the recipe's drain
+    time, and for a prefill or decode pod its role with the launch's KV transfer options."""
+    return WorkerOptions(
+        engine=Path(f"{ENGINES_MOUNT}/{recipe.name}"),
+        served_model_name=recipe.serve.model_name,
+        threads=opts.threads_per_worker,
+        drain_timeout_s=float(recipe.serve.exit_timeout_s),
+        role=role,
+        kv=opts.kv,
+    )
+
+
 def cpu_worker(
-    recipe: Recipe, engine: EngineDir | None, image: str, opts: DeployOptions, role: str | None = None
+    recipe: Recipe,
+    engine: EngineDir | None,
+    image: str,
+    opts: DeployOptions,
+    role: WorkerRole = WorkerRole.AGGREGATED,
 ) -> dict[str, Any]:
     """The llmkiln worker component (CPU requests = limits = its intra-op threads; memory from the engine); a
-    role (prefill / decode) makes it that tier's component."""
+    prefill or decode role makes it that tier's component."""
     memory = f"{worker_memory_mib(recipe, engine)}Mi"
-    threads = str(opts.threads_per_worker)
-    engine_path = f"{ENGINES_MOUNT}/{recipe.name}"
     container = {
         "name": "main",
         "image": image,
         "command": ["python3"],
-        "args": [
-            "-m",
-            "llmkiln.dynamo.worker",
-            "--engine",
-            engine_path,
-            "--served-model-name",
-            recipe.serve.model_name,
-            "--threads",
-            threads,
-            "--drain-timeout",
-            str(recipe.serve.exit_timeout_s),
-            *(["--role", role] if role else []),
-            *(["--max-local-prefill-tokens", str(opts.max_local_prefill_tokens)] if role else []),
-        ],
-        "resources": _cpu_resources(threads, memory),
+        "args": ["-m", WORKER_MODULE, *cpu_worker_options(recipe, opts, role).to_argv()],
+        "resources": _cpu_resources(str(opts.threads_per_worker), memory),
         "volumeMounts": [{"name": "engines", "mountPath": ENGINES_MOUNT, "readOnly": True}],
     }
-    if role is None:
-        return _component("LlmkilnWorker", "worker", opts.replicas, container, [_engines_volume(opts)])
-    replicas = opts.prefill_replicas if role == "prefill" else opts.replicas
-    name = f"Llmkiln{role.capitalize()}"
-    return _component(name, role, replicas, container, [_engines_volume(opts)])
+    volumes = [_engines_volume(opts)]
+    if role is WorkerRole.AGGREGATED:
+        return _component("LlmkilnWorker", "worker", opts.replicas(role), container, volumes)
+    return _component(
+        f"Llmkiln{role.value.capitalize()}", role.value, opts.replicas(role), container, volumes
+    )
 
 
 def _component(
@@ -259,7 +307,7 @@ def _engines_volume(opts: DeployOptions) -> dict[str, Any]:
     return {"name": "engines", "persistentVolumeClaim": {"claimName": opts.engine_pvc, "readOnly": True}}
 
 
-def trtllm_args(recipe: Recipe, opts: DeployOptions, role: str | None = None) -> list[str]:
+def trtllm_args(recipe: Recipe, opts: DeployOptions, role: WorkerRole = WorkerRole.AGGREGATED) -> list[str]:
     """`python -m dynamo.trtllm` arguments for an LLM-API recipe (flag names of ai-dynamo 1.6.1's
     dynamo/trtllm/backend_args.py; --model was --model-path before). A role adds `--disaggregation-mode` and
     that role's options file; KV events from the aggregated and prefill tiers (as the wheel's disagg template)."""
@@ -270,17 +318,21 @@ def trtllm_args(recipe: Recipe, opts: DeployOptions, role: str | None = None) ->
         "--served-model-name",
         recipe.serve.model_name,
         "--extra-engine-args",
-        f"{CONFIG_MOUNT}/{ROLE_FILES[role] if role else LLM_API_FILE}",
+        f"{CONFIG_MOUNT}/{ROLE_FILES.get(role, LLM_API_FILE)}",
     ]
-    if role:
-        args += ["--disaggregation-mode", role]
-    if role != "decode":
+    if role.moves_kv:
+        args += ["--disaggregation-mode", TRTLLM_ROLES[role]]
+    if role is not WorkerRole.DECODE:
         args.append("--publish-kv-events")
     return args
 
 
 def trtllm_worker(
-    recipe: Recipe, image: str, opts: DeployOptions, configmap: str, role: str | None = None
+    recipe: Recipe,
+    image: str,
+    opts: DeployOptions,
+    configmap: str,
+    role: WorkerRole = WorkerRole.AGGREGATED,
 ) -> dict[str, Any]:
     """The dynamo.trtllm worker component: GPUs = tp × pp, the LLM-API YAML from a ConfigMap."""
     gpus = str(recipe.trtllm.tp_size * recipe.trtllm.pp_size)
@@ -296,17 +348,16 @@ def trtllm_worker(
         ],
     }
     volumes = [_engines_volume(opts), {"name": "llm-api", "configMap": {"name": configmap}}]
-    if role is None:
-        return _component("TrtllmWorker", "worker", opts.replicas, container, volumes)
-    replicas = opts.prefill_replicas if role == "prefill" else opts.replicas
-    return _component(f"Trtllm{role.capitalize()}", role, replicas, container, volumes)
+    if role is WorkerRole.AGGREGATED:
+        return _component("TrtllmWorker", "worker", opts.replicas(role), container, volumes)
+    return _component(f"Trtllm{role.value.capitalize()}", role.value, opts.replicas(role), container, volumes)
 
 
 def llm_api_files(recipe: Recipe, disaggregated: bool = False) -> dict[str, dict[str, Any]]:
     """File name -> LLM-API options: llm_api.yaml, or prefill.yaml and decode.yaml (disaggregated)."""
     if not disaggregated:
         return {LLM_API_FILE: dynamo_llm_api_options(recipe)}
-    out = {ROLE_FILES[role]: disaggregated_llm_api_options(recipe, role) for role in ROLES}
+    out = {ROLE_FILES[role]: disaggregated_llm_api_options(recipe, TRTLLM_ROLES[role]) for role in TIERS}
     for file, options in out.items():
         check_options(options, file, target="dynamo")
     return out
@@ -423,7 +474,8 @@ def readme(recipe: Recipe, doc: dict[str, Any], opts: DeployOptions) -> str:
     workers = doc["spec"]["components"][1:]
     lines = [
         "",
-        "## Prefill/decode separation (`--disaggregated`)",
+        f"## Prefill/decode separation (`--prefill-workers {opts.prefill_workers} --decode-workers "
+        f"{opts.decode_workers}`)",
         "",
         "Laid out as the ai-dynamo wheel's disagg template (dynamo/profiler/templates/dgd/trtllm/disagg.yaml):",
     ]
@@ -441,15 +493,22 @@ def readme(recipe: Recipe, doc: dict[str, Any], opts: DeployOptions) -> str:
             "directly (UCX picks TCP between nodes, shared memory on one)."
         )
         lines.append(
-            f"- `--max-local-prefill-tokens {opts.max_local_prefill_tokens}` on both tiers: a prompt whose uncached "
-            "part is at most that many tokens is prefilled on the decode worker instead (it never waits at the "
-            "prefill tier; 0: every prompt through it), in runs of at most that many tokens."
+            f"- `--max-local-prefill-tokens {opts.kv.max_local_prefill_tokens}` on both tiers: a prompt whose "
+            "uncached part is at most that many tokens is prefilled on the decode worker instead (it never waits at "
+            "the prefill tier; 0: every prompt through it), in runs of at most that many tokens; "
+            f"`--kv-export-timeout {opts.kv.export_timeout_s:g}`: a prefill pod releases KV no decode pod read "
+            "after that many seconds."
         )
     return text + "\n".join(lines) + "\n"
 
 
 def _readme(recipe: Recipe, doc: dict[str, Any], opts: DeployOptions) -> str:
     name = doc["metadata"]["name"]
+    workers = (
+        f"{opts.prefill_workers} prefill + {opts.decode_workers} decode"
+        if opts.disaggregated
+        else str(opts.workers)
+    )
     if recipe.backend is Backend.TRTLLM_LLMAPI:
         args = " ".join(doc["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["args"])
         return f"""# {name}: recipe `{recipe.name}` on NVIDIA Dynamo with TensorRT-LLM (LLM API, PyTorch backend)
@@ -472,9 +531,9 @@ against the v1beta1 layout the ai-dynamo wheel ships, not run on a GPU here.
 2. Use an image with llmkiln and ai-dynamo 1.6.1 installed (`make setup` does it in a venv); set it in
    `{DGD_FILE}` (now `{doc["spec"]["components"][0]["podTemplate"]["spec"]["containers"][0]["image"]}`).
 3. With the Dynamo operator installed: `kubectl apply -f {DGD_FILE}`; the OpenAI API is the Frontend
-   component's port {opts.http_port}.
+   component's port {http_port(recipe, opts)}.
 
-{opts.replicas} worker(s), {opts.threads_per_worker} CPU(s) each (= their onnxruntime intra-op threads); router
+{workers} worker(s), {opts.threads_per_worker} CPU(s) each (= their engine's compute threads); router
 `{opts.router_mode}`, migration limit {opts.migration_limit}. Written by `kiln deploy dynamo`; checked against
 the v1beta1 layout shipped in the ai-dynamo wheel, not applied to a cluster here.
 """

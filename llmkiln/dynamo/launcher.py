@@ -29,18 +29,18 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
 from tokenizers import Tokenizer
 
-from llmkiln.dynamo.cluster import ClusterSpec, RouterMode, merge_overrides
+from llmkiln.dynamo.cluster import ClusterSpec, merge_overrides
 from llmkiln.dynamo.openai_front import OpenAIFront
+from llmkiln.dynamo.options import DynamoOptions
 from llmkiln.engine_dir import EngineDir, resolve_engine
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.host.check import check_engine
-from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
 from llmkiln.host.metrics import parse_exposition
 from llmkiln.serve.ports import free_ports, port_free
 from llmkiln.serve.reaper import Reaper, die_with_parent
@@ -225,21 +225,6 @@ class DynamoLauncher:
         with urllib.request.urlopen(f"{self.spec.status_url(index)}/metrics", timeout=timeout_s) as r:
             return parse_exposition(r.read().decode("utf-8"))
 
-    def worker_health(self, index: int) -> dict[str, Any]:
-        """The worker's /health answer (status 'ready' when serving; an error status or no answer otherwise)."""
-        try:
-            with urllib.request.urlopen(f"{self.spec.status_url(index)}/health", timeout=5) as r:
-                return dict(json.loads(r.read()))
-        except urllib.error.HTTPError as exc:
-            body = exc.read()
-            try:
-                data = json.loads(body) if body else {}
-            except ValueError:
-                data = {"body": body.decode("utf-8", "replace")}
-            return {**(data if isinstance(data, dict) else {}), "http_status": exc.code}
-        except (urllib.error.URLError, OSError) as exc:
-            return {"status": "unreachable", "error": str(exc)}
-
     # -- stop ------------------------------------------------------------------------------------------------
     def stop(self, timeout_s: float | None = None) -> dict[str, int | None]:
         """SIGTERM everything, wait (grace period + drain + margin), SIGKILL stragglers, remove discovery files.
@@ -248,7 +233,8 @@ class DynamoLauncher:
         s = self.spec
         if self.front is not None:
             self.front.draining = True  # new requests: 503 + Retry-After from now on
-        timeout_s = s.grace_period_s + s.drain_timeout_s + STOP_MARGIN_S if timeout_s is None else timeout_s
+        if timeout_s is None:
+            timeout_s = s.options.grace_period_s + s.drain_timeout_s + STOP_MARGIN_S
         for proc in self.procs:
             proc.signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
@@ -265,10 +251,6 @@ class DynamoLauncher:
             self.reaper.close()
             self.reaper = None
         return {p.name: p.returncode() for p in self.procs}
-
-    def leftover_pids(self) -> list[int]:
-        """Pids of this launch's processes still alive (empty after stop())."""
-        return [p.pid for p in self.procs if p.pid is not None and p.alive()]
 
     def __enter__(self) -> DynamoLauncher:
         try:
@@ -375,40 +357,6 @@ def _get_json(url: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-@dataclass
-class DynamoOptions:
-    """`kiln serve ENGINE --dynamo` options; None = the default noted."""
-
-    workers: int = 2
-    host: str = "127.0.0.1"
-    http_port: int | None = None  # the recipe's serve.http_port
-    router_mode: RouterMode = "kv"  # ClusterSpec.check refuses other values (a caller may pass any str)
-    migration_limit: int = 3
-    threads_per_worker: int = 0  # available cores // workers
-    state_dir: Path | None = None  # a fresh temp folder, removed after a clean stop
-    grace_period_s: float = 5.0
-    drain_timeout_s: float | None = None  # the recipe's serve.exit_timeout_s
-    overrides: dict[str, Any] = field(default_factory=dict)
-    engines_root: Path | None = None
-    frontend_args: tuple[str, ...] = ()  # more dynamo.frontend flags
-    prefill_workers: int = 0  # with decode_workers: prefill/decode separation (replaces workers)
-    decode_workers: int = 0
-    kv_export_timeout_s: float = 30.0
-    prefill_overrides: dict[str, Any] = field(default_factory=dict)  # recipe fields for prefill workers only
-    max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS  # shorter uncached prompts skip the prefill tier
-    extra_env: dict[str, str] = field(default_factory=dict)  # added to every process's environment
-    profile_dir: Path | None = None  # each worker's step profile: profile_dir/worker-<i>.jsonl
-    decode_first: bool = False  # one CPU host: decode tier on every core, prefill compute at idle priority
-
-    @property
-    def num_workers(self) -> int:
-        return (
-            self.prefill_workers + self.decode_workers
-            if self.prefill_workers or self.decode_workers
-            else self.workers
-        )
-
-
 def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> ClusterSpec:
     """The launch for an engine folder (or a recipe name under the engines root), with free status ports."""
     folder = resolve_engine(engine, opts.engines_root).require()
@@ -418,9 +366,8 @@ def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> Clust
             f"this engine was built before they were part of the engine folder: rebuild it with "
             f"`kiln build {folder.recipe().name} --force`"
         )
-    recipe = folder.recipe()
-    serve = recipe.serve
-    if opts.prefill_workers or opts.decode_workers:
+    serve = folder.recipe().serve
+    if opts.disaggregated:
         if not folder.recipe(opts.overrides or None).kv_cache.prefix_reuse:
             raise BadInput(
                 f"{folder.path}: prefill/decode separation moves the prompt's KV through the prefix store: the "
@@ -431,33 +378,18 @@ def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> Clust
                 folder.recipe(merge_overrides(opts.overrides, opts.prefill_overrides))
             except BadInput as exc:
                 raise BadInput(f"prefill overrides (--prefill-set): {exc}") from None
-    elif opts.prefill_overrides:
-        raise BadInput("prefill overrides (--prefill-set) apply to prefill workers: add --prefill-workers")
-    n = opts.num_workers
+    resolved = replace(
+        opts,
+        http_port=serve.http_port if opts.http_port is None else opts.http_port,
+        drain_timeout_s=float(serve.exit_timeout_s if opts.drain_timeout_s is None else opts.drain_timeout_s),
+    )
     return ClusterSpec(
         engine=folder.path,
         state_dir=state_dir,
-        workers=n,
-        host=opts.host,
-        http_port=serve.http_port if opts.http_port is None else opts.http_port,
-        router_mode=opts.router_mode,
-        migration_limit=opts.migration_limit,
-        threads_per_worker=opts.threads_per_worker,
-        overrides=dict(opts.overrides),
-        grace_period_s=opts.grace_period_s,
-        drain_timeout_s=float(serve.exit_timeout_s if opts.drain_timeout_s is None else opts.drain_timeout_s),
+        options=resolved,
         stall_timeout_s=serve.stall_timeout_s,
-        status_ports=tuple(status_ports(n, opts.host)),
+        status_ports=tuple(status_ports(opts.num_workers, opts.host)),
         frontend_port=free_ports(1, opts.host)[0],
-        frontend_args=tuple(opts.frontend_args),
-        prefill_workers=opts.prefill_workers,
-        decode_workers=opts.decode_workers,
-        kv_export_timeout_s=opts.kv_export_timeout_s,
-        prefill_overrides=dict(opts.prefill_overrides),
-        max_local_prefill_tokens=opts.max_local_prefill_tokens,
-        extra_env=dict(opts.extra_env),
-        profile_dir=opts.profile_dir,
-        decode_first=opts.decode_first,
     )
 
 

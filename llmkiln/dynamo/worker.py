@@ -4,7 +4,8 @@
                                     [--role aggregated|prefill|decode] [--kv-export-timeout 30]
                                     [--max-local-prefill-tokens 128] [--compute-priority normal|idle] [--no-spin]
 
-`kiln serve ENGINE --dynamo` starts these (llmkiln.dynamo.launcher) with the environment of its launch
+The command line is `WorkerOptions` (llmkiln.dynamo.worker_options: written by the launcher and the
+deployment, parsed back here). `kiln serve ENGINE --dynamo` starts these (llmkiln.dynamo.launcher) with the environment of its launch
 (llmkiln.dynamo.cluster: file discovery, loopback addresses). Life of a worker, driven by Dynamo's Rust
 `Worker` (dynamo.common.backend): `from_args` → `start` (the engine host checks the folder against its
 manifest, loads it with the worker's intra-op thread cap and runs the recipe's warmup — prefixes, then prompts —
@@ -14,8 +15,8 @@ drains: it ends as soon as `is_quiescent` (nothing in flight) instead of waiting
 frontend tokenizes and applies the chat template (from the engine folder's tokenizer_config.json), so
 `generate` receives token ids and yields token ids.
 
-Roles (llmkiln.host.roles): `--role prefill` / `decode` register with Dynamo's `--disaggregation-mode prefill` /
-`decode` (WorkerConfig.disaggregation_mode; prefill workers in their own component, `prefill`). The frontend sends
+Roles (llmkiln.host.roles): `--role prefill` / `decode` register with Dynamo's disaggregation mode prefill /
+decode (WorkerConfig.disaggregation_mode; prefill workers in their own component, `prefill`). The frontend sends
 a prompt to a KV-routed prefill worker with max_tokens 1; that worker runs it, pins the prompt's blocks and puts
 the KV handle of its host (llmkiln.host.kv_transfer: NIXL agent name and metadata, block ids; never KV values)
 in its last chunk's `disaggregated_params`. The frontend then sends the request to a decode worker with that
@@ -38,16 +39,12 @@ This module imports `dynamo`; nothing else in llmkiln imports it (the launcher o
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import logging
 import os
 import signal
 import time
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from dynamo._core import Context
@@ -60,160 +57,33 @@ from dynamo.common.backend.run import run
 from dynamo.common.constants import DisaggregationMode
 from dynamo.llm.exceptions import EngineShutdown, HttpError, InvalidArgument, Unknown
 
-from llmkiln.capabilities import Backend
 from llmkiln.dynamo.kv_events import KvEventBridge
+from llmkiln.dynamo.worker_options import WorkerOptions
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import KilnError
-from llmkiln.host.engine_host import EngineHost, HostOptions
+from llmkiln.host.engine_host import EngineHost
 from llmkiln.host.kv_connector import ConnectorPlan
-from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
 from llmkiln.host.request_life import Refused, RequestLife
 from llmkiln.host.roles import WorkerRole
-from llmkiln.runtime import compute_priority
-from llmkiln.runtime.compute_priority import COMPUTE_PRIORITIES, ComputePriority
 from llmkiln.runtime.engine import EngineClosed
 from llmkiln.runtime.protocol import ServingHandle
 from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, SamplingParams
 
 log = logging.getLogger("llmkiln.dynamo.worker")
 
-NAMESPACE = "llmkiln"
-COMPONENT = "backend"
-PREFILL_COMPONENT = "prefill"  # prefill workers register apart from the decode/aggregated ones
 DISAGGREGATION_MODES: dict[WorkerRole, DisaggregationMode] = {
     WorkerRole.AGGREGATED: DisaggregationMode.AGGREGATED,
     WorkerRole.PREFILL: DisaggregationMode.PREFILL,
     WorkerRole.DECODE: DisaggregationMode.DECODE,
 }
-ENDPOINT = "generate"
 HEALTH_POLL_S = 0.2
 DRAIN_POLL_S = 0.05
-
-
-@dataclass(frozen=True)
-class WorkerArgs:
-    """The worker's command line."""
-
-    engine: Path
-    served_model_name: str | None
-    namespace: str
-    component: str
-    endpoint: str
-    threads: int
-    overrides: dict[str, Any]
-    kv_events: bool
-    warmup: bool
-    drain_timeout_s: float
-    role: WorkerRole = WorkerRole.AGGREGATED
-    kv_export_timeout_s: float = 30.0
-    max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS
-    compute_priority: ComputePriority = "normal"
-    spinning: bool = True  # False: scheduler.intra_op_spinning false (onnxruntime engines)
-
-    @classmethod
-    def parse(cls, argv: list[str] | None) -> WorkerArgs:
-        p = argparse.ArgumentParser(
-            prog="python -m llmkiln.dynamo.worker", description=__doc__.split("\n")[0]
-        )
-        p.add_argument("--engine", required=True, help="Engine folder (built by `kiln build`).")
-        p.add_argument("--served-model-name", default=None, help="Default: the recipe's serve.model_name.")
-        p.add_argument("--namespace", default=NAMESPACE)
-        p.add_argument(
-            "--component", default=None, help=f"Default: {COMPONENT} ({PREFILL_COMPONENT} for prefill)."
-        )
-        p.add_argument("--endpoint", default=ENDPOINT)
-        p.add_argument(
-            "--threads", type=int, default=0, help="onnxruntime intra-op threads (0: the recipe's setting)."
-        )
-        p.add_argument(
-            "--overrides",
-            default="{}",
-            help='Nested recipe fields as JSON, e.g. {"kv_cache": {"max_bytes": 1}}.',
-        )
-        p.add_argument("--no-kv-events", action="store_true", help="Publish no KV events (no KV routing).")
-        p.add_argument("--no-warmup", action="store_true", help="Register without running the warmup.")
-        p.add_argument(
-            "--drain-timeout",
-            type=float,
-            default=30.0,
-            help="At shutdown, seconds requests in flight get to finish (the drain ends as soon as none is left).",
-        )
-        p.add_argument(
-            "--role",
-            choices=[r.value for r in WorkerRole],
-            default=WorkerRole.AGGREGATED.value,
-            help="What this worker serves: aggregated, or the prefill / decode tier (--disaggregation-mode).",
-        )
-        p.add_argument(
-            "--kv-export-timeout",
-            type=float,
-            default=30.0,
-            help="Prefill role: release a prompt's exported KV blocks after this many seconds if no decode worker "
-            "has read them.",
-        )
-        p.add_argument(
-            "--max-local-prefill-tokens",
-            type=int,
-            default=MAX_LOCAL_PREFILL_TOKENS,
-            help="Prefill role: a prompt whose uncached part is at most this many tokens is handed back at once "
-            "for the decode worker to prefill itself (0: every prompt is prefilled here). Decode role: its prefill "
-            "runs are capped to this many tokens while sequences decode (scheduler.max_prefill_tokens_decoding, unless "
-            "--overrides sets it).",
-        )
-        p.add_argument(
-            "--compute-priority",
-            choices=list(COMPUTE_PRIORITIES),
-            default="normal",
-            help="CPU priority of the engine's compute (idle: only cycles no other thread wants; what "
-            "`kiln serve --decode-first` gives the prefill tier).",
-        )
-        p.add_argument(
-            "--no-spin",
-            action="store_true",
-            help="onnxruntime's intra-op threads sleep between operators instead of spinning "
-            "(scheduler.intra_op_spinning false; for cores shared with other processes).",
-        )
-        a = p.parse_args(argv)
-        overrides = json.loads(a.overrides)
-        if not isinstance(overrides, dict):
-            p.error(f"--overrides must be a JSON object, got {a.overrides!r}")
-        if a.threads < 0:
-            p.error(f"--threads must be >= 0, got {a.threads}")
-        if a.max_local_prefill_tokens < 0:
-            p.error(f"--max-local-prefill-tokens must be >= 0, got {a.max_local_prefill_tokens}")
-        return cls(
-            engine=Path(a.engine),
-            served_model_name=a.served_model_name,
-            namespace=a.namespace,
-            component=a.component or (PREFILL_COMPONENT if a.role == WorkerRole.PREFILL.value else COMPONENT),
-            endpoint=a.endpoint,
-            threads=a.threads,
-            overrides=overrides,
-            kv_events=not a.no_kv_events,
-            warmup=not a.no_warmup,
-            drain_timeout_s=a.drain_timeout,
-            role=WorkerRole(a.role),
-            kv_export_timeout_s=a.kv_export_timeout,
-            max_local_prefill_tokens=a.max_local_prefill_tokens,
-            compute_priority=compute_priority.check(a.compute_priority),
-            spinning=not a.no_spin,
-        )
-
-    def engine_overrides(self, backend: Backend | None = None) -> dict[str, Any]:
-        """The recipe overrides, with the thread cap in scheduler.intra_op_threads (and, on an onnxruntime
-        `backend`, --no-spin in scheduler.intra_op_spinning: other backends refuse that field)."""
-        out = {k: dict(v) if isinstance(v, dict) else v for k, v in self.overrides.items()}
-        if self.threads:
-            out.setdefault("scheduler", {})["intra_op_threads"] = self.threads
-        if not self.spinning and backend in (Backend.ONNX_CPU, Backend.ONNX_GPU):
-            out.setdefault("scheduler", {})["intra_op_spinning"] = False
-        return out
 
 
 class KilnWorker(DynamoEngine):
     """Dynamo engine contract over llmkiln's LLMEngine (see the module docstring)."""
 
-    def __init__(self, args: WorkerArgs) -> None:
+    def __init__(self, args: WorkerOptions) -> None:
         self.args = args
         self.folder = resolve_engine(args.engine).require()
         self.host: EngineHost | None = None
@@ -231,7 +101,7 @@ class KilnWorker(DynamoEngine):
         an idle decode worker — they run together in the recipe's chunk."""
         recipe = self.folder.recipe()
         out = self.args.engine_overrides(recipe.backend)
-        limit = self.args.max_local_prefill_tokens
+        limit = self.args.kv.max_local_prefill_tokens
         if self.args.role is not WorkerRole.DECODE or limit <= 0:
             return out
         sched = out.get("scheduler")
@@ -246,12 +116,12 @@ class KilnWorker(DynamoEngine):
     # ------------------------------------------------------------------ lifecycle
     @classmethod
     async def from_args(cls, argv: list[str] | None = None) -> tuple[KilnWorker, WorkerConfig]:
-        args = WorkerArgs.parse(argv)
+        args = WorkerOptions.from_argv(argv)
         worker = cls(args)
         recipe = worker.folder.recipe(worker.engine_overrides())
         config = WorkerConfig(
             namespace=args.namespace,
-            component=args.component,
+            component=args.component_name,
             endpoint=args.endpoint,
             model_name=str(worker.folder.path),
             served_model_name=args.served_model_name or recipe.serve.model_name,
@@ -272,13 +142,7 @@ class KilnWorker(DynamoEngine):
                 f"{self.folder.path}: no config.json; engines built before Dynamo support lack it: rebuild with "
                 "`kiln build --force`"
             )
-        options = HostOptions(
-            overrides=self.engine_overrides(),
-            compute_priority=self.args.compute_priority,
-            role=self.args.role,
-            kv_export_timeout_s=self.args.kv_export_timeout_s,
-            max_local_prefill_tokens=self.args.max_local_prefill_tokens,
-        )
+        options = self.args.host_options(self.engine_overrides())
         host = await asyncio.to_thread(EngineHost.open, self.folder, options, log)
         self.host = host
         engine = host.engine

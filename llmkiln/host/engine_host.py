@@ -4,8 +4,8 @@
     host.warmup()                       # the recipe's warmup (prefixes, then prompts) before ready
     host.health()                       # ready / healthy / draining, and why not
     host.refresh_metrics(); host.metrics # one naming for every front door (llmkiln.host.metrics)
-    host.refusal()                      # why a new request is refused now (draining, failed engine) or None
-    host.begin_drain(deadline); host.end_overdue(); host.is_quiescent
+    host.refusal()                      # why a new request is refused now (draining, shut down) or None
+    host.begin_drain(); host.end_overdue(); host.is_quiescent   # drain; the caller keeps the deadline
     host.shutdown(timeout_s)
 
 `check_engine` (llmkiln.host.check) is the one way from what a user typed to an engine that may be served; the
@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,13 +32,15 @@ from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.host.check import check_engine
 from llmkiln.host.kv_connector import KvConnector
-from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS, KvTransfer
+from llmkiln.host.kv_transfer import KvTransfer
+from llmkiln.host.kv_transfer_options import KvTransferOptions
 from llmkiln.host.metrics import HostMetrics, exposition
 from llmkiln.host.request_life import Refused, RequestLife
 from llmkiln.host.roles import WorkerRole
 from llmkiln.host.warmup import WarmupResult, run_warmup
 from llmkiln.recipe import Warmup
 from llmkiln.runtime.compute_priority import ComputePriority
+from llmkiln.runtime.compute_priority import check as check_priority
 from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.loader import load_engine
 from llmkiln.runtime.profile import PROFILE_ENV
@@ -59,18 +61,28 @@ class HostLog(Protocol):
 
 @dataclass(frozen=True)
 class HostOptions:
-    """How to open an engine: recipe overrides (nested fields, validated like the recipe), `--verify`, the role,
-    a step-profile file (default: $LLMKILN_PROFILE, set by `kiln profile`); prefill hosts release an export
-    the decode side never answered after kv_export_timeout_s, and hand a prompt whose uncached part is at most
-    max_local_prefill_tokens back to the decode side at once (KvTransfer.local_handoff; 0: never)."""
+    """How to open an engine, in which role: recipe overrides (nested fields, validated like the recipe when the
+    engine loads), the role, its KV transfer options (`kv`: prefill and decode roles only; an aggregated host
+    moves no KV, so anything but the defaults there is refused), the CPU priority of the engine's scheduler
+    thread (runtime.compute_priority), a step-profile file (default: $LLMKILN_PROFILE, set by `kiln profile`)
+    and the engines root a recipe name is looked up in. Checked when made (BadInput naming the flag)."""
 
     overrides: Mapping[str, Any] | None = None
     role: WorkerRole = WorkerRole.AGGREGATED
+    kv: KvTransferOptions = field(default_factory=KvTransferOptions)
+    compute_priority: ComputePriority = "normal"
     profile: str | None = None
     engines_root: Path | None = None
-    kv_export_timeout_s: float = 30.0
-    max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS
-    compute_priority: ComputePriority = "normal"  # the engine's scheduler thread (runtime.compute_priority)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "role", WorkerRole(self.role))  # a role's value string becomes the member
+        check_priority(self.compute_priority)
+        changed = self.kv.flags_changed()
+        if changed and not self.role.moves_kv:
+            raise BadInput(
+                f"{', '.join(changed)}: KV transfer option(s) of the prefill and decode roles; this host is "
+                f"{self.role.value}: give --role prefill or decode, or remove them"
+            )
 
 
 DEFAULT_STALL_TIMEOUT_S = 30.0  # the recipe's serve.stall_timeout_s default, for engines without a recipe
@@ -99,8 +111,6 @@ class EngineHost:
         log: HostLog | None = None,
         stall_timeout_s: float | None = None,
     ) -> None:
-        if not role.available:
-            self._refuse_role(role)
         self.engine = engine
         self._stall_timeout_s = stall_timeout_s
         self.folder = folder
@@ -128,8 +138,6 @@ class EngineHost:
     ) -> EngineHost:
         """Check (check_engine), load and start the engine; not warmed yet (call warmup())."""
         opts = options or HostOptions()
-        if not opts.role.available:
-            cls._refuse_role(opts.role)
         t0 = time.perf_counter()
         folder = check_engine(engine, opts.engines_root)
         overrides = {k: dict(v) if isinstance(v, Mapping) else v for k, v in (opts.overrides or {}).items()}
@@ -142,7 +150,7 @@ class EngineHost:
         host = cls(eng, folder, opts.role, log)
         if opts.role.moves_kv:
             try:
-                host.attach_kv_transfer(opts.kv_export_timeout_s, opts.max_local_prefill_tokens)
+                host.attach_kv_transfer(opts.kv)
             except BaseException:
                 eng.shutdown(0.0)
                 raise
@@ -150,29 +158,14 @@ class EngineHost:
         host.log.info(f"llmkiln: engine {folder.path} loaded in {host.load_seconds:.2f} s")
         return host
 
-    def attach_kv_transfer(
-        self, export_timeout_s: float = 30.0, max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS
-    ) -> KvTransfer:
+    def attach_kv_transfer(self, options: KvTransferOptions | None = None) -> KvTransfer:
         """The NIXL agent of a prefill or decode host (the engine must be an LLMEngine with a prefix store)."""
         if not isinstance(self.engine, LLMEngine):
             raise BadInput(f"the {self.role.value} role needs the CPU runtime's engine")
-        self.kv = KvTransfer(
-            self.engine,
-            self.role,
-            self.metrics,
-            export_timeout_s,
-            log=self.log,
-            max_local_prefill_tokens=max_local_prefill_tokens,
-        )
+        self.kv = KvTransfer(self.engine, self.role, self.metrics, options, log=self.log)
         self.connector = KvConnector(self.role, self.metrics, self.kv)
         self.log.info(f"llmkiln: {self.role.value} host: NIXL agent {self.kv.name}")
         return self.kv
-
-    @staticmethod
-    def _refuse_role(role: WorkerRole) -> None:
-        raise BadInput(
-            f"worker role {role.value!r} is not available yet: only {WorkerRole.AGGREGATED.value!r} hosts run"
-        )
 
     # ------------------------------------------------------------------ warmup and health
     @property

@@ -44,18 +44,13 @@ from typing import Any, Protocol
 
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.host.disaggregated_params import KvHandle, LocalPrefill
+from llmkiln.host.kv_transfer_options import KvTransferOptions
 from llmkiln.host.metrics import HostMetrics
 from llmkiln.host.roles import WorkerRole
 from llmkiln.runtime.block_memory import array_spans
 from llmkiln.runtime.kv_blocks import Reservation
 from llmkiln.runtime.protocol import KvEngine
 
-# The prefill role hands a prompt whose uncached part is at most this many tokens back to the decode worker at once
-# (docs/serve.md, "Short prompts skip the prefill tier"): measured on this 2-core host, bench-llama-125m on one core
-# prefills 128 tokens in ~100 ms (the recipe's tpot_slo_ms), so a local prefill stretches the decode worker's running
-# decodes by about one TPOT budget, while on the prefill tier the prompt would wait for the chunk in progress
-# there (128-512 tokens: 0.1-0.4 s), then a second hop and a transfer.
-MAX_LOCAL_PREFILL_TOKENS = 128
 POLL_S = 0.005  # how often the prefill side looks for release notifications and expired exports
 XFER_POLL_S = 0.0002  # how often a pull checks its transfer's state
 ENGINE_CALL_S = 30.0  # the longest a scheduler-thread call may take (a long step runs first)
@@ -106,10 +101,8 @@ class KvTransfer:
         engine: KvEngine,
         role: WorkerRole,
         metrics: HostMetrics,
-        export_timeout_s: float = 30.0,
-        pull_timeout_s: float = 10.0,
+        options: KvTransferOptions | None = None,
         log: HostLog | None = None,
-        max_local_prefill_tokens: int = MAX_LOCAL_PREFILL_TOKENS,
     ) -> None:
         if role is WorkerRole.AGGREGATED:
             raise ValueError("an aggregated host moves no KV")
@@ -122,11 +115,10 @@ class KvTransfer:
         self.engine = engine
         self.role = role
         self.metrics = metrics
-        self.export_timeout_s = export_timeout_s
-        self.pull_timeout_s = pull_timeout_s
-        if max_local_prefill_tokens < 0:
-            raise BadInput(f"max_local_prefill_tokens must be >= 0, got {max_local_prefill_tokens}")
-        self.max_local_prefill_tokens = max_local_prefill_tokens
+        opts = options if options is not None else KvTransferOptions()  # checked where it was made
+        self.export_timeout_s = opts.export_timeout_s
+        self.pull_timeout_s = opts.pull_timeout_s
+        self.max_local_prefill_tokens = opts.max_local_prefill_tokens
         self.log: HostLog = log if log is not None else logging.getLogger("llmkiln.host.kv_transfer")
         self.data = data
         self.tokens_per_block = store.tokens_per_block

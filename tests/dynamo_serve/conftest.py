@@ -17,7 +17,8 @@ from typing import Any
 import openai
 import pytest
 
-from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions, make_spec
+from llmkiln.dynamo.launcher import DynamoLauncher, make_spec
+from llmkiln.dynamo.options import DynamoOptions
 from llmkiln.serve.server import free_ports
 
 FAULTY_WORKER = Path(__file__).with_name("faulty_worker.py")
@@ -42,7 +43,7 @@ def launch_processes_alive(discovery_dir: Path) -> list[int]:
 
 def assert_nothing_left(launcher: DynamoLauncher) -> None:
     spec = launcher.spec
-    assert launcher.leftover_pids() == []
+    assert [p.pid for p in launcher.procs if p.alive()] == []
     assert launch_processes_alive(spec.discovery_dir) == []
     assert not spec.discovery_dir.exists() or not any(spec.discovery_dir.rglob("*"))
 
@@ -81,7 +82,7 @@ def launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
             spec = replace(
                 spec,
                 worker_command=(sys.executable, str(FAULTY_WORKER)),
-                extra_env={"LLMKILN_TEST_FAULT_DIR": str(state)},
+                options=replace(spec.options, extra_env={"LLMKILN_TEST_FAULT_DIR": str(state)}),
             )
         launcher = DynamoLauncher(spec)
         started.append(launcher)

@@ -7,15 +7,21 @@ from pathlib import Path
 import pytest
 
 from llmkiln.dynamo.cluster import ClusterSpec, available_cores
-from llmkiln.dynamo.launcher import DynamoOptions, make_spec, status_ports
+from llmkiln.dynamo.launcher import make_spec, status_ports
+from llmkiln.dynamo.options import DynamoOptions
 from llmkiln.errors import BadInput
-from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
+from llmkiln.host.kv_transfer_options import KvTransferOptions
+from llmkiln.host.roles import WorkerRole
+
+MAX_LOCAL_PREFILL_TOKENS = KvTransferOptions().max_local_prefill_tokens
 
 
-def spec(**kw) -> ClusterSpec:
-    base = dict(engine=Path("/e"), state_dir=Path("/s"), workers=2, status_ports=(20001, 20002))
-    base.update(kw)
-    return ClusterSpec(**base)
+def spec(status_ports: tuple[int, ...] | None = None, **kw) -> ClusterSpec:
+    """A launch of DynamoOptions(**kw) (http_port 8000 unless given), a status port per worker."""
+    kw.setdefault("http_port", 8000)
+    options = DynamoOptions(**kw)
+    ports = status_ports if status_ports is not None else tuple(range(20001, 20001 + options.num_workers))
+    return ClusterSpec(engine=Path("/e"), state_dir=Path("/s"), options=options, status_ports=ports)
 
 
 def test_every_process_gets_file_discovery_and_loopback_addresses():
@@ -48,20 +54,20 @@ def test_every_process_gets_file_discovery_and_loopback_addresses():
 def test_workers_share_the_cores():
     assert spec().threads == max(1, available_cores() // 2)
     assert spec(threads_per_worker=3).threads == 3
-    cmd = spec(
-        workers=1, status_ports=(20001,), overrides={"kv_cache": {"max_bytes": 1024}}
-    ).worker_commandline()
+    cmd = spec(workers=1, overrides={"kv_cache": {"max_bytes": 1024}}).worker_commandline()
     assert cmd[cmd.index("--threads") + 1] == str(available_cores())
     assert cmd[cmd.index("--overrides") + 1] == '{"kv_cache": {"max_bytes": 1024}}'
 
 
 def test_bad_settings_are_bad_input():
     with pytest.raises(BadInput, match="--workers"):
-        spec(workers=0, status_ports=()).check()
+        DynamoOptions(workers=0)
     with pytest.raises(BadInput, match="--router-mode"):
-        spec(router_mode="fastest").check()
+        DynamoOptions(router_mode="fastest")  # type: ignore[arg-type]
     with pytest.raises(BadInput, match="--migration-limit"):
-        spec(migration_limit=-1).check()
+        DynamoOptions(migration_limit=-1)
+    with pytest.raises(ValueError, match="status ports"):
+        spec(status_ports=(20001,)).check()
 
 
 def test_status_ports_fit_dynamo_i16():
@@ -81,13 +87,14 @@ def test_an_engine_without_config_json_is_refused(tmp_path, stories_engine):
 
 def pd_spec(**kw):
     """One prefill and one decode worker (ports below Dynamo's i16 limit), with `kw` on top."""
-    return spec(workers=2, status_ports=(20001, 20002), prefill_workers=1, decode_workers=1, **kw)
+    return spec(prefill_workers=1, decode_workers=1, **kw)
 
 
 def test_prefill_and_decode_workers_get_their_roles_and_core_shares():
-    s = spec(workers=3, status_ports=(20001, 20002, 20003), prefill_workers=1, decode_workers=2)
+    s = spec(prefill_workers=1, decode_workers=2)
     s.check()
-    assert s.disaggregated and s.threads == max(1, available_cores() // 3)
+    assert s.disaggregated and s.workers == 3 and s.threads == max(1, available_cores() // 3)
+    assert [s.worker_role(i) for i in range(3)] == [WorkerRole.PREFILL, WorkerRole.DECODE, WorkerRole.DECODE]
     roles = []
     for i in range(3):
         cmd = s.worker_commandline(i)
@@ -96,13 +103,12 @@ def test_prefill_and_decode_workers_get_their_roles_and_core_shares():
     assert roles == ["prefill", "decode", "decode"]
     for cmd in (s.worker_commandline(i) for i in range(3)):  # prefill: the threshold; decode: its run cap
         assert cmd[cmd.index("--max-local-prefill-tokens") + 1] == str(MAX_LOCAL_PREFILL_TOKENS)
-    off = pd_spec(max_local_prefill_tokens=0)
-    assert off.worker_commandline(0)[-1] == "0"
+    off = pd_spec(kv=KvTransferOptions(max_local_prefill_tokens=0)).worker_commandline(0)
+    assert off[off.index("--max-local-prefill-tokens") + 1] == "0"
     with pytest.raises(BadInput, match="--max-local-prefill-tokens"):
-        pd_spec(max_local_prefill_tokens=-1).check()
+        KvTransferOptions(max_local_prefill_tokens=-1)
     assert "--role" not in spec().worker_commandline(0)  # aggregated: the worker's default role
     tuned = spec(
-        workers=2,
         prefill_workers=1,
         decode_workers=1,
         overrides={"scheduler": {"max_batch_size": 4}},
@@ -113,14 +119,12 @@ def test_prefill_and_decode_workers_get_their_roles_and_core_shares():
     profiled = spec(profile_dir=Path("/p"))
     assert profiled.worker_env(1)["LLMKILN_PROFILE"] == "/p/worker-1.jsonl"
     assert spec().worker_env(1).get("LLMKILN_PROFILE") != "/p/worker-1.jsonl"  # off unless asked for
-    with pytest.raises(BadInput, match="at least one of each"):
-        spec(workers=1, status_ports=(20001,), prefill_workers=1).check()
+    with pytest.raises(BadInput, match="go together"):
+        DynamoOptions(prefill_workers=1)
 
 
 def test_decode_first_gives_the_decode_tier_every_core_and_the_prefill_compute_idle_priority():
-    s = spec(
-        workers=3, status_ports=(20001, 20002, 20003), prefill_workers=1, decode_workers=2, decode_first=True
-    )
+    s = spec(prefill_workers=1, decode_workers=2, decode_first=True)
     s.check()
     prefill, *decode = (s.worker_commandline(i) for i in range(3))
     assert prefill[prefill.index("--threads") + 1] == str(s.threads)
@@ -130,31 +134,35 @@ def test_decode_first_gives_the_decode_tier_every_core_and_the_prefill_compute_i
         assert "--no-spin" in cmd and "--compute-priority" not in cmd
     plain = pd_spec()
     assert all("--compute-priority" not in plain.worker_commandline(i) for i in range(2))
-    with pytest.raises(BadInput, match="--decode-first is for prefill/decode separation"):
-        spec(decode_first=True).check()
+    with pytest.raises(BadInput, match="--decode-first: flag.s. of prefill/decode separation"):
+        DynamoOptions(decode_first=True)
     with pytest.raises(BadInput, match="--threads-per-worker"):
-        pd_spec(decode_first=True, threads_per_worker=1).check()
+        DynamoOptions(prefill_workers=1, decode_workers=1, decode_first=True, threads_per_worker=1)
 
 
 def test_worker_no_spin_and_compute_priority(stories_engine):
     """--no-spin becomes scheduler.intra_op_spinning false on an onnxruntime engine only (other backends refuse
     the field); --compute-priority reaches the engine host; bad values exit 2."""
     from llmkiln.capabilities import Backend
-    from llmkiln.dynamo.worker import KilnWorker, WorkerArgs
+    from llmkiln.dynamo.worker import KilnWorker
+    from llmkiln.dynamo.worker_options import WorkerOptions
 
-    args = WorkerArgs.parse(["--engine", str(stories_engine), "--no-spin", "--compute-priority", "idle"])
+    args = WorkerOptions.from_argv(
+        ["--engine", str(stories_engine), "--no-spin", "--compute-priority", "idle"]
+    )
     assert args.compute_priority == "idle" and not args.spinning
     assert KilnWorker(args).engine_overrides() == {"scheduler": {"intra_op_spinning": False}}
     assert args.engine_overrides(Backend.OPENVINO_CPU) == {}
-    assert WorkerArgs.parse(["--engine", str(stories_engine)]).engine_overrides(Backend.ONNX_CPU) == {}
+    assert WorkerOptions.from_argv(["--engine", str(stories_engine)]).engine_overrides(Backend.ONNX_CPU) == {}
     with pytest.raises(SystemExit):
-        WorkerArgs.parse(["--engine", str(stories_engine), "--compute-priority", "high"])
+        WorkerOptions.from_argv(["--engine", str(stories_engine), "--compute-priority", "high"])
 
 
 def test_make_spec_counts_prefill_and_decode_workers(tmp_path, engine_factory):
     engine = engine_factory("stories-fp32")
     s = make_spec(engine, DynamoOptions(prefill_workers=1, decode_workers=1, http_port=0), tmp_path)
     assert (s.workers, len(s.status_ports), s.worker_role(0), s.worker_role(1)) == (2, 2, "prefill", "decode")
+    s.check()
     with pytest.raises(BadInput, match="prefix_reuse"):
         make_spec(
             engine,
@@ -179,12 +187,8 @@ def test_make_spec_counts_prefill_and_decode_workers(tmp_path, engine_factory):
             ),
             tmp_path,
         )
-    with pytest.raises(BadInput, match="--prefill-set"):
-        make_spec(
-            engine,
-            DynamoOptions(http_port=0, prefill_overrides={"scheduler": {"max_prefill_tokens": 128}}),
-            tmp_path,
-        )
+    with pytest.raises(BadInput, match="--prefill-set"):  # refused by the options, before the engine is read
+        DynamoOptions(http_port=0, prefill_overrides={"scheduler": {"max_prefill_tokens": 128}})
 
 
 def test_a_decode_worker_caps_its_prefill_runs_to_the_local_limit(stories_engine):
@@ -192,10 +196,13 @@ def test_a_decode_worker_caps_its_prefill_runs_to_the_local_limit(stories_engine
     one run of up to the recipe's chunk; with local prefills on, a decode worker caps its runs to the limit while
     sequences decode (unless the overrides set the chunk); the prefill tier and an aggregated worker keep the
     recipe's chunk."""
-    from llmkiln.dynamo.worker import KilnWorker, WorkerArgs
+    from llmkiln.dynamo.worker import KilnWorker
+    from llmkiln.dynamo.worker_options import WorkerOptions
 
     def overrides(*argv: str) -> dict:
-        return KilnWorker(WorkerArgs.parse(["--engine", str(stories_engine), *argv])).engine_overrides()
+        return KilnWorker(
+            WorkerOptions.from_argv(["--engine", str(stories_engine), *argv])
+        ).engine_overrides()
 
     assert overrides("--role", "decode") == {
         "scheduler": {"max_prefill_tokens_decoding": MAX_LOCAL_PREFILL_TOKENS}
@@ -208,4 +215,4 @@ def test_a_decode_worker_caps_its_prefill_runs_to_the_local_limit(stories_engine
     assert overrides("--role", "decode", "--overrides", mine) == {"scheduler": {"max_prefill_tokens": 256}}
     assert overrides("--role", "prefill") == {} and overrides() == {}
     with pytest.raises(SystemExit):
-        WorkerArgs.parse(["--engine", str(stories_engine), "--max-local-prefill-tokens", "-1"])
+        WorkerOptions.from_argv(["--engine", str(stories_engine), "--max-local-prefill-tokens", "-1"])

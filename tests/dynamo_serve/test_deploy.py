@@ -14,11 +14,23 @@ import pytest
 import yaml
 
 from llmkiln.cli.main import main
-from llmkiln.dynamo.deploy import DGD_FILE, DeployOptions, check_layout, deployment, write_deployment
+from llmkiln.dynamo.deploy import (
+    DGD_FILE,
+    DeployOptions,
+    check_layout,
+    cpu_worker_options,
+    deployment,
+    worker_memory_mib,
+    write_deployment,
+)
+from llmkiln.dynamo.worker_options import WorkerOptions
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
-from llmkiln.host.kv_transfer import MAX_LOCAL_PREFILL_TOKENS
+from llmkiln.host.kv_transfer_options import KvTransferOptions
+from llmkiln.host.roles import WorkerRole
 from llmkiln.recipe import load_recipe
+
+MAX_LOCAL_PREFILL_TOKENS = KvTransferOptions().max_local_prefill_tokens
 
 DYNAMO_ROOT = Path(importlib.util.find_spec("dynamo").submodule_search_locations[0])
 
@@ -57,7 +69,7 @@ def engines_root(engine_factory) -> Path:
 
 def test_writes_a_valid_dgd_for_a_cpu_recipe(engines_root, tmp_path):
     out = tmp_path / "deploy"
-    path = write_deployment("stories-fp32", out, DeployOptions(replicas=3, engines_root=engines_root))
+    path = write_deployment("stories-fp32", out, DeployOptions(workers=3, engines_root=engines_root))
     doc = yaml.safe_load(path.read_text())
     assert doc["apiVersion"] == "nvidia.com/v1beta1" and doc["kind"] == "DynamoGraphDeployment"
     frontend, worker = doc["spec"]["components"]
@@ -68,6 +80,7 @@ def test_writes_a_valid_dgd_for_a_cpu_recipe(engines_root, tmp_path):
     assert main_c["resources"]["requests"] == main_c["resources"]["limits"]
     assert main_c["resources"]["requests"]["cpu"] == "2"
     assert main_c["args"][main_c["args"].index("--threads") + 1] == "2"
+    assert "--role" not in main_c["args"]  # aggregated: the worker's default
     volume = worker["podTemplate"]["spec"]["volumes"][0]
     assert volume["persistentVolumeClaim"] == {"claimName": "llmkiln-engines", "readOnly": True}
     assert main_c["volumeMounts"][0] == {"name": "engines", "mountPath": "/engines", "readOnly": True}
@@ -107,6 +120,8 @@ def test_refusals(engines_root, tmp_path):
     assert (tmp_path / "full" / "x").read_text() == "keep"
     with pytest.raises(BadInput, match="use a trtllm-llmapi recipe"):
         write_deployment("tiny-trtllm-fp8", tmp_path / "t", DeployOptions(engines_root=engines_root))
+    with pytest.raises(BadInput, match="CPU pods .backends onnx-cpu, openvino-cpu.*serve this engine with"):
+        write_deployment("tiny-onnx-gpu", tmp_path / "t", DeployOptions(engines_root=engines_root))
     with pytest.raises(BadInput, match="build the engine first"):
         write_deployment("stories-int8", tmp_path / "u", DeployOptions(engines_root=tmp_path / "none"))
     assert not (tmp_path / "t").exists() and not (tmp_path / "u").exists()
@@ -121,7 +136,7 @@ def test_cli(engines_root, tmp_path, capsys):
                 "stories-fp32",
                 "-o",
                 str(tmp_path / "d"),
-                "--replicas",
+                "--replicas",  # another name of --workers
                 "4",
                 "--engines-dir",
                 str(engines_root),
@@ -146,7 +161,7 @@ def test_llm_api_recipe_gets_dynamo_trtllm_and_its_extra_engine_args(tmp_path):
 
     out = tmp_path / "trt"
     path = write_deployment(
-        "tiny-trtllm-llmapi", out, DeployOptions(replicas=1, engines_root=tmp_path / "none")
+        "tiny-trtllm-llmapi", out, DeployOptions(workers=1, engines_root=tmp_path / "none")
     )
     doc = yaml.safe_load(path.read_text())
     worker = doc["spec"]["components"][1]
@@ -170,10 +185,10 @@ def test_llm_api_recipe_gets_dynamo_trtllm_and_its_extra_engine_args(tmp_path):
 
 
 def test_disaggregated_cpu_recipe_gets_prefill_and_decode_components(engines_root, tmp_path):
-    """--disaggregated: components as the wheel's disagg template (types prefill / decode), llmkiln workers with
-    --role (their KV moves with NIXL); the wheel's DGD model accepts it."""
+    """--prefill-workers / --decode-workers: components as the wheel's disagg template (types prefill / decode),
+    llmkiln workers with --role (their KV moves with NIXL); the wheel's DGD model accepts it."""
     out = tmp_path / "pd"
-    opts = DeployOptions(replicas=3, prefill_replicas=2, engines_root=engines_root, disaggregated=True)
+    opts = DeployOptions(prefill_workers=2, decode_workers=3, engines_root=engines_root)
     path = write_deployment("stories-fp32", out, opts)
     doc = yaml.safe_load(path.read_text())
     frontend, prefill, decode = doc["spec"]["components"]
@@ -185,7 +200,9 @@ def test_disaggregated_cpu_recipe_gets_prefill_and_decode_components(engines_roo
         assert args[args.index("--role") + 1] == role
         # the prefill tier decides which prompts the decode worker prefills itself; the decode tier caps its runs
         assert args[args.index("--max-local-prefill-tokens") + 1] == str(MAX_LOCAL_PREFILL_TOKENS)
-    assert "--disaggregated" in (out / "README.md").read_text() and "NIXL" in (out / "README.md").read_text()
+        assert args[args.index("--kv-export-timeout") + 1] == "30"
+    readme = (out / "README.md").read_text()
+    assert "--prefill-workers 2 --decode-workers 3" in readme and "NIXL" in readme
     template = yaml.safe_load((DYNAMO_ROOT / "profiler/templates/dgd/trtllm/disagg.yaml").read_text())
     check_layout(doc, template)
     with pytest.raises(BadInput, match="types"):
@@ -194,7 +211,7 @@ def test_disaggregated_cpu_recipe_gets_prefill_and_decode_components(engines_roo
 
 
 def test_disaggregated_llm_api_recipe_gets_role_yamls_with_cache_transceiver(tmp_path):
-    """trtllm-llmapi --disaggregated: `dynamo.trtllm --disaggregation-mode prefill|decode`, each with its LLM-API
+    """trtllm-llmapi with prefill/decode workers: `dynamo.trtllm --disaggregation-mode prefill|decode`, each with its LLM-API
     YAML (the aggregated options + cache_transceiver_config; overlap scheduler off on prefill, as Dynamo's
     examples), keys checked against the pinned TensorRT-LLM facts."""
     from llmkiln.dynamo.deploy import CONFIGMAP_FILE
@@ -203,7 +220,7 @@ def test_disaggregated_llm_api_recipe_gets_role_yamls_with_cache_transceiver(tmp
     from llmkiln.trtllm.llmapi import llm_api_options
 
     out = tmp_path / "trt-pd"
-    opts = DeployOptions(replicas=1, engines_root=tmp_path / "none", disaggregated=True)
+    opts = DeployOptions(prefill_workers=1, decode_workers=1, engines_root=tmp_path / "none")
     path = write_deployment("tiny-trtllm-llmapi", out, opts)
     doc = yaml.safe_load(path.read_text())
     _, prefill, decode = doc["spec"]["components"]
@@ -232,3 +249,60 @@ def test_disaggregated_llm_api_recipe_gets_role_yamls_with_cache_transceiver(tmp
     assert "--publish-kv-events" in prefill["podTemplate"]["spec"]["containers"][0]["args"]
     assert yaml.safe_load((out / "prefill.yaml").read_text())["disable_overlap_scheduler"] is True
     assert validate_with_wheel_model(path) == {"types": ["frontend", "prefill", "decode"], "same": True}
+
+
+def test_cli_prefill_and_decode_workers(engines_root, tmp_path):
+    """`kiln deploy dynamo` takes `kiln serve --dynamo`'s flags of prefill/decode separation."""
+    out = tmp_path / "pd-cli"
+    flags = ["--prefill-workers", "1", "--decode-workers", "2", "--kv-export-timeout", "5"]
+    flags += ["--max-local-prefill-tokens", "64", "--engines-dir", str(engines_root)]
+    with pytest.raises(SystemExit) as done:
+        main(["deploy", "dynamo", "stories-fp32", "-o", str(out), *flags])
+    assert done.value.code == 0
+    _, prefill, decode = yaml.safe_load((out / DGD_FILE).read_text())["spec"]["components"]
+    assert (prefill["replicas"], decode["replicas"]) == (1, 2)
+    for comp in (prefill, decode):
+        args = comp["podTemplate"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--kv-export-timeout") + 1] == "5"
+        assert args[args.index("--max-local-prefill-tokens") + 1] == "64"
+
+
+@pytest.fixture(scope="module")
+def ov_engines_root(engine_factory) -> Path:
+    return engine_factory("stories-ov-fp32").parent
+
+
+def test_an_openvino_recipe_gets_llmkilns_worker(ov_engines_root, tmp_path):
+    """openvino-cpu runs in llmkiln's own Dynamo worker (as onnx-cpu): the same worker command, parsed back into
+    the worker's options; memory sized from its IR and its block pools; the wheel's DGD model accepts it."""
+    out = tmp_path / "ov"
+    path = write_deployment("stories-ov-fp32", out, DeployOptions(workers=2, engines_root=ov_engines_root))
+    doc = yaml.safe_load(path.read_text())
+    frontend, worker = doc["spec"]["components"]
+    assert (worker["name"], worker["type"], worker["replicas"]) == ("LlmkilnWorker", "worker", 2)
+    main_c = worker["podTemplate"]["spec"]["containers"][0]
+    assert main_c["command"] == ["python3"] and main_c["args"][:2] == ["-m", "llmkiln.dynamo.worker"]
+    recipe, _ = load_recipe("stories-ov-fp32")
+    parsed = WorkerOptions.from_argv(main_c["args"][2:])
+    assert parsed == cpu_worker_options(recipe, DeployOptions(workers=2), WorkerRole.AGGREGATED)
+    assert parsed.engine == Path("/engines/stories-ov-fp32") and parsed.threads == 2
+    assert parsed.served_model_name == recipe.serve.model_name
+    engine = EngineDir(ov_engines_root / "stories-ov-fp32")
+    ir = engine.openvino_model()
+    assert ir is not None
+    memory = int(main_c["resources"]["limits"]["memory"].removesuffix("Mi")) * 2**20
+    assert memory > ir.with_suffix(".bin").stat().st_size + recipe.kv_cache.max_bytes
+    assert main_c["resources"]["limits"]["memory"] == f"{worker_memory_mib(recipe, engine)}Mi"
+    assert "--no-router-track-active-blocks" in frontend["podTemplate"]["spec"]["containers"][0]["args"]
+    assert "stories-ov-fp32" in (out / "README.md").read_text()
+    assert validate_with_wheel_model(path) == {"types": ["frontend", "worker"], "same": True}
+    # prefill/decode: its tiers too
+    pd = deployment(recipe, engine, DeployOptions(prefill_workers=1, decode_workers=1))
+    roles = [
+        WorkerOptions.from_argv(c["podTemplate"]["spec"]["containers"][0]["args"][2:]).role
+        for c in pd["spec"]["components"][1:]
+    ]
+    assert roles == [WorkerRole.PREFILL, WorkerRole.DECODE]
+    # not built: refused with what to do (not "cannot run")
+    with pytest.raises(BadInput, match="build the engine first"):
+        deployment(recipe, None, DeployOptions())

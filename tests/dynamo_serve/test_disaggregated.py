@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from llmkiln.host.kv_transfer import PULL_DELAY_ENV
+from llmkiln.host.kv_transfer_options import KvTransferOptions
 
 from .conftest import MODEL, client
 
@@ -63,7 +64,9 @@ def expected(aggregated) -> dict[str, str]:
 def pd(launch, stories_engine):
     """Two prefill workers (0, 1) and one decode worker (2); every prompt through the prefill tier (no local
     prefills: these tests are about the transfer)."""
-    return launch(stories_engine, prefill_workers=2, decode_workers=1, max_local_prefill_tokens=0)
+    return launch(
+        stories_engine, prefill_workers=2, decode_workers=1, kv=KvTransferOptions(max_local_prefill_tokens=0)
+    )
 
 
 def test_roles_and_registration(pd):
@@ -120,9 +123,8 @@ def faulty_pd(launch, stories_engine):
         stories_engine,
         prefill_workers=1,
         decode_workers=1,
-        kv_export_timeout_s=2.0,
+        kv=KvTransferOptions(export_timeout_s=2.0, max_local_prefill_tokens=0),
         migration_limit=0,
-        max_local_prefill_tokens=0,
         extra_env={PULL_DELAY_ENV: "3"},
     )
 
@@ -214,7 +216,7 @@ def cond_pd(launch, stories_engine):
         stories_engine,
         prefill_workers=1,
         decode_workers=1,
-        max_local_prefill_tokens=LOCAL_LIMIT,
+        kv=KvTransferOptions(max_local_prefill_tokens=LOCAL_LIMIT),
         decode_first=True,
     )
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import openai
 import pytest
@@ -26,6 +29,23 @@ def wait_until(what, timeout_s: float = 60.0, every_s: float = 0.1):
             return value
         time.sleep(every_s)
     raise AssertionError(f"condition not met within {timeout_s} s")
+
+
+def worker_health(launcher, index: int) -> dict:
+    """The worker's /health answer on its status port (status 'ready' when serving; an error status or
+    'unreachable' otherwise)."""
+    try:
+        with urllib.request.urlopen(f"{launcher.spec.status_url(index)}/health", timeout=5) as r:
+            return dict(json.loads(r.read()))
+    except urllib.error.HTTPError as exc:
+        body = exc.read()
+        try:
+            data = json.loads(body) if body else {}
+        except ValueError:
+            data = {}
+        return {**(data if isinstance(data, dict) else {}), "http_status": exc.code}
+    except (urllib.error.URLError, OSError) as exc:
+        return {"status": "unreachable", "error": str(exc)}
 
 
 def busy_worker(launcher) -> int:
@@ -61,7 +81,7 @@ def test_scheduler_exception_fails_requests_and_worker_leaves(launch, stories_en
                 (launcher.spec.state_dir / f"fault-{launcher.spec.status_ports[broken]}").touch()
     assert received < 300
     health = wait_until(
-        lambda: launcher.worker_health(broken)["status"] != "ready" and launcher.worker_health(broken)
+        lambda: worker_health(launcher, broken)["status"] != "ready" and worker_health(launcher, broken)
     )
     assert health["status"] in ("notready", "unreachable")
     wait_until(lambda: not launcher.workers[broken].alive())  # it stopped itself (no supervisor in tests)

@@ -131,7 +131,7 @@ def test_kiln_deploy_dynamo_writes_the_1_3_speculative_config_and_names_the_vers
     )
     out = tmp_path / "deploy"
     write_deployment(
-        "tiny-trtllm-llmapi-ngram", out, DeployOptions(replicas=1, engines_root=tmp_path / "none")
+        "tiny-trtllm-llmapi-ngram", out, DeployOptions(workers=1, engines_root=tmp_path / "none")
     )
     version = pins.pin("dynamo_tensorrt_llm")
     llm_api = (out / "llm_api.yaml").read_text()

@@ -11,6 +11,7 @@ import pytest
 
 from llmkiln.host.disaggregated_params import LocalPrefill
 from llmkiln.host.engine_host import EngineHost
+from llmkiln.host.kv_transfer_options import KvTransferOptions
 from llmkiln.host.roles import WorkerRole
 from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.request import SamplingParams
@@ -37,7 +38,7 @@ def hosts():
     for role in (WorkerRole.PREFILL, WorkerRole.DECODE):
         engine, runner = _engine()
         host = EngineHost(engine, role=role)
-        host.attach_kv_transfer(export_timeout_s=5.0, max_local_prefill_tokens=8)
+        host.attach_kv_transfer(KvTransferOptions(export_timeout_s=5.0, max_local_prefill_tokens=8))
         made.append((host, runner))
     try:
         yield made

@@ -14,6 +14,7 @@ import pytest
 from llmkiln.host.disaggregated_params import KvHandle, LocalPrefill, params_from_json
 from llmkiln.host.engine_host import EngineHost, HostOptions
 from llmkiln.host.kv_transfer import TransferFailed
+from llmkiln.host.kv_transfer_options import KvTransferOptions
 from llmkiln.host.roles import WorkerRole
 from llmkiln.runtime.handoff import KvHandoff
 from llmkiln.runtime.request import SamplingParams
@@ -40,7 +41,9 @@ def pinned(host: EngineHost) -> int:
 def hosts(request, engine_factory):
     folder: Path = engine_factory(request.param)
     agg = EngineHost.open(folder, HostOptions())
-    pre = EngineHost.open(folder, HostOptions(role=WorkerRole.PREFILL, kv_export_timeout_s=1.0))
+    pre = EngineHost.open(
+        folder, HostOptions(role=WorkerRole.PREFILL, kv=KvTransferOptions(export_timeout_s=1.0))
+    )
     dec = EngineHost.open(folder, HostOptions(role=WorkerRole.DECODE))
     try:
         yield agg, pre, dec
@@ -121,7 +124,7 @@ def test_local_handoff_decides_on_the_uncached_part(hosts) -> None:
     kv = pre.kv
     assert kv is not None and dec.kv is not None
     limit = kv.max_local_prefill_tokens
-    assert limit == 128  # the default (MAX_LOCAL_PREFILL_TOKENS)
+    assert limit == KvTransferOptions().max_local_prefill_tokens == 128  # the default
     short = agg.engine.encode(PROMPT * 2)
     long = agg.engine.encode("The cat sat on a warm mat and purred. " * 20)
     assert len(short) <= limit < len(long)

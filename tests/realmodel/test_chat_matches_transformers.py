@@ -14,7 +14,8 @@ import openai
 import pytest
 
 from llmkiln.bench.serving import serve_dynamo_engine, serve_engine
-from llmkiln.dynamo.launcher import DynamoLauncher, DynamoOptions
+from llmkiln.dynamo.launcher import DynamoLauncher
+from llmkiln.dynamo.options import DynamoOptions
 from llmkiln.engine_dir import EngineDir
 from tests.realmodel.conftest import CHATS, MAX_TOKENS, Reference
 from tests.serve.client import http_generate, stream_many

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from llmkiln.bench.serving import serve_dynamo_engine
-from llmkiln.dynamo.launcher import DynamoOptions
+from llmkiln.dynamo.options import DynamoOptions
 from llmkiln.engine_dir import EngineDir
 from llmkiln.lint.encoder import PromptEncoder
 from llmkiln.lint.requests import PromptRequest
