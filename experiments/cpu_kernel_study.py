@@ -9,7 +9,7 @@ with min/max. Paths:
 
 - `ort`: llmkiln's OnnxRunner (IOBinding, in-place KV pools, last-position logits) on the builder's fp32 engine
   and, with `--int8-engine`, on an int8 MatMulNBits export (accuracy_level 4 = int8 compute).
-- `torch`: llmkiln.runtime.torch_runner.TorchLlama on the HF checkpoint, fp32 and bf16, eager, with the
+- `torch`: experiments.torch_runner.TorchLlama on the HF checkpoint, fp32 and bf16, eager, with the
   attention formulations (segment loop = varlen, block-diagonal mask, cascade / shared prefix). `--compile` adds
   torch.compile (inductor) of the decode step and the cold prefill.
 - `hf`: transformers' own LlamaForCausalLM (SDPA) cold prefill, fp32 and bf16 (the uncompiled reference).
@@ -102,7 +102,7 @@ def study_ort(engine: Path, repeats: int, label: str) -> dict[str, Any]:
 def study_torch(model_dir: Path, dtype: str, repeats: int, compile_: bool) -> dict[str, Any]:
     import torch
 
-    from llmkiln.runtime import torch_runner as tr
+    from experiments import torch_runner as tr
 
     torch.set_num_threads(2)
     m = tr.TorchLlama(model_dir, dtype, num_slots=ROWS, max_len=COLD + 64)
@@ -229,7 +229,7 @@ class TorchScorer:
     def __init__(self, model_dir: Path, dtype: str) -> None:
         from transformers import AutoTokenizer
 
-        from llmkiln.runtime import torch_runner as tr
+        from experiments import torch_runner as tr
 
         self.tr = tr
         self.kind, self.path = f"torch-{dtype}", Path(model_dir)

@@ -95,7 +95,7 @@ def main() -> None:
 
         eng = load_engine(args.ov_engines / f"bench-{args.runner}", overrides)
     else:
-        from llmkiln.runtime.torch_runner import load_torch_engine
+        from experiments.torch_runner import load_torch_engine
 
         eng = load_torch_engine(args.engine, args.model, args.runner.split("-")[1], overrides)
     if args.profile:
