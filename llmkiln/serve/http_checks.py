@@ -106,11 +106,6 @@ def _element_error(name: str, wire: str, value: Any) -> str | None:
     return None
 
 
-def check_generate_body(body: bytes, streaming: bool, inputs: dict[str, str] | None = None) -> str | None:
-    """The first problem of a generate request body (None when Triton may convert it safely)."""
-    return parse_generate_body(body, streaming, inputs)[1]
-
-
 def first(value: Any) -> Any:
     """A field's value with a one-element list read as its element (what Triton does with batch-1 inputs)."""
     return value[0] if isinstance(value, list) and len(value) == 1 else value
