@@ -9,7 +9,7 @@ with min/max. Paths:
 
 - `ort`: llmkiln's OnnxRunner (IOBinding, in-place KV pools, last-position logits) on the builder's fp32 engine
   and, with `--int8-engine`, on an int8 MatMulNBits export (accuracy_level 4 = int8 compute).
-- `torch`: llmkiln.runtime.torch_runner.TorchLlama on the HF checkpoint, fp32 and bf16, eager, with the
+- `torch`: experiments.torch_runner.TorchLlama on the HF checkpoint, fp32 and bf16, eager, with the
   attention formulations (segment loop = varlen, block-diagonal mask, cascade / shared prefix). `--compile` adds
   torch.compile (inductor) of the decode step and the cold prefill.
 - `hf`: transformers' own LlamaForCausalLM (SDPA) cold prefill, fp32 and bf16 (the uncompiled reference).
@@ -17,6 +17,11 @@ with min/max. Paths:
 
 `--quality` scores the lower precisions on stories260K with the quality diff's metric code
 (llmkiln.calibration.quality_diff: KL(fp32 || candidate), top-1 agreement, greedy exact match).
+
+`--quick` runs every path on tiny shapes (a 48-token prefix, 4 rows, a 64-token cold prompt, two quality examples;
+`QUICK`), all in this process: with stories260K as the model, seconds. Its numbers measure nothing; it checks
+that the study still runs (`scripts/cpu_kernel_study.sh --quick`, tests/experiments/test_cpu_kernel_study.py).
+The result keys keep the full study's names (`cold_prefill_2048`, `suffix_prefill_8_*`) whatever the shapes.
 """
 
 from __future__ import annotations
@@ -29,13 +34,36 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-PREFIX, SUFFIX, ROWS, COLD = 1500, 100, 8, 2048
-BATCHES = (1, 4, 8)
+
+@dataclass(frozen=True)
+class Shapes:
+    """The workload: a `prefix`-token shared past, `rows` suffixes of `suffix` tokens on it, decode batches of
+    `batches` rows, a `cold`-token prompt; the onnxruntime runner's KV pools hold `max_len` tokens per slot; the
+    linear layer `gemm` is (tokens, in, out); quality on the first `samples` texts (all: None), each cut to
+    `quality_len` tokens, `continuation` greedy tokens."""
+
+    prefix: int = 1500
+    suffix: int = 100
+    rows: int = 8
+    cold: int = 2048
+    batches: tuple[int, ...] = (1, 4, 8)
+    max_len: int = 4096
+    gemm: tuple[int, int, int] = (800, 768, 2304)
+    samples: int | None = None
+    quality_len: int = 256
+    continuation: int = 32
+
+
+FULL = Shapes()
+QUICK = Shapes(48, 8, 4, 64, (1, 4), 256, (32, 64, 192), samples=2, quality_len=32, continuation=4)
+BATCHES = FULL.batches  # the summary table's columns
+MAX_ID = 30000  # random prompt ids come from [10, min(MAX_ID, vocabulary size))
 
 
 def timed(fn: Callable[[], object], repeats: int) -> dict[str, float]:
@@ -59,17 +87,18 @@ def load_info() -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- onnxruntime
-def study_ort(engine: Path, repeats: int, label: str) -> dict[str, Any]:
+def study_ort(engine: Path, repeats: int, label: str, sh: Shapes = FULL) -> dict[str, Any]:
     from llmkiln.engine_dir import EngineDir
     from llmkiln.runtime.plan import DecodeItem, PrefillChunk, SchedulerOutput
     from llmkiln.runtime.runner import OnnxRunner
 
     info = EngineDir(engine).genai_config()
-    runner = OnnxRunner(engine, info, ROWS, 4096, 16, 16 * 2**20, intra_op_threads=2)
+    runner = OnnxRunner(engine, info, sh.rows, sh.max_len, 16, 16 * 2**20, intra_op_threads=2)
     rng = np.random.default_rng(0)
-    prefix = rng.integers(10, 30000, PREFIX).tolist()
-    sufs = [tuple(rng.integers(10, 30000, SUFFIX).tolist()) for _ in range(ROWS)]
-    for start in range(0, PREFIX, 512):
+    hi = min(MAX_ID, info.vocab_size)
+    prefix = rng.integers(10, hi, sh.prefix).tolist()
+    sufs = [tuple(rng.integers(10, hi, sh.suffix).tolist()) for _ in range(sh.rows)]
+    for start in range(0, sh.prefix, 512):
         part = tuple(prefix[start : start + 512])
         runner.execute(SchedulerOutput(prefills=[PrefillChunk("p", 0, start, part, False)]))
     for layer in range(info.num_layers):
@@ -78,19 +107,19 @@ def study_ort(engine: Path, repeats: int, label: str) -> dict[str, Any]:
     res: dict[str, Any] = {"path": label, "start": load_info()}
 
     def one_at_a_time() -> None:
-        for s in range(ROWS):
-            runner.execute(SchedulerOutput(prefills=[PrefillChunk(f"r{s}", s, PREFIX, sufs[s], True)]))
+        for s in range(sh.rows):
+            runner.execute(SchedulerOutput(prefills=[PrefillChunk(f"r{s}", s, sh.prefix, sufs[s], True)]))
 
     res["suffix_prefill_8_one_at_a_time"] = timed(one_at_a_time, max(2, repeats // 3))
     res["suffix_prefill_8_batched"] = {
         "ms": None,
         "note": "GroupQueryAttention rejects B>1 with S>1 and a past",
     }
-    ctx = PREFIX + SUFFIX
-    for b in BATCHES:
+    ctx = sh.prefix + sh.suffix
+    for b in sh.batches:
         plan = SchedulerOutput(decodes=[DecodeItem(f"r{s}", s, 100, ctx) for s in range(b)])
         res[f"decode_b{b}"] = timed(lambda plan=plan: runner.execute(plan), repeats)
-    cold = tuple(rng.integers(10, 30000, COLD).tolist())
+    cold = tuple(rng.integers(10, hi, sh.cold).tolist())
     plan = SchedulerOutput(prefills=[PrefillChunk("c", 0, 0, cold, True)])
     res["cold_prefill_2048"] = timed(lambda: runner.execute(plan), max(2, repeats // 4))
     res["end"] = load_info()
@@ -99,70 +128,76 @@ def study_ort(engine: Path, repeats: int, label: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- torch
-def study_torch(model_dir: Path, dtype: str, repeats: int, compile_: bool) -> dict[str, Any]:
+def study_torch(
+    model_dir: Path, dtype: str, repeats: int, compile_: bool, sh: Shapes = FULL
+) -> dict[str, Any]:
     import torch
 
-    from llmkiln.runtime import torch_runner as tr
+    from experiments import torch_runner as tr
 
     torch.set_num_threads(2)
-    m = tr.TorchLlama(model_dir, dtype, num_slots=ROWS, max_len=COLD + 64)
+    m = tr.TorchLlama(model_dir, dtype, num_slots=sh.rows, max_len=sh.cold + 64)
     g = torch.Generator().manual_seed(0)
-    prefix = torch.randint(10, 30000, (PREFIX,), generator=g)
-    sufs = [torch.randint(10, 30000, (SUFFIX,), generator=g) for _ in range(ROWS)]
+    hi = min(MAX_ID, m.vocab_size)
+    prefix = torch.randint(10, hi, (sh.prefix,), generator=g)
+    sufs = [torch.randint(10, hi, (sh.suffix,), generator=g) for _ in range(sh.rows)]
     m.forward(
-        prefix, torch.arange(PREFIX), tr.SegmentAttention([tr.Segment(0, 0, PREFIX, 0)]), torch.tensor([0])
+        prefix,
+        torch.arange(sh.prefix),
+        tr.SegmentAttention([tr.Segment(0, 0, sh.prefix, 0)]),
+        torch.tensor([0]),
     )
     for layer in range(m.num_layers):
         m.k[layer][1:] = m.k[layer][0]
         m.v[layer][1:] = m.v[layer][0]
     res: dict[str, Any] = {"path": f"torch eager {dtype}", "start": load_info()}
-    spos = torch.arange(PREFIX, PREFIX + SUFFIX)
+    spos = torch.arange(sh.prefix, sh.prefix + sh.suffix)
 
     def one_at_a_time() -> None:
-        for s in range(ROWS):
+        for s in range(sh.rows):
             m.forward(
                 sufs[s],
                 spos,
-                tr.SegmentAttention([tr.Segment(s, PREFIX, SUFFIX, 0)]),
-                torch.tensor([SUFFIX - 1]),
+                tr.SegmentAttention([tr.Segment(s, sh.prefix, sh.suffix, 0)]),
+                torch.tensor([sh.suffix - 1]),
             )
 
     res["suffix_prefill_8_one_at_a_time"] = timed(one_at_a_time, max(2, repeats // 3))
-    flat, pos = torch.cat(sufs), spos.repeat(ROWS)
-    segs = [tr.Segment(s, PREFIX, SUFFIX, s * SUFFIX) for s in range(ROWS)]
+    flat, pos = torch.cat(sufs), spos.repeat(sh.rows)
+    segs = [tr.Segment(s, sh.prefix, sh.suffix, s * sh.suffix) for s in range(sh.rows)]
     last = torch.tensor([s.t0 + s.n - 1 for s in segs])
     variants = {
         "segments": tr.SegmentAttention(segs),
         "block_diagonal": tr.BlockDiagonalAttention(segs, m.group, m.dtype),
-        "cascade": tr.CascadeAttention(segs, 0, PREFIX),
+        "cascade": tr.CascadeAttention(segs, 0, sh.prefix),
     }
     for name, att in variants.items():
         res[f"suffix_prefill_8_batched_{name}"] = timed(
             lambda att=att: m.forward(flat, pos, att, last), max(2, repeats // 3)
         )
-    ctx = PREFIX + SUFFIX
-    for b in BATCHES:
+    ctx = sh.prefix + sh.suffix
+    for b in sh.batches:
         dsegs = [tr.Segment(s, ctx, 1, s) for s in range(b)]
         ids, dpos, rows = torch.full((b,), 100), torch.full((b,), ctx), torch.arange(b)
         for name, att in {
             "dense": tr.DenseDecodeAttention(dsegs, m.dtype),
-            "cascade": tr.BatchedCascadeDecode(dsegs, 0, PREFIX, m.dtype),
+            "cascade": tr.BatchedCascadeDecode(dsegs, 0, sh.prefix, m.dtype),
         }.items():
             res[f"decode_b{b}_{name}"] = timed(
                 lambda att=att, ids=ids, dpos=dpos, rows=rows: m.forward(ids, dpos, att, rows), repeats
             )
-    cold = torch.randint(10, 30000, (COLD,), generator=g)
-    catt = tr.SegmentAttention([tr.Segment(0, 0, COLD, 0)])
-    cpos, clast = torch.arange(COLD), torch.tensor([COLD - 1])
+    cold = torch.randint(10, hi, (sh.cold,), generator=g)
+    catt = tr.SegmentAttention([tr.Segment(0, 0, sh.cold, 0)])
+    cpos, clast = torch.arange(sh.cold), torch.tensor([sh.cold - 1])
     res["cold_prefill_2048"] = timed(lambda: m.forward(cold, cpos, catt, clast), max(2, repeats // 4))
     if compile_:
         fwd = torch.compile(m.forward, dynamic=False)
-        for b in (1, 8):
+        for b in (1, sh.rows):
             dsegs = [tr.Segment(s, ctx, 1, s) for s in range(b)]
             ids, dpos, rows = torch.full((b,), 100), torch.full((b,), ctx), torch.arange(b)
             for name, att in {
                 "dense": tr.DenseDecodeAttention(dsegs, m.dtype),
-                "cascade": tr.BatchedCascadeDecode(dsegs, 0, PREFIX, m.dtype),
+                "cascade": tr.BatchedCascadeDecode(dsegs, 0, sh.prefix, m.dtype),
             }.items():
                 t = time.perf_counter()
                 fwd(ids, dpos, att, rows)
@@ -179,42 +214,47 @@ def study_torch(model_dir: Path, dtype: str, repeats: int, compile_: bool) -> di
     return res
 
 
-def study_gemm(repeats: int) -> dict[str, Any]:
-    """GFLOP/s of one linear layer's product (800 tokens x 768 -> 2304, the batched suffixes' QKV) per library."""
+def study_gemm(repeats: int, sh: Shapes = FULL, bf16: bool = True) -> dict[str, Any]:
+    """GFLOP/s of one linear layer's product (800 tokens x 768 -> 2304, the batched suffixes' QKV) per library
+    (oneDNN bf16 with `bf16`: it needs AVX-512 or AVX-NE-CONVERT)."""
     import torch
     import torch.nn.functional as F
 
-    res: dict[str, Any] = {"path": "linear layer 800x768x2304", "start": load_info()}
-    flops = 2 * 800 * 768 * 2304
-    w, x = torch.randn(2304, 768), torch.randn(800, 768)
+    n, k, o = sh.gemm
+    res: dict[str, Any] = {"path": f"linear layer {n}x{k}x{o}", "start": load_info()}
+    flops = 2 * n * k * o
+    w, x = torch.randn(o, k), torch.randn(n, k)
     packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
-    wb, xb = w.bfloat16(), x.bfloat16()
-    packed_b = torch.ops.mkldnn._reorder_linear_weight(wb, None)
+    products: dict[str, Callable[[], object]] = {
+        "torch F.linear fp32 (MKL sgemm)": lambda: F.linear(x, w),
+        "oneDNN fp32 (packed weight)": lambda: torch.ops.mkldnn._linear_pointwise(
+            x, packed, None, "none", [], ""
+        ),
+    }
+    if bf16:
+        wb, xb = w.bfloat16(), x.bfloat16()
+        packed_b = torch.ops.mkldnn._reorder_linear_weight(wb, None)
+        products["oneDNN bf16 (packed weight)"] = lambda: torch.ops.mkldnn._linear_pointwise(
+            xb, packed_b, None, "none", [], ""
+        )
     for threads in (1, 2):
         torch.set_num_threads(threads)
-        for name, fn in {
-            "torch F.linear fp32 (MKL sgemm)": lambda: F.linear(x, w),
-            "oneDNN fp32 (packed weight)": lambda: torch.ops.mkldnn._linear_pointwise(
-                x, packed, None, "none", [], ""
-            ),
-            "oneDNN bf16 (packed weight)": lambda: torch.ops.mkldnn._linear_pointwise(
-                xb, packed_b, None, "none", [], ""
-            ),
-        }.items():
+        for name, fn in products.items():
             r = timed(fn, repeats * 3)
             res[f"{name}, {threads} thread(s)"] = {**r, "gflops": round(flops / r["ms"] / 1e6, 1)}
     res["end"] = load_info()
     return res
 
 
-def study_hf(model_dir: Path, dtype: str, repeats: int) -> dict[str, Any]:
+def study_hf(model_dir: Path, dtype: str, repeats: int, sh: Shapes = FULL) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(2)
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dt, attn_implementation="sdpa").eval()
-    ids = torch.randint(10, 30000, (1, COLD), generator=torch.Generator().manual_seed(0))
+    hi = min(MAX_ID, model.config.vocab_size)
+    ids = torch.randint(10, hi, (1, sh.cold), generator=torch.Generator().manual_seed(0))
     res: dict[str, Any] = {"path": f"transformers eager {dtype} (SDPA)", "start": load_info()}
     with torch.inference_mode():
         res["cold_prefill_2048"] = timed(lambda: model(ids, logits_to_keep=1), max(2, repeats // 4))
@@ -229,7 +269,7 @@ class TorchScorer:
     def __init__(self, model_dir: Path, dtype: str) -> None:
         from transformers import AutoTokenizer
 
-        from llmkiln.runtime import torch_runner as tr
+        from experiments import torch_runner as tr
 
         self.tr = tr
         self.kind, self.path = f"torch-{dtype}", Path(model_dir)
@@ -275,23 +315,33 @@ class TorchScorer:
 
 
 def quality(
-    stories: Path, int8_stories: Path | None, ov_logits: Path | None, ov_paged_logits: Path | None = None
+    stories: Path,
+    int8_stories: Path | None,
+    ov_logits: Path | None,
+    ov_paged_logits: Path | None = None,
+    sh: Shapes = FULL,
+    dtypes: tuple[str, ...] = ("fp32", "bf16"),
 ) -> dict[str, Any]:
-    from llmkiln.calibration.candidates import HfScorer, OnnxScorer
+    from llmkiln.calibration.candidates import HfScorer, OnnxScorer, Scorer
     from llmkiln.calibration.datasets import load_jsonl, resolve_dataset
     from llmkiln.calibration.quality_diff import quality_diff, token_kl
 
     records = load_jsonl(resolve_dataset("calibration/stories-eval.jsonl"))
     ref = HfScorer(stories)
     out: dict[str, Any] = {}
-    cands: dict[str, Any] = {
-        "torch fp32": TorchScorer(stories, "fp32"),
-        "torch bf16": TorchScorer(stories, "bf16"),
-    }
+    cands: dict[str, Scorer] = {f"torch {dt}": TorchScorer(stories, dt) for dt in dtypes}
     if int8_stories is not None:
         cands["ort int8 accuracy_level 4"] = OnnxScorer(int8_stories)
     for name, cand in cands.items():
-        r = quality_diff(cand, ref, records, dataset="calibration/stories-eval.jsonl")
+        r = quality_diff(
+            cand,
+            ref,
+            records,
+            dataset="calibration/stories-eval.jsonl",
+            max_seq_len=sh.quality_len,
+            continuation_tokens=sh.continuation,
+            samples=sh.samples,
+        )
         s = r.summary
         out[name] = {
             k: s[k]
@@ -466,7 +516,10 @@ def summarize(folder: Path) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--paths", default="ort,torch,hf", help="comma-separated: ort, ort-int8, torch, hf, quality"
+        "--paths",
+        default="ort,torch,hf",
+        help="comma-separated: gemm, ort, ort-int8, torch, hf, quality; exports (the int8 graphs), ov-inputs "
+        "(stories260K's fp32 graph and tokenized eval texts, for the OpenVINO venv's scripts)",
     )
     ap.add_argument("--model", type=Path, default=Path("/tmp/wt20/bench-llama-125m"))
     ap.add_argument("--engine", type=Path, default=Path("/tmp/wt20/engines/bench-optimized"))
@@ -475,14 +528,24 @@ def main() -> None:
     ap.add_argument("--stories-int8", type=Path, default=Path("/tmp/wt20/exports/stories-int8-acc4"))
     ap.add_argument("--ov-logits", type=Path, default=None)
     ap.add_argument("--ov-paged-logits", type=Path, default=None)
-    ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument(
+        "--dtypes",
+        default="fp32,bf16",
+        help="the torch, transformers and quality paths' precisions (and oneDNN bf16 in gemm)",
+    )
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument(
+        "--quick", action="store_true", help="tiny shapes, one timed call, every path in this process"
+    )
     ap.add_argument("--out", type=Path, required=True, help="a folder; one JSON file per path")
     ap.add_argument(
         "--summarize", action="store_true", help="only write OUT/SUMMARY.md from OUT's JSON files"
     )
     args = ap.parse_args()
+    sh = QUICK if args.quick else FULL
+    if args.quick:
+        args.repeats = 1
     if args.summarize:
         (args.out / "SUMMARY.md").write_text(summarize(args.out))
         print((args.out / "SUMMARY.md").read_text())
@@ -492,38 +555,48 @@ def main() -> None:
     dtypes = args.dtypes.split(",")
     jobs: list[tuple[str, Callable[[], dict[str, Any]]]] = []
     if "ort" in paths:
-        jobs.append(("ort-fp32", lambda: study_ort(args.engine, args.repeats, "onnxruntime runner fp32")))
+        jobs.append(("ort-fp32", lambda: study_ort(args.engine, args.repeats, "onnxruntime runner fp32", sh)))
     if "ort-int8" in paths:
         jobs.append(
             (
                 "ort-int8-acc4",
                 lambda: study_ort(
-                    args.int8_engine, args.repeats, "onnxruntime runner int8 (MatMulNBits accuracy_level 4)"
+                    args.int8_engine,
+                    args.repeats,
+                    "onnxruntime runner int8 (MatMulNBits accuracy_level 4)",
+                    sh,
                 ),
             )
         )
     if "gemm" in paths:
-        jobs.append(("gemm", lambda: study_gemm(args.repeats)))
+        jobs.append(("gemm", lambda: study_gemm(args.repeats, sh, "bf16" in dtypes)))
     for dt in dtypes:
         if "torch" in paths:
             jobs.append(
-                (f"torch-{dt}", lambda dt=dt: study_torch(args.model, dt, args.repeats, args.compile))
+                (f"torch-{dt}", lambda dt=dt: study_torch(args.model, dt, args.repeats, args.compile, sh))
             )
         if "hf" in paths:
-            jobs.append((f"hf-{dt}", lambda dt=dt: study_hf(args.model, dt, args.repeats)))
-    if "exports" in paths:  # the int8 (accuracy_level 4) graphs and the stories fp32 graph OpenVINO reads
+            jobs.append((f"hf-{dt}", lambda dt=dt: study_hf(args.model, dt, args.repeats, sh)))
+    if "exports" in paths:  # the int8 (accuracy_level 4) graphs
         export(args.model, args.int8_engine, "int8", "4")
         export(args.stories, args.stories_int8, "int8", "4")
+    if "ov-inputs" in paths:  # what the OpenVINO venv's scripts read: the stories fp32 graph, tokenized texts
         export(args.stories, args.stories_int8.parent / "stories-fp32", "fp32", None)
-    if "eval-ids" in paths:
         eval_ids(args.stories, args.out / "stories-eval-ids.json")
     if "quality" in paths:
         jobs.append(
             (
                 "quality",
-                lambda: quality(args.stories, args.stories_int8, args.ov_logits, args.ov_paged_logits),
+                lambda: quality(
+                    args.stories, args.stories_int8, args.ov_logits, args.ov_paged_logits, sh, tuple(dtypes)
+                ),
             )
         )
+    if args.quick:  # nothing is measured: no process per path
+        for name, job in jobs:
+            print(f"== {name} (quick)", flush=True)
+            (args.out / f"{name}.json").write_text(json.dumps(job(), indent=1) + "\n")
+        return
     for name, job in jobs:
         # each path in its own process: one path's allocations and thread pools do not disturb the next
         if os.environ.get("KILN_STUDY_CHILD") == name:

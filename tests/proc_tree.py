@@ -1,4 +1,5 @@
-"""The process tree under a pid, read from /proc (the tests that check what a launcher left behind)."""
+"""The process tree under a pid and a process's cgroup, read from /proc (the tests that check what a launcher left
+behind)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,14 @@ def descendants(pid: int) -> set[int]:
             out.add(c)
             todo.append(c)
     return out
+
+
+def in_cgroup(pid: int, cgroup: Path) -> bool:
+    """True when `pid` runs in `cgroup` (its /proc/PID/cgroup v2 line ends with the folder's name)."""
+    try:
+        text = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return False
+    return any(
+        line.startswith("0::") and line.rstrip().endswith("/" + cgroup.name) for line in text.splitlines()
+    )

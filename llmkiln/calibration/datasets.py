@@ -141,27 +141,6 @@ def check_no_overlap(calib: Sequence[TextRecord], evals: Sequence[TextRecord], w
         )
 
 
-def split_records(
-    records: Sequence[TextRecord], eval_fraction: float = 0.25
-) -> tuple[list[TextRecord], list[TextRecord]]:
-    """Deterministic calibration/evaluation split of one file: every k-th record (by position) is held out.
-
-    Records sharing a prompt stay on the same side, so the split also holds for prompt-level overlap.
-    """
-    if not 0 < eval_fraction < 1:
-        raise BadInput(f"eval_fraction must be between 0 and 1, got {eval_fraction}")
-    groups: dict[str, list[TextRecord]] = {}
-    for r in records:
-        groups.setdefault(_norm(r.prompt) if r.prompt else _norm(r.text), []).append(r)
-    k = max(2, round(1 / eval_fraction))
-    calib: list[TextRecord] = []
-    evals: list[TextRecord] = []
-    for i, group in enumerate(groups.values()):
-        (evals if i % k == k - 1 else calib).extend(group)
-    check_no_overlap(calib, evals)
-    return calib, evals
-
-
 def texts(records: Iterable[TextRecord], limit: int | None = None) -> list[str]:
     """The texts of the first `limit` records."""
     out = [r.text for r in records]

@@ -1,6 +1,6 @@
-"""Text edits that make shared parts byte-identical: move dynamic content out, trailing whitespace split off, no
-literal BOS, a separator the tokenizer does not merge across. Each takes a shared part's text and returns the
-edited text (plus what was moved out)."""
+"""Text edits that make shared parts byte-identical: move dynamic content out, no literal BOS, a separator the
+tokenizer does not merge across (a line break instead of trailing spaces). Each takes a shared part's text and
+returns the edited text (plus what was moved out)."""
 
 from __future__ import annotations
 
@@ -50,13 +50,6 @@ def move_out(text: str, spans: Sequence[Span]) -> tuple[str, str]:
             pos += 1
     kept.append(text[pos:])
     return "".join(kept), "".join(moved)
-
-
-def split_tail(text: str) -> tuple[str, str]:
-    """(body, trailing whitespace), line endings made \\n."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    body = text.rstrip()
-    return body, text[len(body) :]
 
 
 def strip_bos(text: str, bos_text: str) -> str:

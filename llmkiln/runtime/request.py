@@ -90,20 +90,6 @@ class RequestTimings:
     finish_ns: int | None = None
 
     @property
-    def queue_ns(self) -> int | None:
-        """Arrival to first scheduled."""
-        if self.first_scheduled_ns is None:
-            return None
-        return self.first_scheduled_ns - self.arrival_ns
-
-    @property
-    def prefill_ns(self) -> int | None:
-        """First scheduled to first token (prefill, chunks included)."""
-        if self.first_token_ns is None or self.first_scheduled_ns is None:
-            return None
-        return self.first_token_ns - self.first_scheduled_ns
-
-    @property
     def ttft_ns(self) -> int | None:
         """Arrival to first token."""
         if self.first_token_ns is None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, NoReturn
 
 INT_RANGES = {"INT32": (-(2**31), 2**31 - 1), "INT64": (-(2**63), 2**63 - 1), "UINT64": (0, 2**64 - 1)}
 FP32_MAX = 3.4028234663852886e38
@@ -51,8 +51,8 @@ class _DuplicateKey(ValueError):
         self.key = key
 
 
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
+def _object(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    obj: dict[str, object] = {}
     for key, value in pairs:
         if key in obj:
             raise _DuplicateKey(key)
@@ -60,13 +60,13 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def _not_json(name: str) -> Any:
+def _not_json(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def _structure_error(data: Any, inputs: dict[str, str]) -> str | None:
+def _structure_error(data: object, inputs: dict[str, str]) -> str | None:
     """Lone surrogates (in keys or strings) and nesting deeper than MAX_DEPTH, anywhere in the parsed body."""
-    stack: list[tuple[Any, int, str | None]] = [(data, 1, None)]
+    stack: list[tuple[object, int, str | None]] = [(data, 1, None)]
     while stack:
         value, depth, field = stack.pop()
         if isinstance(value, str):
@@ -88,7 +88,7 @@ def _structure_error(data: Any, inputs: dict[str, str]) -> str | None:
     return None
 
 
-def _element_error(name: str, wire: str, value: Any) -> str | None:
+def _element_error(name: str, wire: str, value: object) -> str | None:
     if wire == "BYTES":
         return None if isinstance(value, str) else f"field '{name}' must be a string"
     if wire == "BOOL":
@@ -99,19 +99,18 @@ def _element_error(name: str, wire: str, value: Any) -> str | None:
             return f"field '{name}' must be an integer in [{lo}, {hi}] ({wire})"
         return None
     if wire == "FP32":
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not math.isfinite(float(value)) or abs(float(value)) > FP32_MAX:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or abs(value) > FP32_MAX
+        ):
             return f"field '{name}' must be a finite number that fits FP32"
         return None
     return None
 
 
-def check_generate_body(body: bytes, streaming: bool, inputs: dict[str, str] | None = None) -> str | None:
-    """The first problem of a generate request body (None when Triton may convert it safely)."""
-    return parse_generate_body(body, streaming, inputs)[1]
-
-
-def first(value: Any) -> Any:
+def first(value: object) -> object:
     """A field's value with a one-element list read as its element (what Triton does with batch-1 inputs)."""
     return value[0] if isinstance(value, list) and len(value) == 1 else value
 
@@ -146,11 +145,11 @@ def parse_generate_body(
 PARAMETERS = "parameters"
 
 
-def _is_scalar(value: Any) -> bool:
+def _is_scalar(value: object) -> bool:
     return isinstance(value, str | bool | int | float)
 
 
-def _parameter_error(name: str, value: Any) -> str | None:
+def _parameter_error(name: str, value: object) -> str | None:
     """Triton reads a non-input field as a request parameter (a string, number or boolean) and `parameters` as an
     object of them; anything else it answers with HTTP 500 (measured: `"parameters": null`)."""
     if name == REQUEST_ID:
@@ -167,7 +166,7 @@ def _parameter_error(name: str, value: Any) -> str | None:
     return None
 
 
-def _fields_error(data: dict[str, Any], streaming: bool, inputs: dict[str, str]) -> str | None:
+def _fields_error(data: dict[str, object], streaming: bool, inputs: dict[str, str]) -> str | None:
     problem = _structure_error(data, inputs)
     if problem is not None:
         return problem

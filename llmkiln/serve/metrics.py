@@ -5,8 +5,6 @@ text (llmkiln.host.metrics.exposition)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from llmkiln.host.metrics import (
     ENGINE_DESCRIPTION,
     ENGINE_FAMILY,
@@ -16,7 +14,7 @@ from llmkiln.host.metrics import (
     Kind,
 )
 from llmkiln.runtime.metrics import EngineMetric
-from llmkiln.serve.triton_pb import TritonPb
+from llmkiln.serve.triton_pb import TritonMetric, TritonMetricFamily, TritonPb
 
 
 class TritonMetrics:
@@ -26,8 +24,8 @@ class TritonMetrics:
         labels = {"model": model_name, "version": model_version}
         mf = pb.MetricFamily
         kinds = {Kind.COUNTER: mf.COUNTER, Kind.GAUGE: mf.GAUGE, Kind.HISTOGRAM: mf.HISTOGRAM}
-        self._families: list[Any] = []
-        self.metrics: dict[str, Any] = {}
+        self._families: list[TritonMetricFamily] = []
+        self.metrics: dict[str, TritonMetric] = {}
         for attr, fam in FAMILIES.items():
             family = mf(name=fam.name, description=fam.description, kind=kinds[fam.kind])
             self._families.append(family)

@@ -99,17 +99,6 @@ def make_cgroup(name: str) -> Path | None:
     return path
 
 
-def in_cgroup(pid: int, cgroup: Path) -> bool:
-    """True when `pid` runs in `cgroup` (its /proc/PID/cgroup v2 line ends with the folder's name)."""
-    try:
-        text = Path(f"/proc/{pid}/cgroup").read_text()
-    except OSError:
-        return False
-    return any(
-        line.startswith("0::") and line.rstrip().endswith("/" + cgroup.name) for line in text.splitlines()
-    )
-
-
 class Reaper:
     """The launcher's handle on its reaper process (see the module docstring)."""
 

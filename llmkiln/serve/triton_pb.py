@@ -1,8 +1,11 @@
-"""What llmkiln uses of `triton_python_backend_utils` (the python-backend stub's module, which has no types).
+"""Protocols for what llmkiln uses of `triton_python_backend_utils` (the python-backend stub's module, which has no
+types): the module itself (`TritonPb`: logger, metric families, errors, responses, tensors, inputs by name), a
+request (`TritonRequest`), its response sender and an input tensor. Nothing here runs; it only types.
 
-`ServeMetrics` (and the Triton adapter) take the module typed as `TritonPb`; the unit tests' stand-in module
-(tests/serve/pb_stub.py) is checked against it by mypy. Responses, tensors and errors stay opaque here: llmkiln
-builds them with the stub's constructors and hands them back to the stub.
+`serve.metrics.TritonMetrics` takes the module typed as `TritonPb`, and mypy checks the unit tests' stand-in
+(tests/serve/pb_stub.py, its module and its request) against `TritonPb` and `TritonRequest`. The serving core
+(`serve.handler.ServeCore`) still takes the module and its requests as `Any`. Responses, output tensors and errors
+stay opaque (`object`): llmkiln builds them with the stub's constructors and hands them back to the stub.
 """
 
 from __future__ import annotations

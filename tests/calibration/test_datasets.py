@@ -14,7 +14,6 @@ from llmkiln.calibration.datasets import (
     load_jsonl,
     overlaps,
     resolve_dataset,
-    split_records,
 )
 from llmkiln.errors import BadInput
 from llmkiln.resources import bundled
@@ -58,14 +57,6 @@ def test_overlap_is_detected() -> None:
         assert why in [r for _, _, r in overlaps(a, evals)]
         with pytest.raises(BadInput, match="overlap"):
             check_no_overlap(a, evals)
-
-
-def test_split_records_is_disjoint_and_keeps_prompts_together() -> None:
-    recs = load_jsonl(resolve_dataset("stories-calib"))
-    calib, evals = split_records(recs, 0.25)
-    assert len(calib) + len(evals) == len(recs) and evals and calib
-    assert overlaps(calib, evals) == []
-    assert not {r.prompt for r in calib} & {r.prompt for r in evals}
 
 
 def test_bad_files_are_bad_input(tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ def test_async_stream_and_timings():
     assert events[-1].finished and events[-1].finish_reason == "length" and again == events
     t = h.timings
     assert t.arrival_ns <= t.first_scheduled_ns <= t.first_token_ns <= t.finish_ns
-    assert t.queue_ns >= 0 and t.prefill_ns >= 0
+    assert t.ttft_ns == t.first_token_ns - t.arrival_ns
     assert h.result() == [e.token_id for e in events]
     eng.shutdown()
 
@@ -154,20 +154,27 @@ def test_sampling_is_seeded():
     eng.shutdown()
 
 
+STEP_TIMES = ("sched_us", "load_us", "save_us", "sample_us", "update_us", "emit_us", "total_us")
+STEP_COUNTS = ("t", "loads", "saves", "waiting", "running")
+
+
 def test_step_profile_records_every_step_and_request(tmp_path):
+    """Structure only: a record per step run and per request, every field there and non-negative (how long a
+    phase took depends on the machine's load: timing belongs in the benchmarks)."""
     eng = make_engine(max_batch_size=2, max_prefill_tokens=32)
     prof = eng.enable_profile(tmp_path / "profile.jsonl")
     shared = [5, 6, 7, 8, 9, 10, 11, 12]  # two blocks of 4: the second request loads them into its slot
     first = eng.submit(shared + _prompt(1), SamplingParams(max_tokens=4), request_id="a")
-    eng.step()  # a's prefill: its blocks are in the store now, and a keeps slot 0
+    ran = int(eng.step())  # a's prefill: its blocks are in the store now, and a keeps slot 0
     second = eng.submit(shared + _prompt(2), SamplingParams(max_tokens=4), request_id="b")
     while not (first.finished and second.finished):
-        eng.step()
+        ran += eng.step()
     eng.shutdown()
     assert prof.path.is_file()
     records = [json.loads(line) for line in prof.path.read_text().splitlines()]
     steps = [r for r in records if r["kind"] == "step"]
     requests = {r["id"]: r for r in records if r["kind"] == "request"}
+    assert len(steps) == ran  # every step that ran, once
     assert set(requests) == {"a", "b"} and requests["b"]["cached"] == 8 and requests["a"]["cached"] == 0
     assert [s["loads"] for s in steps if s["loads"]] == [2]  # b's two cached blocks, in one step
     prefill_runs = [run for s in steps for run in s["prefill"]]
@@ -175,8 +182,16 @@ def test_step_profile_records_every_step_and_request(tmp_path):
     assert prefill_runs[1][1:3] == [11, 8]  # b computes its 11 own tokens on an 8-token past
     assert sum(s["decode"][0] for s in steps if s["decode"]) == 6  # 3 decoded tokens each
     for s in steps:
-        parts = s["sched_us"] + s["load_us"] + s["save_us"] + s["sample_us"] + s["update_us"] + s["emit_us"]
-        assert parts <= s["total_us"]
+        for key in (*STEP_TIMES, *STEP_COUNTS):
+            assert isinstance(s[key], int) and s[key] >= 0, (key, s)
+        for batch, tokens, past, us, ids in s["prefill"]:
+            assert batch == len(ids) >= 1 and tokens >= 1 and past >= 0 and us >= 0
+        if s["decode"] is not None:
+            assert len(s["decode"]) == 4 and all(isinstance(v, int) and v >= 0 for v in s["decode"])
+    for rid, r in requests.items():
+        assert r["reason"] == "length" and r["prompt"] == len(shared) + len(_prompt(1 if rid == "a" else 2))
+        for key in ("arrival", "scheduled", "first_token", "finish"):
+            assert isinstance(r[key], int) and r[key] > 0, (rid, key)
 
 
 def test_scheduler_thread_exception_fails_requests_and_marks_unhealthy():

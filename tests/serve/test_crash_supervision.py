@@ -21,7 +21,7 @@ import pytest
 
 from llmkiln.serve.processes import alive, processes_with
 from llmkiln.serve.server import ServerConfig, TritonServer, free_ports, port_free
-from tests.proc_tree import descendants
+from tests.proc_tree import descendants, in_cgroup
 
 from .client import http_generate
 from .conftest import fake_repository
@@ -132,8 +132,6 @@ def test_the_reaper_kills_a_launch_even_when_a_process_left_its_group(tmp_path: 
     """A stand-in launcher whose child (in its own session) forks a grandchild into yet another session: SIGKILL of
     the launcher ends the child through its process group, and the grandchild through the cgroup (where
     writable; a process that calls setsid escapes process groups)."""
-    from llmkiln.serve.reaper import in_cgroup
-
     script = tmp_path / "launcher.py"
     script.write_text(
         "import subprocess, sys, time\n"

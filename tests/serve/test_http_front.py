@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmkiln.serve.http_checks import check_generate_body
+from llmkiln.serve.http_checks import parse_generate_body
 from llmkiln.serve.server import ADMIN_HEADER, ServerConfig, TritonServer, free_ports
 
 from .client import grpc_inputs, metric, scrape
@@ -58,17 +58,19 @@ from .conftest import fake_repository
     ],
 )
 def test_generate_bodies_triton_would_mangle_are_refused(body: bytes, streaming: bool, problem: str):
-    got = check_generate_body(body, streaming)
-    assert got is not None and problem in got
+    data, got = parse_generate_body(body, streaming)
+    assert data is None and got is not None and problem in got
     assert "4294967301" not in got and "1e39" not in got  # never echoes the value
 
 
 def test_good_generate_bodies_pass():
-    assert (
-        check_generate_body(b'{"text_input": "x", "max_tokens": 3, "stream": true}', streaming=True) is None
+    data, problem = parse_generate_body(
+        b'{"text_input": "x", "max_tokens": 3, "stream": true}', streaming=True
     )
+    assert problem is None and data == {"text_input": "x", "max_tokens": 3, "stream": True}
     ok = b'{"text_input": "x", "max_tokens": [3], "stop_words": ["a", "b"], "top_p": 0.5, "custom": 1}'
-    assert check_generate_body(ok, streaming=False) is None
+    data, problem = parse_generate_body(ok, streaming=False)
+    assert problem is None and data is not None and data["stop_words"] == ["a", "b"]
 
 
 @pytest.fixture(scope="module")

@@ -88,12 +88,10 @@ def test_sigterm_after_200_client_closed_streams_is_a_clean_fast_stop(tmp_path: 
         threading.Thread(target=run, daemon=True).start()
 
     assert serve_forever(server, on_ready=scenario) == 0, server.last_lines()
-    stopped_s = time.monotonic() - seen["sigterm"]
+    assert "sigterm" in seen  # every stream was read to its end before the SIGTERM
     log = "\n".join(server.lines)
-    assert "Exit timeout expired" not in log
-    assert stopped_s < server.cfg.exit_timeout_s / 2, (
-        stopped_s
-    )  # not the exit timeout (a bound, not a timing)
+    # stopped by the drain, not by waiting out the exit timeout (Triton's own "Exit timeout expired", or our kill)
+    assert "Exit timeout expired" not in log and not server.forced_exit
     assert server.leftover_processes() == [] and server.leftover_shm() == []
 
 

@@ -2,7 +2,9 @@
 from several sequences at once, with a slot KV pool, and the attention formulations the builder's
 GroupQueryAttention cannot express.
 
-The only runtime module that imports torch (at module level; nothing else in the runtime imports this module yet).
+An experiment, not part of the package (experiments/ is not in the wheel): the CPU kernel study
+(experiments/cpu_kernel_study.py, docs/cpu-engine.md) and the in-process runner loop (experiments/cpu_runner_loop.py)
+drive it; tests/experiments/test_torch_runner.py checks it against transformers and the reference loop.
 
 - `TorchLlama` reads the HF checkpoint (config.json + model.safetensors) as it is: the weights are the source
   tensors (q/k/v and gate/up concatenated, as the onnxruntime-genai builder does), in float32 or cast to bfloat16

@@ -1,4 +1,4 @@
-"""The torch path (runtime/torch_runner.py) on stories260K: every attention formulation equals transformers'
+"""The torch path (experiments/torch_runner.py) on stories260K: every attention formulation equals transformers'
 fp32 forward; several requests' suffix prefills on a cached past in one forward and mixed decode + prefill steps
 give the same logits as one at a time; served greedy output equals the onnxruntime reference loop (fp32)."""
 
@@ -12,7 +12,7 @@ from llmkiln.runtime.request import SamplingParams
 from llmkiln.runtime.simple import SimpleGenerator
 
 torch = pytest.importorskip("torch")
-tr = pytest.importorskip("llmkiln.runtime.torch_runner")
+tr = pytest.importorskip("experiments.torch_runner")
 
 from tests.conftest import STORIES_DIR, requires_bf16  # noqa: E402
 from tests.runtime.test_engine_model import MAX_TOKENS, OTHERS, SYSTEM, TAILS, _all_free, _overrides  # noqa: E402
