@@ -1,1 +1,1 @@
-"""CPU runtime: drives an engine folder's ONNX graph with onnxruntime."""
+"""CPU runtime: the scheduler, the KV cache manager and the step plan, the onnxruntime and OpenVINO runners that execute it, behind a thread-safe engine."""
