@@ -6,7 +6,9 @@ runner (OpenVINO) every block of KV is one of these, a running sequence's block 
 `reserve`s a request's worst case at admission, `allocate`s private blocks and `offer`s prompt blocks as the
 sequence grows into them, and shares cached prefixes by pinning them into the table — no second pool, no copies.
 No write ever lands in a shared block (hits are whole blocks and a request always computes its last prompt
-token into a block of its own), so there is no copy-on-write to do. A block holds the KV of `tokens_per_block`
+token into a block of its own); a prompt that diverges *inside* a stored block takes that block's first tokens by
+copy-on-write instead (`partial_match`: the stored child of its last hit with the longest common prefix is copied
+into the request's own block, which it then writes from there). A block holds the KV of `tokens_per_block`
 consecutive tokens. Its key chains the
 key of the block before it with its own token ids, so a key stands for the whole prefix up to the block's end
 (nano-vllm / vLLM). Only full blocks are keyed; a hit is accepted only when the stored token ids and parent key
@@ -95,6 +97,7 @@ class BlockStore:
         self._by_key: dict[int, int] = {}
         self._empty: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
         self._lru: OrderedDict[int, None] = OrderedDict()  # ready, unpinned, keyed blocks; oldest first
+        self._children: dict[int | None, set[int]] = {}  # parent key -> ready blocks chained to it
         self.num_evicted = 0
         self._reserved = 0  # blocks promised to running sequences (`reserve`), not handed out yet
         self.num_lookups = 0
@@ -192,6 +195,27 @@ class BlockStore:
             found.append(block_id)
             parent = keys[i]
         return found
+
+    def partial_match(
+        self, parent: int | None, token_ids: Sequence[int], max_candidates: int = 256
+    ) -> tuple[int | None, int]:
+        """(block id, n): the ready block chained to `parent` whose first n tokens equal token_ids' first n, n the
+        longest among at most max_candidates such blocks (n = 0: none). What copy-on-write takes: a prompt that
+        leaves a stored chain inside a block can start n tokens further on a copy of it."""
+        best, best_n = None, 0
+        want = tuple(token_ids)
+        for i, block_id in enumerate(self._children.get(parent, ())):
+            if i >= max_candidates or best_n == len(want):
+                break
+            have = self.blocks[block_id].token_ids
+            n = 0
+            for a, b in zip(have, want, strict=False):
+                if a != b:
+                    break
+                n += 1
+            if n > best_n:
+                best, best_n = block_id, n
+        return best, best_n
 
     def _stored(self, key: int, parent: int | None, tokens: tuple[int, ...]) -> int | None:
         """The ready block holding exactly this chain link (collision guard: its tokens and parent match)."""
@@ -317,7 +341,10 @@ class BlockStore:
     def commit(self, block_ids: Sequence[int]) -> None:
         """The runner wrote these offered blocks: make them visible to lookups and unpin them."""
         for block_id in block_ids:
-            self.blocks[block_id].ready = True
+            block = self.blocks[block_id]
+            block.ready = True
+            if block.key is not None:
+                self._children.setdefault(block.parent, set()).add(block_id)
         if self._listeners and block_ids:
             stored = []
             for block_id in block_ids:
@@ -352,6 +379,11 @@ class BlockStore:
                 listener.blocks_removed(keys)
 
     def _forget(self, block: Block) -> None:
+        siblings = self._children.get(block.parent)
+        if siblings is not None:
+            siblings.discard(block.block_id)
+            if not siblings:
+                del self._children[block.parent]
         if block.key is not None and self._by_key.get(block.key) == block.block_id:
             del self._by_key[block.key]
         block.key, block.parent, block.token_ids, block.ready = None, None, (), False

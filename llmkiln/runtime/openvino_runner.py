@@ -12,8 +12,8 @@ A paged runner (`paged_kv`): its KV pools, per layer [blocks, kv_heads, block_si
 precision, ARE the KV cache manager's blocks (runtime.kv_blocks.BlockStore, `num_blocks` of them, one OpenVINO
 block each, so kv_cache.tokens_per_block is OpenVINO's block size). The scheduler gives every sequence its block
 table in the plan — cached prefix blocks shared by many requests, then the request's own — and this runner only
-executes it: no slot memory, no loads, no copies, and saves need nothing here (a prompt block is written in place
-and the manager publishes it). The pools are sized for the scheduler's worst case (every slot at max_seq_len)
+executes it: no slot memory, no loads, and saves need nothing here (a prompt block is written in place and the
+manager publishes it); the only copy is copy-on-write of one block when a prompt leaves a cached chain inside it. The pools are sized for the scheduler's worst case (every slot at max_seq_len)
 plus kv_cache.max_bytes of cached prefixes; `block_memory` exposes them to the KV transfer (NIXL reads and
 writes the blocks themselves).
 """
@@ -152,6 +152,9 @@ class OpenVinoPagedRunner:
         self.compiled = None
 
     def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]:
+        for src, dst in plan.copies:  # copy-on-write of a partly shared block, before the run writes into it
+            for pool in (*self.k, *self.v):
+                pool[dst] = pool[src]
         tables = plan.block_tables
         seqs: list[tuple[str, tuple[int, ...], int, tuple[int, ...]]] = []  # (id, new tokens, past, table)
         for c in plan.prefills:

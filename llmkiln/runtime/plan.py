@@ -73,7 +73,7 @@ class StepCosts:
 
 @dataclass
 class SchedulerOutput:
-    """One step's plan, executed in this order: loads, prefills, decodes, saves."""
+    """One step's plan, executed in this order: loads (or, paged, copies), prefills, decodes, saves."""
 
     loads: list[BlockCopy] = field(default_factory=list)
     prefills: list[PrefillChunk] = field(default_factory=list)
@@ -82,6 +82,8 @@ class SchedulerOutput:
     admitted: list[str] = field(default_factory=list)
     # paged runners: each planned sequence's block table, covering every token up to this step's end
     block_tables: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # paged runners, before anything else: copy block src into block dst (copy-on-write of a partly shared block)
+    copies: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:

@@ -363,6 +363,35 @@ class Scheduler:
             request.reserved_blocks -= 1
             table.append(block_id)
 
+    def _copy_on_write(self, request: Request, hits: list[int], out: SchedulerOutput) -> int:
+        """Paged, at admission: the prompt tokens after its whole-block hits that a stored block chained to the
+        last hit also starts with (`BlockStore.partial_match`), at most up to the prompt's last token. That block
+        is copied into the request's own next block (planned in `out.copies`, pinned until the step ran) and the
+        prefill starts after them. Returns how many tokens it saves (0: none)."""
+        store, pool = self.block_store, self.pool
+        if store is None or pool is None:
+            return 0
+        bs = self.config.kv_cache.tokens_per_block
+        start = len(hits) * bs
+        limit = min(bs, request.num_prompt_tokens - 1 - start)
+        if limit <= 0:
+            return 0
+        parent = request.block_hashes[len(hits) - 1] if hits else None
+        src, n = store.partial_match(parent, request.prompt_ids[start : start + limit])
+        if src is None or n <= 0:
+            return 0
+        if pool.blocks[src].ref_count == 0 and pool.num_available < 1:
+            return 0  # pinning it would eat into the reservations
+        pool.pin([src])
+        self._grow(request, start + 1)
+        out.copies.append((src, request.pinned_block_ids[len(hits)]))
+        return n
+
+    def _release_copies(self, out: SchedulerOutput) -> None:
+        if out.copies and self.pool is not None:
+            self.pool.unpin([src for src, _ in out.copies])
+            out.copies = []
+
     def _decode_item(self, request: Request) -> DecodeItem:
         position = request.num_computed_tokens
         if self.pool is not None:
@@ -400,6 +429,7 @@ class Scheduler:
         self.num_admitted += 1
         self.queue_ns_total += max(0, now_ns - request.timings.arrival_ns)
         out.admitted.append(request.request_id)
+        cached = len(hits) * bs
         if self.pool is not None:  # paged: the hits start the block table, the rest is reserved
             self.pool.pin(hits)
             request.pinned_block_ids = list(hits)
@@ -407,6 +437,7 @@ class Scheduler:
             if not self.pool.reserve(need):  # _fits said yes on this thread: a bookkeeping bug
                 raise RuntimeError(f"request {request.request_id}: {need} KV blocks not available")
             request.reserved_blocks = need
+            cached += self._copy_on_write(request, hits, out)
         elif hits and self.block_store is not None:
             # Every hit block is pinned while the request runs, so a prefix in use is never evicted and is
             # refreshed in the LRU when released (the KV router sees it stay); blocks the slot already holds need
@@ -417,7 +448,7 @@ class Scheduler:
             for i, block_id in enumerate(loaded, start=len(hits) - len(loaded)):
                 out.loads.append(BlockCopy(block_id, slot, i * bs, request.block_hashes[i]))
             request.parent_hash = self.block_store.blocks[hits[-1]].key
-        request.num_cached_tokens = max(resident, len(hits) * bs)
+        request.num_cached_tokens = max(resident, cached)
         if self.block_store is not None:
             self.block_store.record_lookup(request.num_prompt_tokens, request.num_cached_tokens)
         request.num_computed_tokens = request.num_cached_tokens
@@ -480,6 +511,7 @@ class Scheduler:
 
         The plan's block saves are not published here: the caller writes them (after this step's tokens are out)
         and then calls `release_saves` — the one path from an offered block to a visible one."""
+        self._release_copies(out)  # the step ran: the copies' sources may go
         events: list[tuple[Request, TokenEvent]] = []
         for chunk in out.prefills:
             request = self.requests[chunk.request_id]
@@ -507,6 +539,7 @@ class Scheduler:
         """The runner failed on this plan: release its offered blocks and fail every running request."""
         if self.block_store is not None and out.saves:
             self.block_store.unpin([s.block_id for s in out.saves])
+        self._release_copies(out)
         failed = self.running()
         for request in failed:
             self._finish(request, FinishReason.ERROR, now_ns)

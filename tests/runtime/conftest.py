@@ -147,6 +147,8 @@ class PagedFakeRunner:
         self.steps.append(plan)
         if plan.loads:
             raise RuntimeError("a paged runner gets no loads")
+        for src, dst in plan.copies:  # copy-on-write, before the run
+            self.pool[dst] = self.pool[src]
         seqs = [(c.request_id, c.token_ids, c.start, c.sample) for c in plan.prefills]
         seqs += [(d.request_id, (d.token_id,), d.position, True) for d in plan.decodes]
         contexts = {rid: self.read(plan.block_tables[rid], start) for rid, _, start, _ in seqs}

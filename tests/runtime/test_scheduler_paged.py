@@ -187,3 +187,30 @@ def test_the_routers_view_is_what_the_worker_holds():
     bridge.close()
     assert store.num_evicted > 0
     assert router.blocks == held_now
+
+
+def test_a_prompt_leaving_a_cached_chain_inside_a_block_copies_that_blocks_head():
+    """Copy-on-write: the second prompt shares 10 tokens with the first (2 whole blocks of 4 and 2 tokens of the
+    third): the third block is copied into its own and its prefill starts at token 10; the output is exact."""
+    sched = make_paged_scheduler()
+    runner = _runner(sched)
+    system = list(range(10, 20))  # 10 tokens
+    first = make_requests(1, prompt_len=6, max_tokens=3, prefix=system, seed=1)[0]
+    second = make_requests(1, prompt_len=6, max_tokens=3, prefix=system, seed=2)[0]
+    assert first.prompt_ids[10] != second.prompt_ids[10]
+    sched.add_request(first)
+    run_to_completion(sched, runner)
+    sched.add_request(second)
+    plan = sched.schedule()
+    assert len(plan.copies) == 1
+    src, dst = plan.copies[0]
+    assert sched.pool is not None and sched.pool.blocks[src].token_ids[:2] == tuple(system[8:10])
+    assert plan.block_tables[second.request_id][2] == dst != src
+    assert second.num_cached_tokens == 10 and plan.prefills[0].start == 10
+    out = {second.request_id: []}
+    for req, ev in apply_plan(sched, runner, plan):
+        out[req.request_id].append(ev.token_id)
+    for rid, toks in run_to_completion(sched, runner).items():
+        out[rid] += toks
+    assert out[second.request_id] == reference_generate(second.prompt_ids, 3)
+    _settled(sched, runner)
