@@ -42,6 +42,7 @@ from llmkiln.engine_dir import EngineDir, resolve_engine
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.host.check import check_engine
 from llmkiln.host.metrics import parse_exposition
+from llmkiln.serve.http_checks import prompt_byte_bound
 from llmkiln.serve.ports import free_ports, port_free
 from llmkiln.serve.reaper import Reaper, die_with_parent
 
@@ -177,9 +178,15 @@ class DynamoLauncher:
         self.reaper.start()
         self.reaper.remove_tree(s.discovery_dir)
         if s.frontend_port:
-            tok_file = EngineDir(s.engine).tokenizer_file()
+            folder = EngineDir(s.engine)
+            tok_file = folder.tokenizer_file()
             tokenizer = Tokenizer.from_file(str(tok_file)) if tok_file is not None else None
-            self.front = OpenAIFront(s.host, s.http_port, s.frontend_address, tokenizer)
+            bound = (
+                prompt_byte_bound(tokenizer.get_vocab(), folder.recipe().limits.max_input_len)
+                if tokenizer is not None
+                else None
+            )
+            self.front = OpenAIFront(s.host, s.http_port, s.frontend_address, tokenizer, bound)
             try:
                 self.front.start()
             except OSError as exc:

@@ -10,8 +10,15 @@ Every request passes to Dynamo's frontend unchanged, except:
   for 429/529, 503 for 503) with `Retry-After: 1`; anything else is relayed as it arrives (the first event is
   the first token, so TTFT does not move).
 - while the launch drains (SIGTERM), new requests get 503 + `Retry-After` at once; streams in flight go on.
-- a `/v1/completions` prompt given as text is tokenized here with the engine's tokenizer, special tokens
-  included (BOS), and forwarded as token ids: Dynamo 1.6.1's frontend tokenizes completion text without special
+- only the OpenAI API and the probes are public (`PUBLIC`: /v1/completions, /v1/chat/completions, /v1/models,
+  /health, /live, /metrics); Dynamo's frontend also serves a writable `/busy_threshold`, `/docs` and
+  `/openapi.json`, which get 404 here.
+- a request body is checked before it goes on (400 naming the field): strict UTF-8 JSON, no lone surrogate
+  (Dynamo's frontend answered `"\ud800"` with 500), no Content-Encoding (415: send it uncompressed); fields the
+  engine does not serve are refused, not ignored: `n` or `best_of` above 1, `logprobs` / `top_logprobs`.
+- a `/v1/completions` prompt given as text is tokenized here — in a worker thread, never on the event loop, and
+  only if it can fit limits.max_input_len (`max_prompt_bytes`; a larger one is a 400 at once) — with the engine's
+  tokenizer, special tokens included (BOS), and forwarded as token ids: Dynamo 1.6.1's frontend tokenizes completion text without special
   tokens, so the same prompt would reach the engine without the BOS that `kiln serve` (Triton), transformers and
   vLLM give it — other tokens, other output, another prefix-cache key. Token-id prompts and chat requests (whose
   template writes the BOS) pass unchanged.
@@ -22,12 +29,14 @@ It runs an aiohttp server on its own event loop in a thread of the launcher proc
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
 
+from llmkiln.serve.http_checks import parse_json_object
 from llmkiln.serve.proxy_front import ProxyFront
 
 if TYPE_CHECKING:
@@ -38,6 +47,26 @@ RETRY_AFTER_S = "1"
 FIRST_EVENT_MAX_BYTES = 1 << 20
 OVERLOADED = {429: 429, 529: 429, 503: 503}  # upstream status (or error event code) -> the client's status
 SHUTTING_DOWN = "llmkiln: the server is shutting down; retry on another replica or after it restarts"
+COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
+PUBLIC = {
+    COMPLETIONS: "POST",
+    CHAT: "POST",
+    "/v1/models": "GET",
+    "/health": "GET",
+    "/live": "GET",
+    "/metrics": "GET",
+}
+BODY_FIELDS = (
+    "model",
+    "prompt",
+    "messages",
+    "max_tokens",
+    "n",
+    "best_of",
+    "logprobs",
+    "top_logprobs",
+    "stream",
+)
 
 
 def _error(status: int, message: str, kind: str) -> web.Response:
@@ -56,6 +85,41 @@ def _wants_stream(body: bytes) -> bool:
     return isinstance(data, dict) and data.get("stream") is True
 
 
+def unserved_field(path: str, data: dict[str, Any]) -> str | None:
+    """What the engine does not serve in this body (a 400's message), or None. One choice per request, no
+    log-probabilities: refused rather than silently answered without."""
+    for name in ("n", "best_of"):
+        value = data.get(name)
+        if value is not None and value != 1:
+            return (
+                f"llmkiln: field '{name}' must be 1 (each request gets one choice); send separate requests for "
+                "more choices"
+            )
+    if path == CHAT:
+        if data.get("logprobs") not in (None, False) or data.get("top_logprobs") is not None:
+            return "llmkiln: fields 'logprobs' / 'top_logprobs' are not served by this engine; remove them"
+    elif data.get("logprobs") is not None:
+        return "llmkiln: field 'logprobs' is not served by this engine; remove it"
+    return None
+
+
+def completion_text(data: dict[str, Any]) -> list[str] | None:
+    """The text prompt(s) of a /v1/completions body to tokenize here (None: token ids, or not ours to judge)."""
+    prompt = data.get("prompt")
+    if isinstance(prompt, str):
+        return [prompt]
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        return list(prompt)
+    return None
+
+
+def with_token_ids(data: dict[str, Any], ids: list[list[int]]) -> bytes:
+    """The body with its text prompt(s) replaced by their token ids (a string prompt by one list)."""
+    data = dict(data)
+    data["prompt"] = ids[0] if isinstance(data.get("prompt"), str) else ids
+    return json.dumps(data).encode()
+
+
 def completion_with_token_ids(body: bytes, tokenizer: Tokenizer) -> bytes:
     """A /v1/completions body whose text prompt (a string or a list of strings) is replaced by its token ids,
     special tokens included; any other body is returned as it is (Dynamo's frontend answers what is wrong)."""
@@ -63,16 +127,10 @@ def completion_with_token_ids(body: bytes, tokenizer: Tokenizer) -> bytes:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         return body
-    if not isinstance(data, dict):
+    texts = completion_text(data) if isinstance(data, dict) else None
+    if texts is None:
         return body
-    prompt = data.get("prompt")
-    if isinstance(prompt, str):
-        data["prompt"] = tokenizer.encode(prompt).ids
-    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        data["prompt"] = [e.ids for e in tokenizer.encode_batch(prompt)]
-    else:
-        return body
-    return json.dumps(data).encode()
+    return with_token_ids(data, [e.ids for e in tokenizer.encode_batch(texts)])
 
 
 def _error_event(event: bytes) -> tuple[int, str] | None:
@@ -96,9 +154,17 @@ class OpenAIFront(ProxyFront):
 
     thread_name = "llmkiln-openai-front"
 
-    def __init__(self, host: str, port: int, upstream: str, tokenizer: Tokenizer | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        upstream: str,
+        tokenizer: Tokenizer | None = None,
+        max_prompt_bytes: int | None = None,
+    ) -> None:
         super().__init__(host, port, upstream)
         self.tokenizer = tokenizer  # the engine's: completion text prompts become token ids with BOS
+        self.max_prompt_bytes = max_prompt_bytes  # a text prompt above it cannot fit limits.max_input_len
         self.draining = False
 
     async def _serve(self) -> None:
@@ -115,16 +181,27 @@ class OpenAIFront(ProxyFront):
         await self._listen(app, session)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        if self.draining and (request.method == "POST" or request.path.rstrip("/").endswith("/health")):
+        path = request.path.rstrip("/") or "/"
+        if PUBLIC.get(path) != request.method:
+            if path in PUBLIC:
+                return _error(405, f"llmkiln: {path} takes {PUBLIC[path]}", "invalid_request_error")
+            served = ", ".join(sorted(PUBLIC))
+            return _error(404, f"llmkiln: no such endpoint {path}; served: {served}", "invalid_request_error")
+        if self.draining and (request.method == "POST" or path == "/health"):
             return _error(503, SHUTTING_DOWN, "unavailable")
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding != "identity":
+            return _error(
+                415,
+                "llmkiln: send the request body uncompressed (no Content-Encoding)",
+                "invalid_request_error",
+            )
         body = await request.read()
-        if (
-            self.tokenizer is not None
-            and request.method == "POST"
-            and request.path.rstrip("/").endswith("/completions")
-        ):
-            if not request.path.rstrip("/").endswith("/chat/completions"):
-                body = completion_with_token_ids(body, self.tokenizer)
+        if request.method == "POST":
+            checked = await self._checked_body(path, body)
+            if isinstance(checked, web.Response):
+                return checked
+            body = checked
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         url = f"http://{self.upstream}{request.path_qs}"
@@ -140,6 +217,28 @@ class OpenAIFront(ProxyFront):
                 return web.Response(body=payload, status=up.status, headers=out_headers)
         except aiohttp.ClientError as exc:
             return _error(503, f"the OpenAI frontend is not reachable ({type(exc).__name__})", "unavailable")
+
+    async def _checked_body(self, path: str, body: bytes) -> bytes | web.Response:
+        """The body to forward, or the 400 that answers it (see the module docstring)."""
+        data, problem = parse_json_object(body, BODY_FIELDS, '{"model": ..., "prompt": ...}')
+        if data is None:
+            return _error(400, f"llmkiln: {problem}", "invalid_request_error")
+        unserved = unserved_field(path, data)
+        if unserved is not None:
+            return _error(400, unserved, "invalid_request_error")
+        texts = completion_text(data) if path == COMPLETIONS and self.tokenizer is not None else None
+        if texts is None or self.tokenizer is None:
+            return body
+        bound = self.max_prompt_bytes
+        if bound is not None and any(len(t) > bound and len(t.encode("utf-8")) > bound for t in texts):
+            return _error(
+                400,
+                "llmkiln: the prompt is far longer than the engine's limits.max_input_len: shorten it",
+                "invalid_request_error",
+            )
+        # the tokenizer releases the GIL in encode_batch: other requests go on meanwhile
+        encoded = await asyncio.to_thread(self.tokenizer.encode_batch, texts)
+        return with_token_ids(data, [e.ids for e in encoded])
 
     @staticmethod
     def _overloaded(status: int, payload: bytes) -> web.Response:

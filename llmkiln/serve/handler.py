@@ -37,6 +37,7 @@ from llmkiln.runtime.detokenizer import IncrementalDetokenizer
 from llmkiln.runtime.protocol import ServingHandle
 from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, SamplingParams
 from llmkiln.serve.heartbeat import Heartbeat
+from llmkiln.serve.http_checks import prompt_byte_bound
 from llmkiln.serve.metrics import TritonMetrics
 from llmkiln.serve.response_stream import CancelBook, InvalidCancel, ResponseStream, cancel_target
 from llmkiln.serve.triton_io import (
@@ -52,10 +53,6 @@ from llmkiln.serve.triton_io import (
 CANCEL_CHECK_EVERY = 4  # tokens between request.is_cancelled() checks (each one is an IPC round trip)
 ENGINE_METRICS_PERIOD_S = 1.0
 DRAIN_POLL_S = 0.05
-# A prompt with more UTF-8 bytes than max_input_len x (longest token in bytes) x this factor cannot fit in
-# max_input_len tokens (the factor leaves room for normalizers that drop characters): it is refused before it is
-# tokenized, so an oversized prompt costs no tokenizer time at all.
-PRESCREEN_FACTOR = 4
 
 
 @dataclass(frozen=True)
@@ -204,8 +201,7 @@ class ServeCore:
         tokenizer = self.engine.tokenizer
         if tokenizer is None:
             return None
-        longest = max((len(t.encode("utf-8")) for t in tokenizer.get_vocab()), default=1)
-        return self.engine.config.limits.max_input_len * max(longest, 1) * PRESCREEN_FACTOR
+        return prompt_byte_bound(tokenizer.get_vocab(), self.engine.config.limits.max_input_len)
 
     async def _encode(self, prompt: str) -> list[int] | str:
         """Token ids of the prompt, computed in a worker thread (encode_batch releases the GIL; plain encode

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection, Iterable
 from typing import Any, NoReturn
 
 INT_RANGES = {"INT32": (-(2**31), 2**31 - 1), "INT64": (-(2**63), 2**63 - 1), "UINT64": (0, 2**64 - 1)}
@@ -64,7 +65,7 @@ def _not_json(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def _structure_error(data: object, inputs: dict[str, str]) -> str | None:
+def _structure_error(data: object, inputs: Collection[str]) -> str | None:
     """Lone surrogates (in keys or strings) and nesting deeper than MAX_DEPTH, anywhere in the parsed body."""
     stack: list[tuple[object, int, str | None]] = [(data, 1, None)]
     while stack:
@@ -113,6 +114,31 @@ def _element_error(name: str, wire: str, value: object) -> str | None:
 def first(value: object) -> object:
     """A field's value with a one-element list read as its element (what Triton does with batch-1 inputs)."""
     return value[0] if isinstance(value, list) and len(value) == 1 else value
+
+
+def parse_json_object(
+    body: bytes, fields: Collection[str] = (), example: str = "{...}"
+) -> tuple[dict[str, Any], None] | tuple[None, str]:
+    """(the body's JSON object, None), or (None, its first problem): strict UTF-8, RFC 8259 JSON (no NaN or
+    Infinity), no key twice in one object, no lone UTF-16 surrogate, nesting bounded. `fields`: the names a
+    message may name (anything else is "a key" / "a string"); `example`: what an object body looks like."""
+    try:
+        text = body.decode("utf-8")  # strictly: json.loads would guess UTF-16/32
+    except UnicodeDecodeError:
+        return None, "the request body is not UTF-8 text"
+    try:
+        data = json.loads(text, object_pairs_hook=_object, parse_constant=_not_json)
+    except _DuplicateKey as dup:
+        where = f"field '{dup.key}'" if dup.key in fields else "a key"
+        return None, f"{where} appears more than once in one JSON object; send each field once"
+    except RecursionError:
+        return None, f"the request body is nested more than {MAX_DEPTH} levels deep"
+    except ValueError:
+        return None, "the request body is not valid JSON"
+    if not isinstance(data, dict):
+        return None, f"the request body must be a JSON object, e.g. {example}"
+    problem = _structure_error(data, fields)
+    return (None, problem) if problem is not None else (data, None)
 
 
 def parse_generate_body(
@@ -192,3 +218,16 @@ def _fields_error(data: dict[str, object], streaming: bool, inputs: dict[str, st
             "/generate returns exactly one response"
         )
     return None
+
+
+# A prompt with more UTF-8 bytes than max_input_len x (longest token in bytes) x this factor cannot fit in
+# max_input_len tokens (the factor leaves room for normalizers that drop characters): it is refused before it is
+# tokenized, so an oversized prompt costs no tokenizer time at all (the Triton model and the OpenAI front).
+PRESCREEN_FACTOR = 4
+
+
+def prompt_byte_bound(vocab: Iterable[str], max_input_len: int) -> int:
+    """UTF-8 bytes beyond which a prompt surely exceeds `max_input_len` tokens (the vocabulary's longest token
+    times max_input_len, with a margin): a prompt above it is refused before it is tokenized."""
+    longest = max((len(t.encode("utf-8")) for t in vocab), default=1)
+    return max_input_len * max(longest, 1) * PRESCREEN_FACTOR

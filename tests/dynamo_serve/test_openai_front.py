@@ -1,5 +1,8 @@
 """llmkiln's OpenAI front before Dynamo's frontend: overload is 429 + Retry-After and shutdown 503 + Retry-After,
-streaming or not; nothing else changes (a fake upstream here; the real launch in test_overload.py)."""
+streaming or not; only the OpenAI API and the probes are public; bad bodies and fields the engine does not serve
+are 400s naming the field, a compressed body 415, before anything reaches the upstream; a text prompt too long to
+fit is refused without tokenizing and others are tokenized off the event loop; nothing else changes (a fake
+upstream here; the real launch in test_overload.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ class Upstream:
 
     def __init__(self) -> None:
         self.port = free_ports(1)[0]
+        self.seen: list[str] = []  # the paths that reached it
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
@@ -36,6 +40,7 @@ class Upstream:
         self.loop.run_forever()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.seen.append(request.path)
         if request.method == "GET":
             return web.json_response({"data": [{"id": "llmkiln"}]})
         body = await request.json()
@@ -60,9 +65,13 @@ class Upstream:
 
 
 @pytest.fixture(scope="module")
-def front():
-    up = Upstream()
-    f = OpenAIFront("127.0.0.1", free_ports(1)[0], f"127.0.0.1:{up.port}")
+def upstream() -> Upstream:
+    return Upstream()
+
+
+@pytest.fixture(scope="module")
+def front(upstream: Upstream):
+    f = OpenAIFront("127.0.0.1", free_ports(1)[0], f"127.0.0.1:{upstream.port}")
     f.start()
     yield f
     f.stop()
@@ -119,3 +128,91 @@ def test_completion_text_becomes_token_ids_with_bos(stories_engine):
     assert two["prompt"] == [tok.encode("A cat").ids, tok.encode("A dog").ids] and two["max_tokens"] == 3
     for unchanged in (b'{"prompt": [1, 2, 3]}', b'{"messages": []}', b"not json", b"[1]"):
         assert completion_with_token_ids(unchanged, tok) == unchanged
+
+
+def test_only_the_openai_api_and_the_probes_are_public(front: OpenAIFront, upstream: Upstream):
+    base = f"http://127.0.0.1:{front.port}"
+    before = len(upstream.seen)
+    r = requests.post(
+        f"{base}/busy_threshold", json={"model": "llmkiln", "active_decode_blocks_threshold": 0}, timeout=10
+    )
+    assert r.status_code == 404 and "/v1/completions" in r.json()["error"]["message"]
+    for path in ("/docs", "/openapi.json", "/v1/embeddings"):
+        assert requests.get(base + path, timeout=10).status_code == 404
+    assert requests.get(f"{base}/v1/completions", timeout=10).status_code == 405
+    assert len(upstream.seen) == before  # none of them reached Dynamo's frontend
+    assert requests.get(f"{base}/health", timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/completions", b'{"model": "llmkiln", "prompt": "\\ud800", "max_tokens": 2}', "Unicode"),
+        ("/v1/completions", b'{"model": "llmkiln", "prompt": "a", "n": 2}', "'n'"),
+        ("/v1/completions", b'{"model": "llmkiln", "prompt": "a", "best_of": 3}', "'best_of'"),
+        ("/v1/completions", b'{"model": "llmkiln", "prompt": "a", "logprobs": 1}', "'logprobs'"),
+        ("/v1/chat/completions", b'{"model": "llmkiln", "messages": [], "logprobs": true}', "'logprobs'"),
+        (
+            "/v1/chat/completions",
+            b'{"model": "llmkiln", "messages": [], "top_logprobs": 2}',
+            "'top_logprobs'",
+        ),
+        ("/v1/chat/completions", b'{"model": "llmkiln", "messages": [], "n": 2}', "'n'"),
+        ("/v1/completions", b'{"prompt": "a", "prompt": "b"}', "'prompt' appears more than once"),
+        ("/v1/completions", b'{"prompt": NaN}', "not valid JSON"),
+        ("/v1/completions", b"\xff\xfe", "not UTF-8"),
+        ("/v1/completions", b"[1, 2]", "JSON object"),
+    ],
+)
+def test_bad_bodies_and_unserved_fields_are_400_naming_them(front, upstream, path, body, field):
+    before = len(upstream.seen)
+    r = requests.post(f"http://127.0.0.1:{front.port}{path}", data=body, timeout=10,
+                      headers={"Content-Type": "application/json"})  # fmt: skip
+    assert r.status_code == 400 and field in r.json()["error"]["message"], r.text
+    assert len(upstream.seen) == before
+
+
+def test_a_compressed_body_is_415(front, upstream):
+    import gzip
+
+    r = requests.post(
+        f"http://127.0.0.1:{front.port}/v1/completions",
+        data=gzip.compress(b'{"model": "llmkiln", "prompt": "hello"}'),
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        timeout=10,
+    )
+    assert r.status_code == 415 and "uncompressed" in r.json()["error"]["message"]
+    ok = {"model": "llmkiln", "prompt": "hello", "n": 1, "logprobs": None}  # the defaults pass
+    assert (
+        requests.post(f"http://127.0.0.1:{front.port}/v1/completions", json=ok, timeout=10).status_code == 200
+    )
+
+
+def test_a_huge_prompt_is_refused_untokenized_and_others_keep_flowing(stories_engine, upstream):
+    """Two clients send 8 MB text prompts while a third sends small ones: the huge ones get their 400 at once
+    (the byte bound), the small ones are answered meanwhile; tokenizing runs off the event loop."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tokenizers import Tokenizer
+
+    from llmkiln.engine_dir import EngineDir
+    from llmkiln.serve.http_checks import prompt_byte_bound
+
+    folder = EngineDir(stories_engine)
+    tok = Tokenizer.from_file(str(folder.tokenizer_file()))
+    bound = prompt_byte_bound(tok.get_vocab(), folder.recipe().limits.max_input_len)
+    f = OpenAIFront("127.0.0.1", free_ports(1)[0], f"127.0.0.1:{upstream.port}", tok, bound)
+    f.start()
+    try:
+        url = f"http://127.0.0.1:{f.port}/v1/completions"
+        huge = {"model": "llmkiln", "prompt": "Once upon a time " * (8 * 2**20 // 17)}
+        small = {"model": "llmkiln", "prompt": "hello"}
+        with ThreadPoolExecutor(4) as pool:
+            big = [pool.submit(requests.post, url, json=huge, timeout=60) for _ in range(2)]
+            smalls = [requests.post(url, json=small, timeout=10) for _ in range(5)]
+            assert all(r.status_code == 200 for r in smalls)
+            for fut in big:
+                r = fut.result()
+                assert r.status_code == 400 and "max_input_len" in r.json()["error"]["message"]
+    finally:
+        f.stop()
