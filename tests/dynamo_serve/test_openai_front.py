@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 import pytest
 import requests
@@ -24,6 +25,7 @@ class Upstream:
     def __init__(self) -> None:
         self.port = free_ports(1)[0]
         self.seen: list[str] = []  # the paths that reached it
+        self.cancelled: list[str] = []  # prompts whose request was dropped before it was answered
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
@@ -33,7 +35,7 @@ class Upstream:
         asyncio.set_event_loop(self.loop)
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self.handle)
-        runner = web.AppRunner(app)
+        runner = web.AppRunner(app, handler_cancellation=True)
         self.loop.run_until_complete(runner.setup())
         self.loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
         self.ready.set()
@@ -45,6 +47,13 @@ class Upstream:
             return web.json_response({"data": [{"id": "llmkiln"}]})
         body = await request.json()
         prompt, stream = body["prompt"], body.get("stream", False)
+        if prompt == "slow":  # a long non-streaming generation
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                self.cancelled.append(prompt)
+                raise
+            return web.json_response({"choices": [{"text": "done"}]})
         if prompt == "busy":  # Dynamo's own busy check
             return web.json_response({"message": "Service temporarily overloaded", "code": 529}, status=529)
         if not stream:
@@ -216,3 +225,16 @@ def test_a_huge_prompt_is_refused_untokenized_and_others_keep_flowing(stories_en
                 assert r.status_code == 400 and "max_input_len" in r.json()["error"]["message"]
     finally:
         f.stop()
+
+
+def test_a_client_leaving_a_non_streaming_request_cancels_it_upstream(front, upstream):
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        requests.post(
+            f"http://127.0.0.1:{front.port}/v1/completions",
+            json={"model": "llmkiln", "prompt": "slow", "max_tokens": 480},
+            timeout=0.5,
+        )
+    deadline = time.monotonic() + 10
+    while "slow" not in upstream.cancelled:
+        assert time.monotonic() < deadline, "the upstream request was not dropped"
+        time.sleep(0.05)
