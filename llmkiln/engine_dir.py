@@ -37,7 +37,7 @@ from llmkiln.errors import BadInput, IntegrityError
 from llmkiln.hashing import check_files
 from llmkiln.jsonl import loads_json
 from llmkiln.kv_scales import KvScales
-from llmkiln.recipe import Recipe, merge, validate
+from llmkiln.recipe import SERVE_TIME_SECTIONS, Recipe, merge, validate
 from llmkiln.tokenizer_files import CHAT_TEMPLATE_FILE, model_chat_template, model_stop_token_ids
 from llmkiln.yaml_limits import safe_load_yaml
 
@@ -245,6 +245,12 @@ class EngineDir:
             if not isinstance(overrides, dict):
                 raise BadInput(
                     f"overrides must be a nested mapping like {{'scheduler': {{...}}}}, got {overrides!r}"
+                )
+            fixed = sorted(k for k in overrides if k not in SERVE_TIME_SECTIONS)
+            if fixed:
+                raise BadInput(
+                    f"{path}: override of '{fixed[0]}': fixed when the engine was built (rebuild it with the "
+                    f"recipe changed); a served engine's overrides may set {', '.join(SERVE_TIME_SECTIONS)}"
                 )
             data = merge(data, overrides)
         return validate(data, f"{path} (with overrides)" if overrides else str(path))

@@ -51,6 +51,14 @@ GeneratedModel = Literal["tiny-llama", "bench-llama-125m", "gpu-smoke-llama"]
 RUNTIME_ONLY = honoured_by(*LLMKILN_RUNTIME)  # llmkiln's own runtime (scheduler, block store, onnxruntime)
 
 
+# What an engine folder's recipe may be overridden with when it is served (`--set`, `--prefill-set`, recipe
+# overrides of the runtime): the runtime's sections. Everything else (model, backend, precision, calibration,
+# the TensorRT-LLM sections, the chat template the frontend reads from the folder) is fixed when it is built.
+SERVE_TIME_SECTIONS: tuple[str, ...] = ("limits", "kv_cache", "scheduler", "warmup", "serve")
+# The fields two engines must share for KV blocks to move between them as bytes (prefill and decode tiers).
+KV_LAYOUT_FIELDS: tuple[tuple[str, str], ...] = (("kv_cache", "tokens_per_block"), ("kv_cache", "dtype"))
+
+
 class Strict(BaseModel):
     """Base for every recipe section: unknown keys are errors, values are validated on assignment."""
 

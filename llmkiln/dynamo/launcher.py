@@ -42,6 +42,7 @@ from llmkiln.engine_dir import EngineDir, resolve_engine
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.host.check import check_engine
 from llmkiln.host.metrics import parse_exposition
+from llmkiln.recipe import KV_LAYOUT_FIELDS
 from llmkiln.serve.http_checks import prompt_byte_bound
 from llmkiln.serve.ports import free_ports, port_free
 from llmkiln.serve.reaper import Reaper, die_with_parent
@@ -382,9 +383,21 @@ def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> Clust
             )
         if opts.prefill_overrides:  # validated here (exit 2 naming the field), not in a worker's log
             try:
-                folder.recipe(merge_overrides(opts.overrides, opts.prefill_overrides))
+                prefill = folder.recipe(merge_overrides(opts.overrides, opts.prefill_overrides))
             except BadInput as exc:
                 raise BadInput(f"prefill overrides (--prefill-set): {exc}") from None
+            decode = folder.recipe(opts.overrides or None)
+            for section, name in KV_LAYOUT_FIELDS:  # the KV moves between the tiers as bytes
+                mine, theirs = (
+                    getattr(getattr(prefill, section), name),
+                    getattr(getattr(decode, section), name),
+                )
+                if mine != theirs:
+                    raise BadInput(
+                        f"prefill overrides (--prefill-set): {section}.{name} {mine!r} differs from the decode "
+                        f"tier's {theirs!r}: the prefill and decode workers must share the KV layout (set it with "
+                        "--set for both, or not at all)"
+                    )
     resolved = replace(
         opts,
         http_port=serve.http_port if opts.http_port is None else opts.http_port,

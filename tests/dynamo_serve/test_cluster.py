@@ -189,6 +189,17 @@ def test_make_spec_counts_prefill_and_decode_workers(tmp_path, engine_factory):
         )
     with pytest.raises(BadInput, match="--prefill-set"):  # refused by the options, before the engine is read
         DynamoOptions(http_port=0, prefill_overrides={"scheduler": {"max_prefill_tokens": 128}})
+    pd = {"prefill_workers": 1, "decode_workers": 1, "http_port": 0}
+    with pytest.raises(BadInput, match="override of 'model': fixed when the engine was built"):
+        make_spec(engine, DynamoOptions(**pd, prefill_overrides={"model": {"path": "/etc"}}), tmp_path)
+    with pytest.raises(BadInput, match="tokens_per_block 32 differs from the decode tier's 16"):
+        make_spec(
+            engine, DynamoOptions(**pd, prefill_overrides={"kv_cache": {"tokens_per_block": 32}}), tmp_path
+        )
+    with pytest.raises(BadInput, match="kv_cache.dtype 'fp16' differs"):
+        make_spec(engine, DynamoOptions(**pd, prefill_overrides={"kv_cache": {"dtype": "fp16"}}), tmp_path)
+    both = {"kv_cache": {"tokens_per_block": 32}}  # the same layout on both tiers: fine
+    make_spec(engine, DynamoOptions(**pd, overrides=both, prefill_overrides=both), tmp_path)
 
 
 def test_a_decode_worker_caps_its_prefill_runs_to_the_local_limit(stories_engine):
