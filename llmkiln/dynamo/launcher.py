@@ -152,6 +152,10 @@ class DynamoLauncher:
         self.front: OpenAIFront | None = None
         self._last_live: dict[int, float] = {}  # worker index -> when its status port last answered healthily
         self._next_probe = 0.0
+        self._next_frontend_probe = 0.0
+        self._frontend_live: float | None = (
+            None  # the last answer of the frontend's /health (None: not up yet)
+        )
         self.reaper: Reaper | None = None  # kills the launch's processes if the launcher dies
 
     @property
@@ -207,6 +211,7 @@ class DynamoLauncher:
                 self._last_live = {
                     i: now for i in range(len(self.workers))
                 }  # registered: up, judged from now
+                self._frontend_live = now
                 return now - t0
             if time.monotonic() - t0 > timeout_s:
                 raise LaunchFailed(
@@ -279,6 +284,7 @@ class DynamoLauncher:
             return
         if not self.frontend.alive():
             raise LaunchFailed(self._failure(self.frontend, "exited"))
+        self._check_frontend()
         self._kill_stuck_workers()
         for proc in self.workers:
             if proc.alive() or self.stopping.is_set():
@@ -290,6 +296,38 @@ class DynamoLauncher:
             if self.echo is not None:
                 self.echo.write(f"llmkiln: {proc.name} exited with code {proc.returncode()}: restarting it\n")
             proc.start(self.echo, self.reaper)
+
+    def _check_frontend(self) -> None:
+        """Liveness of Dynamo's frontend: its own /health must answer; one that has not for longer than the stall
+        bound (a stopped or stuck process) is SIGKILLed and the launch fails (LaunchFailed: `kiln serve` exits 1
+        and stops every process), instead of staying up with requests timing out behind it."""
+        now = time.monotonic()
+        if now < self._next_frontend_probe:
+            return
+        self._next_frontend_probe = now + LIVENESS_PROBE_S
+        try:
+            with urllib.request.urlopen(
+                f"http://{self.spec.frontend_address}/health", timeout=LIVENESS_PROBE_TIMEOUT_S
+            ) as r:
+                r.read()
+            self._frontend_live = now
+            return
+        except urllib.error.HTTPError:  # it answered (e.g. 503 while a worker is missing): alive
+            self._frontend_live = now
+            return
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        bound = self.spec.stall_timeout_s
+        if self._frontend_live is not None and now - self._frontend_live > bound:
+            silent = now - self._frontend_live
+            msg = f"llmkiln: {self.frontend.name} is stuck (its /health has not answered for {silent:.0f} s; "
+            msg += f"serve.stall_timeout_s = {bound:g}): killed, the launch stops"
+            self.frontend.lines.append(msg)
+            if self.echo is not None:
+                self.echo.write(msg + "\n")
+            self.frontend.signal(signal.SIGKILL)
+            self.frontend.wait(5.0)
+            raise LaunchFailed(self._failure(self.frontend, "hung"))
 
     def _kill_stuck_workers(self) -> None:
         """Liveness: a worker whose status port does not answer (a stopped or stuck process), or whose engine made

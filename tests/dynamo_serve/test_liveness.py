@@ -50,3 +50,25 @@ def test_a_stopped_worker_is_killed_and_its_stream_migrates(launch, stories_engi
     finally:
         done.set()
         sup.join(10)
+
+
+def test_a_stopped_frontend_is_killed_and_the_launch_fails(launch, stories_engine):
+    """SIGSTOP of dynamo.frontend: its /health stops answering; within serve.stall_timeout_s the launcher kills it
+    and the launch fails (kiln serve exits 1 and stops the rest) instead of staying up behind a dead frontend."""
+    import time
+
+    from llmkiln.dynamo.launcher import LaunchFailed
+
+    launcher = launch(stories_engine, workers=1)
+    launcher.spec = replace(launcher.spec, stall_timeout_s=3.0)
+    launcher.supervise_once()  # a live frontend: nothing happens
+    pid = launcher.frontend.pid
+    assert pid is not None
+    os.killpg(pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    with pytest.raises(LaunchFailed, match="frontend.* hung"):
+        while time.monotonic() - t0 < 60:  # a hang guard; the bound is stall_timeout_s + a probe
+            launcher.supervise_once()
+            time.sleep(0.5)
+    assert not launcher.frontend.alive()
+    assert any("is stuck (its /health has not answered" in ln for ln in launcher.frontend.lines)
