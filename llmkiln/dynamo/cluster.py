@@ -61,6 +61,9 @@ def merge_overrides(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]
     return out
 
 
+INSTANCE_FILE_ENV = "LLMKILN_INSTANCE_FILE"  # a worker writes {"instance_id": ...} there once started
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """One launch: the user's options (`options`, with http_port resolved by make_spec), where its state lives,
@@ -204,10 +207,16 @@ class ClusterSpec:
             cmd.append("--no-router-track-active-blocks")
         return [*cmd, *self.options.frontend_args]
 
+    def instance_file(self, index: int) -> Path:
+        """Where worker `index` records its Dynamo instance id once registered (INSTANCE_FILE_ENV): what the
+        launcher removes from discovery when that worker dies, so the frontend stops routing to it at once."""
+        return self.state_dir / "instances" / f"worker-{index}.json"
+
     def worker_env(self, index: int) -> dict[str, str]:
         env = self.env()
         env.update(
             {
+                INSTANCE_FILE_ENV: str(self.instance_file(index)),
                 "DYN_SYSTEM_ENABLED": "true",
                 "DYN_SYSTEM_PORT": str(self.status_ports[index]),
                 # /health follows the generate endpoint's canary checks, not just the process being up

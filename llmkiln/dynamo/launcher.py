@@ -179,6 +179,7 @@ class DynamoLauncher:
         shutil.rmtree(s.discovery_dir, ignore_errors=True)
         s.discovery_dir.mkdir(parents=True)
         s.log_dir.mkdir(parents=True, exist_ok=True)
+        s.instance_file(0).parent.mkdir(parents=True, exist_ok=True)
         self.reaper = Reaper("dynamo")
         self.reaper.start()
         self.reaper.remove_tree(s.discovery_dir)
@@ -291,6 +292,7 @@ class DynamoLauncher:
                 continue
             if proc.restarts >= self.max_restarts:
                 raise LaunchFailed(self._failure(proc, f"exited {proc.restarts + 1} times"))
+            self._forget_instance(self.workers.index(proc))
             proc.restarts += 1
             proc.lines.append(f"llmkiln: {proc.name} exited with code {proc.returncode()}: restarting it")
             if self.echo is not None:
@@ -360,7 +362,36 @@ class DynamoLauncher:
                 if self.echo is not None:
                     self.echo.write(msg + "\n")
                 proc.signal(signal.SIGKILL)
+                proc.wait(5.0)
+                self._forget_instance(i)
                 self._last_live.pop(i, None)
+
+    def _forget_instance(self, index: int) -> int:
+        """Remove a dead worker's registrations from file discovery at once (a SIGKILLed process cannot remove
+        its own): the frontend then stops routing to it — no request is sent to a dead instance and answered 500;
+        with no worker of a tier left it answers 503 until the restarted one registers. Returns files removed."""
+        record = self.spec.instance_file(index)
+        try:
+            instance_id = int(json.loads(record.read_text())["instance_id"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 0
+        record.unlink(missing_ok=True)
+        tag = format(instance_id, "x")
+        removed = 0
+        for path in list(self.spec.discovery_dir.rglob("*")):
+            if not path.is_file():
+                continue
+            mine = path.name.endswith(f"%2F{tag}")
+            if not mine:  # KV event sources name their worker inside
+                try:
+                    worker = json.loads(path.read_text()).get("metadata", {}).get("worker", {})
+                    mine = isinstance(worker, dict) and worker.get("worker_id") == instance_id
+                except (OSError, ValueError, AttributeError):
+                    mine = False
+            if mine:
+                path.unlink(missing_ok=True)
+                removed += 1
+        return removed
 
     def _failure(self, proc: Proc, what: str) -> str:
         return (

@@ -11,6 +11,8 @@ Every request passes to Dynamo's frontend unchanged, except:
   the first token, so TTFT does not move).
 - while the launch drains (SIGTERM), new requests get 503 + `Retry-After` at once; streams in flight go on.
 - a client that disconnects cancels its request upstream, streaming or not.
+- a generation that fails upstream (500) before the client got anything is sent again for up to RETRY_FAILED_S
+  (a dead worker's requests, until the launcher took it out of discovery); then the upstream's answer stands.
 - only the OpenAI API and the probes are public (`PUBLIC`: /v1/completions, /v1/chat/completions, /v1/models,
   /health, /live, /metrics); Dynamo's frontend also serves a writable `/busy_threshold`, `/docs` and
   `/openapi.json`, which get 404 here.
@@ -32,6 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -49,6 +53,12 @@ FIRST_EVENT_MAX_BYTES = 1 << 20
 OVERLOADED = {429: 429, 529: 429, 503: 503}  # upstream status (or error event code) -> the client's status
 SHUTTING_DOWN = "llmkiln: the server is shutting down; retry on another replica or after it restarts"
 COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
+# A generation that failed upstream (500) before the client got anything is sent again for up to this long: a worker
+# that died (its requests answered 500 until the launcher took it out of discovery, within a supervision period)
+# must not cost a client its request; after that the upstream's answer stands (503 + Retry-After while a tier has
+# no worker, the 500 itself for any other failure).
+RETRY_FAILED_S = 3.0
+RETRY_PAUSE_S = 0.25
 PUBLIC = {
     COMPLETIONS: "POST",
     CHAT: "POST",
@@ -134,8 +144,9 @@ def completion_with_token_ids(body: bytes, tokenizer: Tokenizer) -> bytes:
     return with_token_ids(data, [e.ids for e in tokenizer.encode_batch(texts)])
 
 
-def _error_event(event: bytes) -> tuple[int, str] | None:
-    """(code, message) when an SSE event is Dynamo's error event with an overload/shutdown code."""
+def _error_event(event: bytes, codes: Collection[int] = tuple(OVERLOADED)) -> tuple[int, str] | None:
+    """(code, message) when an SSE event is Dynamo's error event with one of `codes` (default: overload or
+    shutdown)."""
     for line in event.splitlines():
         if not line.startswith(b"data:"):
             continue
@@ -144,10 +155,17 @@ def _error_event(event: bytes) -> tuple[int, str] | None:
         except (ValueError, UnicodeDecodeError):
             return None
         err = data.get("error") if isinstance(data, dict) else None
-        if isinstance(err, dict) and isinstance(err.get("code"), int) and err["code"] in OVERLOADED:
+        if isinstance(err, dict) and isinstance(err.get("code"), int) and err["code"] in codes:
             return int(err["code"]), str(err.get("message") or "")
         return None
     return None
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """An upstream failure nothing of which reached the client yet (`response`: what to answer if it persists)."""
+
+    response: web.Response
 
 
 class OpenAIFront(ProxyFront):
@@ -206,6 +224,18 @@ class OpenAIFront(ProxyFront):
             if isinstance(checked, web.Response):
                 return checked
             body = checked
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RETRY_FAILED_S
+        while True:
+            answer = await self._forward(request, body)
+            if not isinstance(answer, _Failed):
+                return answer
+            if request.method != "POST" or loop.time() + RETRY_PAUSE_S > deadline:
+                return answer.response  # still failing: the upstream's own answer
+            await asyncio.sleep(RETRY_PAUSE_S)
+
+    async def _forward(self, request: web.Request, body: bytes) -> web.StreamResponse | _Failed:
+        """One try upstream; _Failed when it failed before the client got anything (retried by _handle)."""
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         url = f"http://{self.upstream}{request.path_qs}"
@@ -218,7 +248,8 @@ class OpenAIFront(ProxyFront):
                 if up.status == 200 and request.method == "POST" and _wants_stream(body):
                     return await self._stream(request, up, out_headers)
                 payload = await up.read()
-                return web.Response(body=payload, status=up.status, headers=out_headers)
+                response = web.Response(body=payload, status=up.status, headers=out_headers)
+                return _Failed(response) if up.status == 500 else response
         except aiohttp.ClientError as exc:
             return _error(503, f"the OpenAI frontend is not reachable ({type(exc).__name__})", "unavailable")
 
@@ -259,13 +290,17 @@ class OpenAIFront(ProxyFront):
 
     async def _stream(
         self, request: web.Request, up: aiohttp.ClientResponse, headers: dict[str, Any]
-    ) -> web.StreamResponse:
+    ) -> web.StreamResponse | _Failed:
         first = b""
         async for chunk in up.content.iter_any():
             first += chunk
             if b"\n\n" in first or len(first) > FIRST_EVENT_MAX_BYTES:
                 break
         event = first.split(b"\n\n", 1)[0]
+        if _error_event(event, {500}) is not None:  # failed before any token (a worker gone): retried
+            return _Failed(
+                _error(500, "llmkiln: the request failed upstream before any token", "internal_error")
+            )
         rejected = _error_event(event)
         if rejected is not None:
             code, message = rejected

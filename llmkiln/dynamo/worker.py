@@ -40,11 +40,13 @@ This module imports `dynamo`; nothing else in llmkiln imports it (the launcher o
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
 import time
 from collections.abc import AsyncGenerator
+from pathlib import Path
 from typing import Any
 
 from dynamo._core import Context
@@ -57,6 +59,8 @@ from dynamo.common.backend.run import run
 from dynamo.common.constants import DisaggregationMode
 from dynamo.llm.exceptions import EngineShutdown, HttpError, InvalidArgument, Unknown
 
+from llmkiln.atomic import write_text_atomic
+from llmkiln.dynamo.cluster import INSTANCE_FILE_ENV
 from llmkiln.dynamo.kv_events import KvEventBridge
 from llmkiln.dynamo.worker_options import WorkerOptions
 from llmkiln.engine_dir import resolve_engine
@@ -136,7 +140,13 @@ class KilnWorker(DynamoEngine):
 
     async def start(self, worker_id: int) -> EngineConfig:
         """Load and warm the engine; registration (and so the first request) only follows once this returns."""
-        del worker_id
+        record = os.environ.get(INSTANCE_FILE_ENV)
+        if (
+            record
+        ):  # the launcher's: which discovery entries are this process's (cluster.ClusterSpec.instance_file)
+            write_text_atomic(
+                Path(record), json.dumps({"instance_id": worker_id, "pid": os.getpid()}), mode=0o600
+            )
         if self.folder.hf_config_file() is None:
             raise KilnError(
                 f"{self.folder.path}: no config.json; engines built before Dynamo support lack it: rebuild with "

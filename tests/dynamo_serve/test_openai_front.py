@@ -26,6 +26,7 @@ class Upstream:
         self.port = free_ports(1)[0]
         self.seen: list[str] = []  # the paths that reached it
         self.cancelled: list[str] = []  # prompts whose request was dropped before it was answered
+        self.tries: dict[str, int] = {}  # prompt -> requests seen
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
@@ -47,6 +48,21 @@ class Upstream:
             return web.json_response({"data": [{"id": "llmkiln"}]})
         body = await request.json()
         prompt, stream = body["prompt"], body.get("stream", False)
+        key = str(prompt)  # text, or token ids from a front with a tokenizer
+        self.tries[key] = self.tries.get(key, 0) + 1
+        if (
+            key.startswith("flaky") and self.tries[key] <= 2
+        ) or key == "broken":  # a dead worker's 500s
+            if not stream:
+                return web.json_response(
+                    {"message": "Failed to generate completions", "code": 500}, status=500
+                )
+            resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            err = {"error": {"message": "Failed to generate completions", "code": 500}}
+            await resp.write(f"data: {json.dumps(err)}\n\ndata: [DONE]\n\n".encode())
+            await resp.write_eof()
+            return resp
         if prompt == "slow":  # a long non-streaming generation
             try:
                 await asyncio.sleep(30)
@@ -238,3 +254,20 @@ def test_a_client_leaving_a_non_streaming_request_cancels_it_upstream(front, ups
     while "slow" not in upstream.cancelled:
         assert time.monotonic() < deadline, "the upstream request was not dropped"
         time.sleep(0.05)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_generation_failing_before_any_token_is_sent_again(front, upstream, stream):
+    """A worker that died answers 500 (streaming: an error event before any token) until the launcher takes it
+    out of discovery: the front sends the request again and the client gets the answer, not the 500."""
+    prompt = f"flaky-{stream}"
+    r = _post(front, prompt, stream)
+    assert r.status_code == 200, r.text
+    assert upstream.tries[prompt] == 3
+    assert ("data: " in r.text) if stream else r.json() == {"choices": [{"text": "ok"}]}
+
+
+def test_a_lasting_failure_is_the_upstreams_answer(front, upstream):
+    before = upstream.tries.get("broken", 0)
+    r = _post(front, "broken", False)
+    assert r.status_code == 500 and upstream.tries["broken"] - before > 2  # tried again, then gave its answer
