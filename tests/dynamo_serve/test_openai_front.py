@@ -50,9 +50,7 @@ class Upstream:
         prompt, stream = body["prompt"], body.get("stream", False)
         key = str(prompt)  # text, or token ids from a front with a tokenizer
         self.tries[key] = self.tries.get(key, 0) + 1
-        if (
-            key.startswith("flaky") and self.tries[key] <= 2
-        ) or key == "broken":  # a dead worker's 500s
+        if (key.startswith("flaky") and self.tries[key] <= 2) or key == "broken":  # a dead worker's 500s
             if not stream:
                 return web.json_response(
                     {"message": "Failed to generate completions", "code": 500}, status=500
