@@ -317,3 +317,55 @@ def test_decode_first_runs_the_prefill_compute_at_idle_priority(cond_pd, expecte
     assert cmd[cmd.index("--threads") + 1] == str(available_cores()) and "--no-spin" in cmd
     for prompt in (PROMPTS[1], PROMPTS[2]):  # one prefilled locally, one through the prefill tier
         assert complete(cond_pd, prompt)[0] == expected[prompt]
+
+
+def test_a_killed_prefill_worker_costs_no_request_a_500(launch, stories_engine):
+    """kill -9 of the only prefill worker under load: its registrations leave discovery at once (the launcher's
+    supervision), requests in the gap get 503 + Retry-After (no prefill worker exists) or succeed after the
+    front's retry, never 500; the restarted worker serves again."""
+    import os
+
+    import requests
+
+    launcher = launch(stories_engine, prefill_workers=1, decode_workers=1,
+                      kv=KvTransferOptions(max_local_prefill_tokens=0))  # fmt: skip
+    done = threading.Event()
+    sup = threading.Thread(
+        target=lambda: [launcher.supervise_once() for _ in iter(lambda: done.wait(0.5), True)]
+    )
+    sup.start()
+    results: list[tuple[int, str | None]] = []
+    lock = threading.Lock()
+
+    def load(i: int) -> None:
+        n = 0
+        while not done.is_set():
+            n += 1
+            body = {"model": MODEL, "prompt": f"{STORY} {i} {n}", "max_tokens": 8}
+            r = requests.post(f"{launcher.url}/completions", json=body, timeout=120)
+            with lock:
+                results.append((r.status_code, r.headers.get("Retry-After")))
+
+    clients = [threading.Thread(target=load, args=(i,)) for i in range(3)]
+    try:
+        for t in clients:
+            t.start()
+        wait_until(lambda: sum(1 for s, _ in results if s == 200) >= 6, timeout_s=120)
+        pre = next(i for i in range(launcher.spec.workers) if launcher.spec.worker_role(i) == "prefill")
+        proc = launcher.workers[pre]
+        assert proc.pid is not None
+        os.killpg(proc.pid, signal.SIGKILL)
+        wait_until(lambda: proc.restarts == 1 and proc.alive(), timeout_s=60)
+        wait_until(lambda: launcher.ready_instances() == 2, timeout_s=180)
+        ok_before = sum(1 for s, _ in results if s == 200)
+        wait_until(
+            lambda: sum(1 for s, _ in results if s == 200) >= ok_before + 6, timeout_s=120
+        )  # serves again
+    finally:
+        done.set()
+        for t in clients:
+            t.join(130)
+        sup.join(10)
+    statuses = [s for s, _ in results]
+    assert 500 not in statuses, statuses
+    assert all(s == 200 or (s == 503 and retry == "1") for s, retry in results), results
