@@ -293,6 +293,7 @@ class KilnWorker(DynamoEngine):
             raise EngineShutdown(str(exc)) from None
         self._handles[rid] = handle
         n_out = 0
+        ended = False
         try:
             async for event in handle.aiter():
                 if not event.finished:
@@ -300,6 +301,7 @@ class KilnWorker(DynamoEngine):
                     n_out += 1
                     yield {"token_ids": [event.token_id], "index": 0}
                     continue
+                ended = True
                 life.ended(handle)
                 if event.finish_reason == FinishReason.ERROR.value:
                     failed = EngineShutdown if not engine.healthy else Unknown
@@ -319,6 +321,9 @@ class KilnWorker(DynamoEngine):
                 return
         finally:
             self._handles.pop(rid, None)
+            if not ended:  # closed before its last event (Dynamo's abort: the client left)
+                handle.cancel()
+                life.cancelled()
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:

@@ -72,7 +72,7 @@ class RequestLife:
         return handle
 
     def cancelled(self) -> None:
-        """The client left (the front door cancelled the handle)."""
+        """The client left (the front door cancelled the handle); counted unless an outcome was already."""
         self._count("cancelled")
 
     def failed(self) -> None:

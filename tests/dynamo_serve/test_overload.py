@@ -97,15 +97,18 @@ def test_a_stop_under_load_is_503_with_retry_after_never_500(launch, stories_eng
 
 
 def test_a_client_leaving_a_non_streaming_request_cancels_it_on_the_worker(launch, stories_engine):
-    """Clients that give up on non-streaming 300-token completions: the worker cancels them (it counts them
+    """Clients that give up on non-streaming completions of the longest length: the worker cancels them (it counts them
     cancelled, not completed), through llmkiln's front, Dynamo's frontend and the worker's abort."""
     import time
 
+    from llmkiln.engine_dir import EngineDir
+
     cluster = launch(stories_engine, workers=1)
-    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 300, "ignore_eos": True}
+    longest = EngineDir(stories_engine).recipe().limits.max_seq_len - 16  # the longest generation it allows
+    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": longest, "ignore_eos": True}
     for _ in range(4):
         with pytest.raises(requests.exceptions.ReadTimeout):
-            requests.post(f"{cluster.spec.url}/completions", json=body, timeout=0.3)
+            requests.post(f"{cluster.spec.url}/completions", json=body, timeout=0.05)
     deadline = time.monotonic() + 30
     while (m := cluster.worker_metrics(0)).get("requests_cancelled_total", 0) < 4:
         assert time.monotonic() < deadline, m

@@ -99,12 +99,12 @@ def test_a_dead_stub_stops_the_server_and_serve_forever_reports_it(tmp_path: Pat
             t0 = time.monotonic()
             os.kill(stub, signal.SIGKILL)
             t_err, _, error = stream.final(timeout=30)  # the in-flight stream ends with an error
+            stream.close()  # at once: a gRPC stream still open when tritonserver exits can crash the client
             seen["stream_error_s"] = t_err - t0
             seen["error"] = str(error)
             while _get(f"http://{s.url_http}/v2/health/ready") == 200:
                 time.sleep(0.05)
             seen["not_ready_s"] = time.monotonic() - t0
-            stream.close()
 
         threading.Thread(target=run, daemon=True).start()
 
