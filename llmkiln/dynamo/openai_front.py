@@ -255,7 +255,9 @@ class OpenAIFront(ProxyFront):
 
     async def _checked_body(self, path: str, body: bytes) -> bytes | web.Response:
         """The body to forward, or the 400 that answers it (see the module docstring)."""
-        data, problem = parse_json_object(body, BODY_FIELDS, '{"model": ..., "prompt": ...}')
+        data, problem = parse_json_object(
+            body, BODY_FIELDS, 'a JSON object, e.g. {"model": ..., "prompt": ...}'
+        )
         if data is None:
             return _error(400, f"llmkiln: {problem}", "invalid_request_error")
         unserved = unserved_field(path, data)

@@ -117,11 +117,12 @@ def first(value: object) -> object:
 
 
 def parse_json_object(
-    body: bytes, fields: Collection[str] = (), example: str = "{...}"
+    body: bytes, fields: Collection[str] = (), shape: str = "a JSON object"
 ) -> tuple[dict[str, Any], None] | tuple[None, str]:
-    """(the body's JSON object, None), or (None, its first problem): strict UTF-8, RFC 8259 JSON (no NaN or
-    Infinity), no key twice in one object, no lone UTF-16 surrogate, nesting bounded. `fields`: the names a
-    message may name (anything else is "a key" / "a string"); `example`: what an object body looks like."""
+    """(the body's JSON object, None), or (None, its first problem): strict UTF-8 (what Triton reads; json.loads
+    would guess UTF-16/32), RFC 8259 JSON (no NaN or Infinity), no key twice in one object, no lone UTF-16
+    surrogate, nesting bounded. `fields`: the names a message may name (anything else is "a key" / "a string");
+    `shape`: what the body must be, for the message when it is no object."""
     try:
         text = body.decode("utf-8")  # strictly: json.loads would guess UTF-16/32
     except UnicodeDecodeError:
@@ -136,7 +137,7 @@ def parse_json_object(
     except ValueError:
         return None, "the request body is not valid JSON"
     if not isinstance(data, dict):
-        return None, f"the request body must be a JSON object, e.g. {example}"
+        return None, f"the request body must be {shape}"
     problem = _structure_error(data, fields)
     return (None, problem) if problem is not None else (data, None)
 
@@ -146,24 +147,11 @@ def parse_generate_body(
 ) -> tuple[dict[str, Any], None] | tuple[None, str]:
     """(the body's JSON object, None) when Triton may convert it safely, else (None, its first problem)."""
     inputs = GENERATE_INPUTS if inputs is None else inputs
-    try:
-        text = body.decode("utf-8")  # strictly: Triton reads UTF-8 only (json.loads would guess UTF-16/32)
-    except UnicodeDecodeError:
-        return None, "the request body is not UTF-8 text"
-    try:
-        data = json.loads(text, object_pairs_hook=_object, parse_constant=_not_json)
-    except _DuplicateKey as dup:
-        where = f"field '{dup.key}'" if dup.key in inputs or dup.key == REQUEST_ID else "a key"
-        return None, f"{where} appears more than once in one JSON object; send each field once"
-    except RecursionError:
-        return None, f"the request body is nested more than {MAX_DEPTH} levels deep"
-    except ValueError:
-        return None, "the request body is not valid JSON"
-    if not isinstance(data, dict):
-        return (
-            None,
-            'the request body must be a JSON object of inputs, e.g. {"text_input": ..., "max_tokens": 16}',
-        )
+    example = 'a JSON object of inputs, e.g. {"text_input": ..., "max_tokens": 16}'
+    parsed = parse_json_object(body, (*inputs, REQUEST_ID), example)
+    if parsed[0] is None:
+        return parsed
+    data = parsed[0]
     problem = _fields_error(data, streaming, inputs)
     return (None, problem) if problem is not None else (data, None)
 
@@ -193,9 +181,7 @@ def _parameter_error(name: str, value: object) -> str | None:
 
 
 def _fields_error(data: dict[str, object], streaming: bool, inputs: dict[str, str]) -> str | None:
-    problem = _structure_error(data, inputs)
-    if problem is not None:
-        return problem
+    """The first field of a parsed body (parse_json_object) that Triton would mangle, or None."""
     if REQUEST_ID in data and not isinstance(data[REQUEST_ID], str):
         return f"field '{REQUEST_ID}' (the request id) must be a string"
     for name, value in data.items():
