@@ -131,19 +131,6 @@ def with_token_ids(data: dict[str, Any], ids: list[list[int]]) -> bytes:
     return json.dumps(data).encode()
 
 
-def completion_with_token_ids(body: bytes, tokenizer: Tokenizer) -> bytes:
-    """A /v1/completions body whose text prompt (a string or a list of strings) is replaced by its token ids,
-    special tokens included; any other body is returned as it is (Dynamo's frontend answers what is wrong)."""
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return body
-    texts = completion_text(data) if isinstance(data, dict) else None
-    if texts is None:
-        return body
-    return with_token_ids(data, [e.ids for e in tokenizer.encode_batch(texts)])
-
-
 def _error_event(event: bytes, codes: Collection[int] = tuple(OVERLOADED)) -> tuple[int, str] | None:
     """(code, message) when an SSE event is Dynamo's error event with one of `codes` (default: overload or
     shutdown)."""

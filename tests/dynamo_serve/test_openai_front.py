@@ -140,17 +140,25 @@ def test_draining_refuses_new_requests_with_503(front: OpenAIFront):
 
 
 def test_completion_text_becomes_token_ids_with_bos(stories_engine):
+    """What the front forwards for a /v1/completions body (its own check-and-tokenize step, no server)."""
+    from aiohttp import web
     from tokenizers import Tokenizer
 
-    from llmkiln.dynamo.openai_front import completion_with_token_ids
-
     tok = Tokenizer.from_file(str(stories_engine / "tokenizer.json"))
-    one = json.loads(completion_with_token_ids(b'{"model": "m", "prompt": "Once upon a time"}', tok))
+    f = OpenAIFront("127.0.0.1", 0, "127.0.0.1:1", tok)
+
+    def forwarded(body: bytes) -> bytes | web.Response:
+        return asyncio.run(f._checked_body("/v1/completions", body))
+
+    one = json.loads(forwarded(b'{"model": "m", "prompt": "Once upon a time"}'))
     assert one["prompt"] == tok.encode("Once upon a time").ids and one["prompt"][0] == 1
-    two = json.loads(completion_with_token_ids(b'{"prompt": ["A cat", "A dog"], "max_tokens": 3}', tok))
+    two = json.loads(forwarded(b'{"prompt": ["A cat", "A dog"], "max_tokens": 3}'))
     assert two["prompt"] == [tok.encode("A cat").ids, tok.encode("A dog").ids] and two["max_tokens"] == 3
-    for unchanged in (b'{"prompt": [1, 2, 3]}', b'{"messages": []}', b"not json", b"[1]"):
-        assert completion_with_token_ids(unchanged, tok) == unchanged
+    for unchanged in (b'{"prompt": [1, 2, 3]}', b'{"messages": []}'):
+        assert forwarded(unchanged) == unchanged
+    for refused in (b"not json", b"[1]"):  # answered here, never forwarded
+        answer = forwarded(refused)
+        assert isinstance(answer, web.Response) and answer.status == 400
 
 
 def test_only_the_openai_api_and_the_probes_are_public(front: OpenAIFront, upstream: Upstream):
