@@ -333,7 +333,7 @@ class ServeCore:
         stops = StopMatcher(req.stop_words)
         pieces: list[str] = []
         n_tokens = 0
-        stopped = False
+        stopped = recorded = False
         first_seen_ns = first_sent_ns = send_ns = sends = 0
         async for ev in handle.aiter():
             if not first_seen_ns:
@@ -364,6 +364,10 @@ class ServeCore:
             if req.stream and (text or final):
                 if not first_sent_ns:
                     first_sent_ns = time.time_ns()
+                if final and not req.return_perf_metrics:
+                    # before the final response: once the client has it, the server may be stopped
+                    self._profile(handle, stamps, (first_seen_ns, first_sent_ns), (send_ns, sends), n_tokens)
+                    recorded = True
                 t_send = time.perf_counter_ns()
                 self._send(sender, text, final=final and not req.return_perf_metrics)
                 send_ns += time.perf_counter_ns() - t_send
@@ -383,20 +387,8 @@ class ServeCore:
             handle.cancel()
         perf = self._perf(handle, n_tokens)
         life.completed(handle)
-        if self.engine.profiler is not None:
-            self.engine.profiler.serve(
-                {
-                    "id": handle.request_id,
-                    "received": stamps[0],
-                    "submit": stamps[1],
-                    "first_seen": first_seen_ns,
-                    "first_sent": first_sent_ns,
-                    "send_us": send_ns // 1000,  # time inside the stub's response sends (all but the last)
-                    "sends": sends,
-                    "done": time.time_ns(),
-                    "tokens": n_tokens,
-                }
-            )
+        if not recorded:
+            self._profile(handle, stamps, (first_seen_ns, first_sent_ns), (send_ns, sends), n_tokens)
         if req.stream:
             if req.return_perf_metrics:
                 self._send(sender, "", final=True, perf=perf)
@@ -405,6 +397,31 @@ class ServeCore:
         if not req.exclude_input_in_output:
             text = req.prompt + text
         self._send(sender, text, final=True, perf=perf if req.return_perf_metrics else None)
+
+    def _profile(
+        self,
+        handle: ServingHandle,
+        stamps: tuple[int, int],
+        firsts: tuple[int, int],
+        sent: tuple[int, int],
+        n_tokens: int,
+    ) -> None:
+        """The request's serve record for the step profile (written before its final response is sent)."""
+        if self.engine.profiler is None:
+            return
+        self.engine.profiler.serve(
+            {
+                "id": handle.request_id,
+                "received": stamps[0],
+                "submit": stamps[1],
+                "first_seen": firsts[0],
+                "first_sent": firsts[1],
+                "send_us": sent[0] // 1000,  # time inside the stub's response sends (all but the last)
+                "sends": sent[1],
+                "done": time.time_ns(),
+                "tokens": n_tokens,
+            }
+        )
 
     def _perf(self, handle: ServingHandle, n_tokens: int) -> PerfFields:
         t = handle.timings
