@@ -17,6 +17,7 @@ from rich.table import Table
 
 from llmkiln.bench.profile import LevelProfile
 from llmkiln.bench.stats import Dist, LevelStats, RequestRecord
+from llmkiln.cpu_features import detect
 from llmkiln.errors import BadInput
 
 SCHEMA: Final = "llmkiln.bench/1"
@@ -59,12 +60,14 @@ class BenchReport(BaseModel):
 
 
 def machine_info() -> dict[str, Any]:
-    """CPU count, platform and the versions that matter for the numbers."""
+    """The CPU (name, kind, features: llmkiln.cpu_features), CPU count, platform and the versions that matter
+    for the numbers."""
     versions: dict[str, str | None] = {}
     for pkg in (
         "llmkiln",
         "onnxruntime",
         "onnxruntime-genai",
+        "openvino",
         "tritonclient",
         "nvidia-pytriton",
         "torch",
@@ -75,6 +78,7 @@ def machine_info() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             versions[pkg] = None
     return {
+        "cpu": detect().describe(),
         "cpus": os.cpu_count(),
         "affinity_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "platform": platform.platform(),

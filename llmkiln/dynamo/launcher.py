@@ -43,6 +43,7 @@ from llmkiln.errors import BadInput, KilnError
 from llmkiln.host.check import check_engine
 from llmkiln.host.metrics import parse_exposition
 from llmkiln.recipe import KV_LAYOUT_FIELDS
+from llmkiln.serve.exit_status import crash_excerpt, describe_exit
 from llmkiln.serve.http_checks import prompt_byte_bound
 from llmkiln.serve.ports import free_ports, port_free
 from llmkiln.serve.reaper import Reaper, die_with_parent
@@ -394,9 +395,12 @@ class DynamoLauncher:
         return removed
 
     def _failure(self, proc: Proc, what: str) -> str:
+        lines = list(proc.lines)
+        crash = crash_excerpt(lines)  # faulthandler's report of a native crash, and the step it was in
         return (
-            f"{proc.name} {what} (exit code {proc.returncode()}). Last lines (full log: {proc.log_path}):\n"
-            f"{proc.tail()}"
+            f"{proc.name} {what} ({describe_exit(proc.returncode())}).\n"
+            + (f"{crash}\n" if crash else "")
+            + f"Last lines (full log: {proc.log_path}):\n{proc.tail()}"
         )
 
 

@@ -40,6 +40,7 @@ This module imports `dynamo`; nothing else in llmkiln imports it (the launcher o
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import json
 import logging
 import os
@@ -367,6 +368,9 @@ def sampling_params(request: GenerateRequest, prompt_len: int, max_seq_len: int)
 
 
 def main(argv: list[str] | None = None) -> None:
+    # a crash in native code (SIGSEGV, SIGFPE, SIGABRT, SIGBUS) prints every thread's Python stack to the log
+    # before the process dies: what it was doing, beside the last line the host logged
+    faulthandler.enable(all_threads=True)
     run(KilnWorker, argv)
 
 

@@ -18,6 +18,7 @@ life a host serves; a prefill or decode host owns a KV transfer agent (`host.kv`
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from llmkiln.cpu_features import detect
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.host.check import check_engine
@@ -117,6 +119,7 @@ class EngineHost:
         self.role = role
         self.log: HostLog = log if log is not None else logging.getLogger("llmkiln.host")
         self.metrics = HostMetrics()
+        self.metrics.settings = dict(engine.runtime_settings)
         self.load_seconds = 0.0
         self.warmup_result: WarmupResult | None = None
         self._lock = threading.Lock()
@@ -141,6 +144,12 @@ class EngineHost:
         t0 = time.perf_counter()
         folder = check_engine(engine, opts.engines_root)
         overrides = {k: dict(v) if isinstance(v, Mapping) else v for k, v in (opts.overrides or {}).items()}
+        # the last line before native code runs: a worker that dies loading says what it was loading, where
+        cpu = detect()
+        (log if log is not None else logging.getLogger("llmkiln.host")).info(
+            f"llmkiln: loading engine {folder.path} on {cpu.model} ({cpu.kind}, {cpu.cores} core(s))"
+            + (f" with overrides {json.dumps(overrides, sort_keys=True)}" if overrides else "")
+        )
         eng = load_engine(folder, overrides or None)
         profile = opts.profile or os.environ.get(PROFILE_ENV)
         if profile:
@@ -155,7 +164,8 @@ class EngineHost:
                 eng.shutdown(0.0)
                 raise
         host.load_seconds = time.perf_counter() - t0
-        host.log.info(f"llmkiln: engine {folder.path} loaded in {host.load_seconds:.2f} s")
+        settings = ", ".join(f"{k}={v}" for k, v in eng.runtime_settings.items() if not k.startswith("cpu_"))
+        host.log.info(f"llmkiln: engine {folder.path} loaded in {host.load_seconds:.2f} s ({settings})")
         return host
 
     def attach_kv_transfer(self, options: KvTransferOptions | None = None) -> KvTransfer:

@@ -40,6 +40,10 @@ Prometheus text on its status port (`exposition`); `kiln diagnose` reads either 
   llmkiln_kv_transfer_local_prefill_tokens_total counter decode: prompt tokens computed for them (not cached here)
   llmkiln_engine{metric="<name>"}         gauge      every LLMEngine.metrics() value (names: runtime.metrics.
                                                      EngineMetric), e.g. mean_queue_time_ms, num_running
+  llmkiln_cpu_features{cpu_model,kind,amx,avx512_bf16,avx512,avx2,cores}  gauge  1: the CPU the engine runs on
+                                                     (llmkiln.cpu_features; kind amx | avx512-bf16 | avx2 ...)
+  llmkiln_runtime_setting{name,value}     gauge      1 per setting the runner runs with (Runner.runtime_settings:
+                                                     precision, threads, OpenVINO's properties in force, ...)
 
 Rejected, failed and cancelled requests are never counted as successes (nor in the TTFT histogram). With no
 traffic, active slots and pinned blocks at 0 show that nothing leaked (`make soak` checks that).
@@ -57,6 +61,11 @@ from llmkiln.runtime.metrics import EngineMetric
 
 PREFIX = "llmkiln_"
 ENGINE_FAMILY = "llmkiln_engine"
+CPU_FAMILY = "llmkiln_cpu_features"
+CPU_DESCRIPTION = "1: the CPU the engine runs on, its features as labels"
+SETTING_FAMILY = "llmkiln_runtime_setting"
+SETTING_DESCRIPTION = "1 per setting the engine's runner runs with (name, value)"
+CPU_PREFIX = "cpu_"  # runtime settings named cpu_* are the CPU's features (llmkiln.cpu_features)
 TTFT_BUCKETS_MS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0)
 
 
@@ -219,6 +228,23 @@ class HostMetrics:
         self.ttft = Histogram()
         self.engine: dict[EngineMetric, float] = {}
         self._pending_ttft: list[float] = []  # observations a publisher has not taken yet (pb histograms)
+        self.settings: dict[str, str] = {}  # the runner's runtime_settings (fixed once the engine is loaded)
+
+    def info_samples(self) -> list[tuple[str, dict[str, str]]]:
+        """(family, labels) of the info gauges (value 1): the CPU's features, then one per runtime setting."""
+        # labels without the prefix, but the CPU's name as cpu_model ("model" is the Triton model's label)
+        cpu = {
+            (k if k == "cpu_model" else k[len(CPU_PREFIX) :]): v
+            for k, v in self.settings.items()
+            if k.startswith(CPU_PREFIX)
+        }
+        out = [(CPU_FAMILY, cpu)] if cpu else []
+        out += [
+            (SETTING_FAMILY, {"name": k, "value": v})
+            for k, v in self.settings.items()
+            if not k.startswith(CPU_PREFIX)
+        ]
+        return out
 
     def add(self, attr: str, n: float = 1.0) -> None:
         with self._lock:
@@ -262,10 +288,14 @@ class HostMetrics:
             return dict(self.values), h, dict(self.engine)
 
 
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def _labels(labels: Mapping[str, str]) -> str:
     if not labels:
         return ""
-    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
     return "{" + inner + "}"
 
 
@@ -291,6 +321,14 @@ def exposition(metrics: HostMetrics, labels: Mapping[str, str] | None = None) ->
     lines.append(f"# TYPE {ENGINE_FAMILY} gauge")
     for m, value in engine.items():
         lines.append(f"{ENGINE_FAMILY}{_labels({**base, 'metric': str(m)})} {value!r}")
+    described: set[str] = set()
+    for family, labels in metrics.info_samples():
+        if family not in described:
+            described.add(family)
+            text = CPU_DESCRIPTION if family == CPU_FAMILY else SETTING_DESCRIPTION
+            lines.append(f"# HELP {family} {text}")
+            lines.append(f"# TYPE {family} gauge")
+        lines.append(f"{family}{_labels({**base, **labels})} 1")
     return "\n".join(lines) + "\n"
 
 

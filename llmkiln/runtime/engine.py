@@ -11,7 +11,7 @@ import itertools
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -333,6 +333,10 @@ class LLMEngine:
             self._calls.append((fn, fut))  # type: ignore[arg-type]
             self._lock.notify_all()
         return fut
+
+    @property
+    def runtime_settings(self) -> Mapping[str, str]:
+        return self.runner.runtime_settings
 
     @property
     def block_memory(self) -> BlockMemory | None:

@@ -20,6 +20,8 @@ writes the blocks themselves).
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
 from pathlib import Path
 
 import ml_dtypes
@@ -28,12 +30,14 @@ import openvino as ov
 import openvino.opset13 as ops
 from openvino._offline_transformations import paged_attention_transformation
 
+from llmkiln.cpu_features import detect
 from llmkiln.errors import BadInput, CpuLacksFeature
 from llmkiln.runtime.block_memory import PagedPools
+from llmkiln.runtime.openvino_settings import REPORTED_PROPERTIES, choose
 from llmkiln.runtime.plan import SchedulerOutput
 from llmkiln.runtime.profile import StepTrace, now_ns
 
-PRECISIONS = {"fp32": "f32", "bf16": "bf16"}
+log = logging.getLogger(__name__)
 
 
 def _last_rows_only(model: ov.Model) -> None:
@@ -46,6 +50,36 @@ def _last_rows_only(model: ov.Model) -> None:
     node.input(0).replace_source_output(ops.gather(node.input_value(0), idx, 0).output(0))
     model.add_parameters([idx])
     model.validate_nodes_and_infer_types()
+
+
+def _unfuse_mlp(model: ov.Model) -> int:
+    """Give every one-input Swish its explicit beta of 1.0 (the same function), so the CPU plugin's AMX MLP fusion
+    does not match (runtime.openvino_settings: it crashes with one thread). Returns how many it changed."""
+    n = 0
+    for op in model.get_ordered_ops():
+        if op.get_type_name() == "Swish" and op.get_input_size() == 1:
+            swish = ops.swish(op.input_value(0), np.float32(1.0))
+            swish.set_friendly_name(op.get_friendly_name())
+            op.output(0).replace(swish.output(0))
+            n += 1
+    model.validate_nodes_and_infer_types()
+    return n
+
+
+def _in_force(compiled: ov.CompiledModel) -> dict[str, str]:
+    """What the compiled model says it runs with (REPORTED_PROPERTIES it supports)."""
+    supported = set(compiled.get_property("SUPPORTED_PROPERTIES"))
+    out = {}
+    for name in REPORTED_PROPERTIES:
+        if name in supported:
+            value = compiled.get_property(name)
+            if isinstance(value, ov.Type):
+                out[name] = value.get_type_name()
+            elif isinstance(value, (str, bool, int, float)):
+                out[name] = str(value)
+            else:  # an enum (SchedulingCoreType.ANY_CORE): its member's name
+                out[name] = str(value).rsplit(".", 1)[-1]
+    return out
 
 
 def cpu_capabilities(core: ov.Core | None = None) -> tuple[str, list[str]]:
@@ -89,18 +123,25 @@ class OpenVinoPagedRunner:
         precision: str = "fp32",
         threads: int = 0,
     ) -> None:
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision {precision!r}: the OpenVINO runner runs {' or '.join(PRECISIONS)}")
+        settings = choose(detect(), precision, threads)  # ValueError on an unknown precision
         core = ov.Core()
         require_precision(precision, core)
         model = core.read_model(str(model_xml))
         paged_attention_transformation(model, False, False, False, False, False, False)
         _last_rows_only(model)
-        prec = PRECISIONS[precision]
-        cfg: dict[str, object] = {"INFERENCE_PRECISION_HINT": prec, "KV_CACHE_PRECISION": prec}
-        if threads:
-            cfg["INFERENCE_NUM_THREADS"] = threads
-        self.compiled = core.compile_model(model, "CPU", cfg)
+        if settings.unfuse_mlp:
+            _unfuse_mlp(model)
+        log.info(
+            "compiling %s for the CPU (%s, %s, %d thread(s)%s)",
+            model_xml.name,
+            settings.cpu.model,
+            precision,
+            settings.effective_threads,
+            "; " + "; ".join(settings.reasons) if settings.reasons else "",
+        )
+        self.compiled = core.compile_model(model, "CPU", settings.properties())
+        self.settings = replace(settings, in_force=_in_force(self.compiled))
+        self.runtime_settings: dict[str, str] = self.settings.describe()
         self.req = self.compiled.create_infer_request()
         cache_inputs = [i for i in self.compiled.inputs if i.get_any_name().startswith("key_cache.")]
         dims = list(cache_inputs[0].get_partial_shape())[

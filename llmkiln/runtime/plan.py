@@ -7,7 +7,7 @@ this module, never the scheduler.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -113,6 +113,11 @@ class Runner(Protocol):
     batches_prefills_with_past: bool
     mixes_decodes_with_prefills: bool
     paged_kv: bool
+
+    @property
+    def runtime_settings(self) -> Mapping[str, str]:
+        """What it runs with, by name (the CPU, precision, threads, ...), for the engine's report and /metrics."""
+        ...
 
     @property
     def block_memory(self) -> BlockMemory | None:

@@ -107,6 +107,11 @@ class ServingEngine(Protocol):
     def profiler(self) -> Profiler | None: ...
 
     @property
+    def runtime_settings(self) -> Mapping[str, str]:
+        """What the runner runs with, by name (Runner.runtime_settings: the CPU, precision, threads, ...)."""
+        ...
+
+    @property
     def healthy(self) -> bool:
         """False once the scheduler thread died (every request then fails at once)."""
         ...

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from llmkiln.cpu_features import detect
 from llmkiln.engine_dir import GenaiConfig
 from llmkiln.errors import BadInput, NeedsGpuHost
 from llmkiln.kv_scales import KvScales
@@ -137,6 +138,14 @@ class OnnxRunner:
         past_type = next(i.type for i in self.session.get_inputs() if i.name == info.past_key_fmt % 0)
         if past_type not in _POOL_DTYPES:
             raise BadInput(f"{path}: KV cache type {past_type} is not supported (float, float16 or int8)")
+        self.runtime_settings: dict[str, str] = {
+            **{f"cpu_{k}": v for k, v in detect().describe().items()},
+            "precision": str(past_type),
+            "kv_dtype": kv_dtype,
+            "providers": ",".join(self.session.get_providers()),
+            "intra_op_threads": str(intra_op_threads or "auto"),
+            "intra_op_spinning": str(intra_op_spinning),
+        }
         # NOTE: an engine built with an in-graph quantized KV cache (builder kv_cache_quant_scheme) keeps its
         # pool in that type; the prefix store then holds the pool's raw values (exact copies, no second rounding).
         self.pool_dtype = np.dtype(_POOL_DTYPES[past_type])

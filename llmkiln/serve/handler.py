@@ -117,6 +117,7 @@ class ServeCore:
         self.tokens_per_block = self.engine.config.kv_cache.tokens_per_block
         self.metrics = host.metrics
         self.published = TritonMetrics(pb, settings.model_name)
+        self.published.publish_info(host.metrics)
         recipe = self.engine.recipe
         if recipe is not None and settings.limits == RequestLimits():
             serve = recipe.serve

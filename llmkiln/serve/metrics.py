@@ -6,9 +6,12 @@ text (llmkiln.host.metrics.exposition)."""
 from __future__ import annotations
 
 from llmkiln.host.metrics import (
+    CPU_DESCRIPTION,
+    CPU_FAMILY,
     ENGINE_DESCRIPTION,
     ENGINE_FAMILY,
     FAMILIES,
+    SETTING_DESCRIPTION,
     TTFT_BUCKETS_MS,
     HostMetrics,
     Kind,
@@ -22,6 +25,7 @@ class TritonMetrics:
 
     def __init__(self, pb: TritonPb, model_name: str, model_version: str = "1") -> None:
         labels = {"model": model_name, "version": model_version}
+        self._pb, self._labels = pb, labels
         mf = pb.MetricFamily
         kinds = {Kind.COUNTER: mf.COUNTER, Kind.GAUGE: mf.GAUGE, Kind.HISTOGRAM: mf.HISTOGRAM}
         self._families: list[TritonMetricFamily] = []
@@ -37,7 +41,26 @@ class TritonMetrics:
         engine = mf(name=ENGINE_FAMILY, description=ENGINE_DESCRIPTION, kind=mf.GAUGE)
         self._families.append(engine)
         self.engine = {m: engine.Metric(labels={**labels, "metric": str(m)}) for m in EngineMetric}
+        self.info: list[
+            TritonMetric
+        ] = []  # the CPU and the runtime settings: 1 each, set once (publish_info)
         self._published: dict[str, float] = {}  # the value last published (each call to the stub is an IPC)
+
+    def publish_info(self, host: HostMetrics) -> None:
+        """The info gauges (llmkiln_cpu_features, llmkiln_runtime_setting), once: they never change."""
+        if self.info:
+            return
+        families: dict[str, TritonMetricFamily] = {}
+        for name, labels in host.info_samples():
+            if name not in families:
+                text = CPU_DESCRIPTION if name == CPU_FAMILY else SETTING_DESCRIPTION
+                families[name] = self._pb.MetricFamily(
+                    name=name, description=text, kind=self._pb.MetricFamily.GAUGE
+                )
+                self._families.append(families[name])
+            metric = families[name].Metric(labels={**self._labels, **labels})
+            metric.set(1.0)
+            self.info.append(metric)
 
     def publish(self, host: HostMetrics) -> None:
         """Bring the Triton metrics to the host's values; only what changed is sent (cheap after each request)."""
@@ -69,4 +92,5 @@ class TritonMetrics:
         """Drop metrics before their families (the stub requires that order)."""
         self.metrics.clear()
         self.engine.clear()
+        self.info.clear()
         self._families.clear()

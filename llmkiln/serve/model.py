@@ -4,6 +4,7 @@ Deliberately thin: the stub runs the venv's Python, so llmkiln is importable, an
 in llmkiln.serve.handler. The engine folder comes from the config parameter `engine_dir`.
 """
 
+import faulthandler
 from typing import Any
 
 import triton_python_backend_utils as pb_utils
@@ -17,6 +18,7 @@ class TritonPythonModel:
 
     def initialize(self, args: dict[str, Any]) -> None:
         exit_with_parent()  # a killed tritonserver's stub would otherwise keep its ports for minutes
+        faulthandler.enable(all_threads=True)  # a native crash prints the Python stacks into the server's log
         self.core = ServeCore.from_args(args, pb_utils)
 
     async def execute(self, requests: list[Any]) -> None:

@@ -47,6 +47,7 @@ from typing import IO
 from llmkiln.engine_dir import user_cache_dir
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.serve.backend_env import assemble_backend_dir, find_triton, server_env
+from llmkiln.serve.exit_status import crash_excerpt, describe_exit
 from llmkiln.serve.grpc_front import CANCEL_KEY_ENV, GrpcFront
 from llmkiln.serve.heartbeat import read_beat
 from llmkiln.serve.http_front import HttpFront
@@ -275,6 +276,8 @@ class TritonServer:
         lines = list(self.lines)
         errors = [ln for ln in lines if ERROR_LINE.match(ln)][-8:]
         head = ("Errors:\n" + "\n".join(e[:2000] for e in errors) + "\n") if errors else ""
+        crash = crash_excerpt(lines)  # a stub's native crash: the signal, the last step, the stack
+        head = f"Crash:\n{crash}\n{head}" if crash else head
         return f"{head}Last lines (full log: {self.keep_log()}):\n" + "\n".join(lines[-n:])
 
     @property
@@ -313,7 +316,7 @@ class TritonServer:
                 self.keep_log()  # before the reaper removes the folder it is in
                 self._close_reaper()
                 raise ServerFailed(
-                    f"tritonserver exited with code {code} before it was ready.\n{self.failure_report()}"
+                    f"tritonserver exited before it was ready ({describe_exit(code)}).\n{self.failure_report()}"
                 )
             if self.is_ready():
                 break

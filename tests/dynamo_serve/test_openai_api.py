@@ -107,3 +107,20 @@ def test_kiln_diagnose_reads_a_worker_like_a_triton_server(cluster):
     url = f"{cluster.spec.status_url(0)}/metrics"
     sig, _ = collect_signals([url], [], None)
     assert sig.prefill_step_ms is not None and sig.max_batch_size is not None
+
+
+def test_worker_metrics_name_the_cpu_and_the_settings_in_force(cluster):
+    """Each worker's /metrics carries llmkiln_cpu_features (this CPU's kind) and its runner's settings."""
+    import urllib.request
+
+    from llmkiln.cpu_features import detect
+
+    with urllib.request.urlopen(f"{cluster.spec.status_url(0)}/metrics", timeout=30) as r:
+        lines = r.read().decode().splitlines()
+    [cpu] = [ln for ln in lines if ln.startswith("llmkiln_cpu_features{")]
+    assert f'kind="{detect().kind}"' in cpu and cpu.endswith(" 1")
+    settings = [ln for ln in lines if ln.startswith("llmkiln_runtime_setting{")]
+    # the worker's intra-op thread cap is the setting in force (WorkerOptions --threads)
+    assert any('name="intra_op_threads"' in ln or 'name="INFERENCE_NUM_THREADS"' in ln for ln in settings), (
+        settings
+    )

@@ -51,6 +51,7 @@ class FakeRunner:
     batches_prefills_with_past = False
     mixes_decodes_with_prefills = False
     paged_kv = False
+    runtime_settings: dict[str, str] = {}
     block_memory = None
 
     def __init__(self, num_slots: int, num_blocks: int, tokens_per_block: int, max_len: int = 4096) -> None:
@@ -123,6 +124,7 @@ class PagedFakeRunner:
     batches_prefills_with_past = True
     mixes_decodes_with_prefills = True
     paged_kv = True
+    runtime_settings: dict[str, str] = {}
 
     def __init__(self, num_slots: int, num_blocks: int, tokens_per_block: int) -> None:
         self.num_slots = num_slots

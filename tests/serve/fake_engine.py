@@ -100,6 +100,7 @@ class FakeEngine:
     """Implements llmkiln.runtime.protocol.ServingEngine (mypy checks it: tests/test_types.py runs mypy over this file)."""
 
     tokenizer = ByteTokenizer()
+    runtime_settings: dict[str, str] = {"precision": "fake"}
     config = SchedulerConfig.make(tokens_per_block=16)
     recipe: Recipe | None = None
     block_store: BlockStore | None = None

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llmkiln.cpu_features import detect
 from llmkiln.recipe import Warmup
 from llmkiln.serve.repository import spec_from_engine, write_repository
 from llmkiln.serve.server import ServerConfig, TritonServer, free_ports
@@ -173,6 +174,11 @@ def test_metrics_endpoint_shows_custom_metrics(served: TritonServer):
     assert metric(values, "llmkiln_prefix_cache_hit_tokens_total") >= 16
     assert 0 < metric(values, "llmkiln_prefix_cache_hit_rate") <= 1
     assert metric(values, "llmkiln_requests_rejected_total") >= 3
+    # the CPU it runs on and the runner's settings, as info gauges (1 each)
+    cpu = detect()
+    [features] = [k for k in values if k.startswith("llmkiln_cpu_features{")]
+    assert f'kind="{cpu.kind}"' in features and 'model="llmkiln"' in features and values[features] == 1
+    assert any(k.startswith("llmkiln_runtime_setting{") and 'name="precision"' in k for k in values), values
 
 
 def test_overload_is_refused_with_queue_full(engine: Path, tmp_path: Path):

@@ -1,0 +1,95 @@
+"""How the OpenVINO runner compiles its graph on this CPU: chosen from what the CPU has, recorded as in force.
+
+OpenVINO's CPU plugin picks its own defaults by CPU, and they are not the engine's: on a CPU with AMX its
+inference precision defaults to bf16 and its KV cache to u8 (seen on an Intel Xeon, openvino 2026.4.1), on an
+AVX2-only one to f32. So the runner never leaves precision to it: the recipe's precision is the inference
+precision and the KV pools' type (`properties`), and the thread count is the recipe's
+`scheduler.intra_op_threads` (0: OpenVINO's, one per core it may use).
+
+One choice avoids a crash: with AMX, bf16 and **one** thread, OpenVINO 2026.4.1's CPU plugin dies of SIGFPE
+(an integer division by zero) inside `compile_model` — its fused LLM MLP kernel (the `MLPFusion` pass, registered
+only for AMX with bf16 or f16, matching `down(swish(gate(x)) * up(x))`) splits its work by the thread count.
+A worker given one core (`kiln serve --dynamo --workers 2` on 2 cores) hit it on every start. The fusion only
+matches a one-input Swish (the form the PyTorch frontend emits), so the runner gives each Swish its explicit
+beta of 1.0 (`unfuse_mlp`): the same function, the MLP then runs as plain bf16 FullyConnected layers (on 2
+threads fused and unfused take the same time: a 64-token prefill of bench-ov-bf16 20.5 ms either way).
+Reproducer outside llmkiln: experiments/openvino_mlp_sigfpe.py.
+
+`OpenVinoSettings.describe()` is what the engine reports (`LLMEngine.runtime_settings`, /metrics
+`llmkiln_runtime_setting`): the choices made here and what the compiled model says is in force.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llmkiln.cpu_features import CpuFeatures
+
+# the recipe's precision -> OpenVINO's element type name
+ELEMENT_TYPES = {"fp32": "f32", "bf16": "bf16"}
+# compiled-model properties worth reporting (the ones the CPU plugin chooses by CPU when not told)
+REPORTED_PROPERTIES = (
+    "INFERENCE_PRECISION_HINT",
+    "KV_CACHE_PRECISION",
+    "KEY_CACHE_PRECISION",
+    "VALUE_CACHE_PRECISION",
+    "INFERENCE_NUM_THREADS",
+    "NUM_STREAMS",
+    "PERFORMANCE_HINT",
+    "ENABLE_CPU_PINNING",
+    "ENABLE_HYPER_THREADING",
+    "SCHEDULING_CORE_TYPE",
+    "DYNAMIC_QUANTIZATION_GROUP_SIZE",
+    "RUNTIME_REQUIREMENTS",
+)
+
+
+@dataclass(frozen=True)
+class OpenVinoSettings:
+    precision: str  # the recipe's: fp32 | bf16
+    threads: int  # INFERENCE_NUM_THREADS to set (0: leave it to OpenVINO)
+    effective_threads: int  # the threads the plugin will use
+    unfuse_mlp: bool  # give each Swish an explicit beta so the AMX MLP fusion does not match (see above)
+    cpu: CpuFeatures
+    reasons: tuple[str, ...] = ()
+    in_force: dict[str, str] = field(default_factory=dict)  # read back from the compiled model
+
+    def properties(self) -> dict[str, object]:
+        """compile_model's config."""
+        t = ELEMENT_TYPES[self.precision]
+        cfg: dict[str, object] = {"INFERENCE_PRECISION_HINT": t, "KV_CACHE_PRECISION": t}
+        if self.threads:
+            cfg["INFERENCE_NUM_THREADS"] = self.threads
+        return cfg
+
+    def describe(self) -> dict[str, str]:
+        """name -> value, everything in force (for the engine report and /metrics)."""
+        out = {f"cpu_{k}": v for k, v in self.cpu.describe().items()}
+        out["precision"] = self.precision
+        out["mlp_fusion"] = (
+            "off (one thread with AMX bf16: OpenVINO 2026.4 SIGFPE)" if self.unfuse_mlp else "auto"
+        )
+        out.update(self.in_force)
+        return out
+
+
+def choose(cpu: CpuFeatures, precision: str, threads: int) -> OpenVinoSettings:
+    """The settings for a `precision` engine on `cpu` with `threads` intra-op threads (0: one per usable core)."""
+    if precision not in ELEMENT_TYPES:
+        raise ValueError(f"precision {precision!r}: the OpenVINO runner runs {' or '.join(ELEMENT_TYPES)}")
+    effective = threads or max(1, cpu.cores)
+    reasons: list[str] = []
+    unfuse = cpu.amx and precision == "bf16" and effective == 1
+    if unfuse:
+        reasons.append(
+            "AMX + bf16 + one thread: OpenVINO's fused MLP kernel divides by zero at compile time (SIGFPE); "
+            "the MLP runs unfused"
+        )
+    return OpenVinoSettings(
+        precision=precision,
+        threads=threads,
+        effective_threads=effective,
+        unfuse_mlp=unfuse,
+        cpu=cpu,
+        reasons=tuple(reasons),
+    )
