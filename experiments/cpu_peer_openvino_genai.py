@@ -132,9 +132,15 @@ class PeerConfig:
         venv: Path | None = None,
         model_dir: Path | None = None,
         settings: dict[str, Any] | None = None,
+        user_tokens: str | None = None,
     ) -> PeerConfig:
         sizes = CpuPeersConfig.make(
-            quick=quick, out_dir=out_dir, concurrency=concurrency, requests=requests, warmup=warmup
+            quick=quick,
+            out_dir=out_dir,
+            concurrency=concurrency,
+            requests=requests,
+            warmup=warmup,
+            user_tokens=user_tokens,
         )
         cfg = cls(sizes=sizes, venv=venv, model_dir=model_dir)
         if engine is not None:
@@ -534,6 +540,9 @@ def rewrite_reports(cfg: PeerConfig, console: Console) -> dict[str, BenchReport]
     "--requests", default=None, help="Requests per level, one or one per level [default: 24,32,64]."
 )
 @click.option("--warmup", type=int, default=None, help="Warm-up requests, not measured [default: 8].")
+@click.option(
+    "--user-tokens", default=None, help="Fresh tokens per request after the system prompt [default: 80-120]."
+)
 @click.option("--threads", type=int, default=None, help="INFERENCE_NUM_THREADS [default: 2].")
 @click.option(
     "--max-num-batched-tokens", type=int, default=None, help="A step's token budget [default: 1024]."
@@ -565,6 +574,7 @@ def cli(
     concurrency: str | None,
     requests: str | None,
     warmup: int | None,
+    user_tokens: str | None,
     threads: int | None,
     max_num_batched_tokens: int | None,
     cache_gb: int | None,
@@ -585,7 +595,17 @@ def cli(
         if v is not None
     }
     cfg = PeerConfig.make(
-        quick, out_dir, engine, precisions, concurrency, requests, warmup, venv, model_dir, settings
+        quick,
+        out_dir,
+        engine,
+        precisions,
+        concurrency,
+        requests,
+        warmup,
+        venv,
+        model_dir,
+        settings,
+        user_tokens,
     )
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     if report_only:

@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -70,9 +70,9 @@ from llmkiln.bench.vllm_peer import (
     tokenize,
     versions,
 )
-from llmkiln.bench.workloads import Workload, WorkloadSpec, build_workload, load_tokenizer
+from llmkiln.bench.workloads import Workload, WorkloadSpec, build_workload, load_tokenizer, parse_range
 from llmkiln.cli.main import run_command
-from llmkiln.cli.options import engines_dir_option
+from llmkiln.cli.options import engines_dir_option, recipe_sets
 from llmkiln.dynamo.cluster import available_cores
 from llmkiln.dynamo.options import DynamoOptions
 from llmkiln.engine_dir import EngineDir
@@ -174,6 +174,7 @@ class CpuPeersConfig:
     timeout_s: float = 900.0
     ready_timeout_s: float = 900.0  # vLLM compiles its graphs at start (about a minute per dtype here)
     quick: bool = False
+    overrides: dict[str, Any] = field(default_factory=dict)  # --set: recipe fields for the llmkiln systems
 
     @classmethod
     def make(
@@ -186,6 +187,8 @@ class CpuPeersConfig:
         requests: str | None = None,
         warmup: int | None = None,
         vllm_venv: Path | None = None,
+        user_tokens: str | None = None,
+        sets: tuple[str, ...] = (),
     ) -> CpuPeersConfig:
         cfg = cls()
         if quick:  # the harness end to end in minutes: short prompts, a few requests; same code paths
@@ -213,6 +216,10 @@ class CpuPeersConfig:
             if warmup < 1:
                 raise BadInput(f"--warmup {warmup}: warm servers need at least one warm-up request")
             cfg = replace(cfg, warmup=warmup)
+        if user_tokens is not None:  # e.g. 30-40: the short turns of a chat on a long cached system prompt
+            cfg = replace(cfg, user_tokens=parse_range(user_tokens, "--user-tokens"))
+        if sets:
+            cfg = replace(cfg, overrides=recipe_sets(sets, "--set"))
         pick_systems(all_systems(cfg.recipes), systems)  # unknown names: BadInput before anything runs
         if out_dir is not None:
             cfg = replace(cfg, out_dir=Path(out_dir))
@@ -248,6 +255,10 @@ class CpuPeersConfig:
             ",".join(map(str, self.requests)),
         ]
         args += ["--warmup", str(self.warmup)]
+        if not self.quick and self.user_tokens != CpuPeersConfig.user_tokens:
+            args += ["--user-tokens", "-".join(map(str, self.user_tokens))]
+        for section, fields in self.overrides.items():
+            args += [a for k, v in fields.items() for a in ("--set", f"{section}.{k}={json.dumps(v)}")]
         if self.engines_root is not None:
             args += ["--engines-dir", str(self.engines_root)]
         if self.vllm_venv is not None:
@@ -336,12 +347,14 @@ def _serve(
     facts: dict[str, Any]
     if system.kind == "triton":
         assert system.recipe is not None
-        with serve_engine(engines[system.recipe], ready_timeout_s=cfg.ready_timeout_s) as served:
+        with serve_engine(
+            engines[system.recipe], ready_timeout_s=cfg.ready_timeout_s, overrides=cfg.overrides or None
+        ) as served:
             yield served.url, served.model, "triton", {"ready_s": served.ready_s}
     elif system.kind == "dynamo":
         assert system.recipe is not None
         t0 = time.monotonic()
-        opts = DynamoOptions(workers=1, grace_period_s=1.0)
+        opts = DynamoOptions(workers=1, grace_period_s=1.0, overrides=dict(cfg.overrides))
         with serve_dynamo_engine(
             engines[system.recipe], opts, ready_timeout_s=cfg.ready_timeout_s
         ) as launcher:
@@ -601,6 +614,17 @@ def print_targets(summary: dict[str, Any]) -> None:
     "--warmup", type=int, default=None, help="Warm-up requests per system, not measured (default 8)."
 )
 @click.option(
+    "--user-tokens",
+    default=None,
+    help="Fresh tokens per request after the system prompt, N or MIN-MAX (80-120).",
+)
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    help="A recipe field for the llmkiln systems, SECTION.FIELD=VALUE (e.g. scheduler.max_prefill_tokens_decoding=64).",
+)
+@click.option(
     "--vllm-venv",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
@@ -622,6 +646,8 @@ def cli(
     requests_: str | None,
     warmup: int | None,
     vllm_venv: Path | None,
+    user_tokens: str | None,
+    sets: tuple[str, ...],
     engines_dir: Path,
     resummarize_only: bool,
 ) -> None:
@@ -642,6 +668,8 @@ def cli(
         requests=requests_,
         warmup=warmup,
         vllm_venv=vllm_venv,
+        user_tokens=user_tokens,
+        sets=sets,
     )
     if resummarize_only:
         click.echo(f"rewrote {resummarize(cfg.out_dir)} from summary.json")

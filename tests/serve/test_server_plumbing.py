@@ -63,7 +63,7 @@ def _start_expecting_failure(tmp_path: Path) -> tuple[TritonServer, str]:
 def test_a_model_that_fails_to_load_reports_the_server_log(tmp_path: Path):
     fake_repository(tmp_path, "broken", model_py="import no_such_module\n")
     server, msg = _start_expecting_failure(tmp_path)
-    assert "exited with code" in msg and "No module named 'no_such_module'" in msg
+    assert "exited before it was ready (exit code 1)" in msg and "No module named 'no_such_module'" in msg
     assert not server.leftover_processes() and not server.leftover_shm()
 
 
