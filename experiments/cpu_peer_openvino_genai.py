@@ -133,6 +133,7 @@ class PeerConfig:
         model_dir: Path | None = None,
         settings: dict[str, Any] | None = None,
         user_tokens: str | None = None,
+        output_spread: int | None = None,
     ) -> PeerConfig:
         sizes = CpuPeersConfig.make(
             quick=quick,
@@ -141,6 +142,7 @@ class PeerConfig:
             requests=requests,
             warmup=warmup,
             user_tokens=user_tokens,
+            output_spread=output_spread,
         )
         cfg = cls(sizes=sizes, venv=venv, model_dir=model_dir)
         if engine is not None:
@@ -543,10 +545,14 @@ def rewrite_reports(cfg: PeerConfig, console: Console) -> dict[str, BenchReport]
 @click.option(
     "--user-tokens", default=None, help="Fresh tokens per request after the system prompt [default: 80-120]."
 )
+@click.option(
+    "--output-spread", type=int, default=None, help="Output tokens 32 ± this per request [default: 0]."
+)
 @click.option("--threads", type=int, default=None, help="INFERENCE_NUM_THREADS [default: 2].")
 @click.option(
     "--max-num-batched-tokens", type=int, default=None, help="A step's token budget [default: 1024]."
 )
+@click.option("--max-num-seqs", type=int, default=None, help="Sequences per step [default: 8].")
 @click.option("--cache-gb", type=int, default=None, help="KV cache size in GB [default: 4].")
 @click.option(
     "--venv",
@@ -575,8 +581,10 @@ def cli(
     requests: str | None,
     warmup: int | None,
     user_tokens: str | None,
+    output_spread: int | None,
     threads: int | None,
     max_num_batched_tokens: int | None,
+    max_num_seqs: int | None,
     cache_gb: int | None,
     venv: Path | None,
     model_dir: Path | None,
@@ -590,6 +598,7 @@ def cli(
         for k, v in (
             ("threads", threads),
             ("max_num_batched_tokens", max_num_batched_tokens),
+            ("max_num_seqs", max_num_seqs),
             ("cache_size_gb", cache_gb),
         )
         if v is not None
@@ -606,6 +615,7 @@ def cli(
         model_dir,
         settings,
         user_tokens,
+        output_spread,
     )
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     if report_only:

@@ -168,6 +168,7 @@ class CpuPeersConfig:
     system_tokens: int = 1500
     user_tokens: tuple[int, int] = (80, 120)
     output_tokens: int = 32
+    output_spread: int = 0  # --output-spread: output tokens per request 32 ± this (breaks lockstep waves)
     levels: tuple[int, ...] = (1, 4, 8)
     requests: tuple[int, ...] = (24, 32, 64)  # per level: p95 quoted from 20 samples on (stats.min_samples)
     warmup: int = 8  # per system, sent at the top concurrency, not measured
@@ -189,6 +190,7 @@ class CpuPeersConfig:
         vllm_venv: Path | None = None,
         user_tokens: str | None = None,
         sets: tuple[str, ...] = (),
+        output_spread: int | None = None,
     ) -> CpuPeersConfig:
         cfg = cls()
         if quick:  # the harness end to end in minutes: short prompts, a few requests; same code paths
@@ -220,6 +222,10 @@ class CpuPeersConfig:
             cfg = replace(cfg, user_tokens=parse_range(user_tokens, "--user-tokens"))
         if sets:
             cfg = replace(cfg, overrides=recipe_sets(sets, "--set"))
+        if output_spread is not None:
+            if not 0 <= output_spread < cfg.output_tokens:
+                raise BadInput(f"--output-spread {output_spread}: give 0 to {cfg.output_tokens - 1}")
+            cfg = replace(cfg, output_spread=output_spread)
         pick_systems(all_systems(cfg.recipes), systems)  # unknown names: BadInput before anything runs
         if out_dir is not None:
             cfg = replace(cfg, out_dir=Path(out_dir))
@@ -235,6 +241,7 @@ class CpuPeersConfig:
             num_requests=self.warmup + sum(self.requests),
             seed=self.seed,
             output_tokens=self.output_tokens,
+            output_spread=self.output_spread,
             system_tokens=self.system_tokens,
             user_tokens=self.user_tokens,
             num_system_prompts=1,
@@ -257,6 +264,8 @@ class CpuPeersConfig:
         args += ["--warmup", str(self.warmup)]
         if not self.quick and self.user_tokens != CpuPeersConfig.user_tokens:
             args += ["--user-tokens", "-".join(map(str, self.user_tokens))]
+        if self.output_spread:
+            args += ["--output-spread", str(self.output_spread)]
         for section, fields in self.overrides.items():
             args += [a for k, v in fields.items() for a in ("--set", f"{section}.{k}={json.dumps(v)}")]
         if self.engines_root is not None:
@@ -373,6 +382,10 @@ def _serve(
             dtype=system.dtype,
             served_model_name=recipe.serve.model_name,
             max_model_len=recipe.limits.max_seq_len,
+            # as many sequences at once as the llmkiln systems run (their recipe's, or a --set of it)
+            max_num_seqs=int(
+                cfg.overrides.get("scheduler", {}).get("max_batch_size", recipe.scheduler.max_batch_size)
+            ),
         )
         server = VllmServer(vopts, cfg.vllm_venv, log_dir=cfg.raw_dir / "logs")
         with server:
@@ -619,6 +632,12 @@ def print_targets(summary: dict[str, Any]) -> None:
     help="Fresh tokens per request after the system prompt, N or MIN-MAX (80-120).",
 )
 @click.option(
+    "--output-spread",
+    type=int,
+    default=None,
+    help="Output tokens per request 32 ± this, drawn per request (default 0: a closed loop then runs in lockstep waves).",
+)
+@click.option(
     "--set",
     "sets",
     multiple=True,
@@ -647,6 +666,7 @@ def cli(
     warmup: int | None,
     vllm_venv: Path | None,
     user_tokens: str | None,
+    output_spread: int | None,
     sets: tuple[str, ...],
     engines_dir: Path,
     resummarize_only: bool,
@@ -670,6 +690,7 @@ def cli(
         vllm_venv=vllm_venv,
         user_tokens=user_tokens,
         sets=sets,
+        output_spread=output_spread,
     )
     if resummarize_only:
         click.echo(f"rewrote {resummarize(cfg.out_dir)} from summary.json")

@@ -27,7 +27,7 @@ from typing import Any
 import click
 
 from experiments.cpu_peers import CpuPeersConfig, run_cpu_peers
-from llmkiln.bench.report import machine_info
+from llmkiln.bench.report import load_report, machine_info
 from llmkiln.cli.main import run_command
 from llmkiln.cli.options import engines_dir_option
 from llmkiln.errors import BadInput
@@ -50,6 +50,26 @@ def _row(label: str, c: str, lv: dict[str, Any]) -> dict[str, Any]:
 
 
 def _peer_rows(peer: str) -> list[dict[str, Any]]:
+    """A peer's rows: from a BenchReport file (e.g. OUT/peer/ovgenai-bf16.json), or SUMMARY_JSON:SYSTEM."""
+    if peer.endswith(".json") and Path(peer).is_file():
+        try:
+            rep = load_report(Path(peer))
+        except (OSError, ValueError) as exc:
+            raise BadInput(f"--peer {peer}: not a bench report ({exc})") from None
+        return [
+            {
+                "setting": rep.run.label,
+                "c": lv.concurrency,
+                "ttft_p50": lv.ttft_ms.p50,
+                "ttft_p95": lv.ttft_ms.p95,
+                "itl_p50": lv.itl_ms.p50,
+                "itl_p99": lv.itl_ms.p99,
+                "tok_s": lv.output_token_throughput,
+                "errors": lv.num_errors,
+                "n": lv.num_requests,
+            }
+            for lv in rep.levels
+        ]
     path, _, name = peer.rpartition(":")
     try:
         entry = json.loads(Path(path).read_text())["systems"].get(name) if path else None
@@ -72,8 +92,9 @@ def summary_markdown(meta: dict[str, Any], rows: list[dict[str, Any]], peer: lis
         "",
         f"System `{meta['system']}`; grid `{meta['field']}` = {', '.join(meta['values'])}; fixed: "
         f"{meta['fixed'] or 'nothing'}. Workload shared-prefix: one {meta['system_tokens']}-token system prompt, "
-        f"fresh user turns of {meta['user_tokens'][0]}-{meta['user_tokens'][1]} tokens, {meta['output_tokens']} "
-        f"output tokens, greedy, closed loop, {meta['requests']} requests per level after {meta['warmup']} warm-up "
+        f"fresh user turns of {meta['user_tokens'][0]}-{meta['user_tokens'][1]} tokens, {meta['output_tokens']}"
+        + (f" ± {meta['output_spread']}" if meta.get("output_spread") else "")
+        + f" output tokens, greedy, closed loop, {meta['requests']} requests per level after {meta['warmup']} warm-up "
         "requests; every setting served fresh and sent the same requests.",
         "",
         f"Machine: {meta['machine']['cpu']['model']} ({meta['machine']['cpu']['kind']}), "
@@ -105,6 +126,9 @@ def summary_markdown(meta: dict[str, Any], rows: list[dict[str, Any]], peer: lis
     "--set", "sets", multiple=True, help="Fixed recipe fields for every point, SECTION.FIELD=VALUE."
 )
 @click.option("--user-tokens", default="30-40", show_default=True)
+@click.option(
+    "--output-spread", type=int, default=0, show_default=True, help="Output tokens 32 ± this per request."
+)
 @click.option("--concurrency", default="8", show_default=True)
 @click.option("--requests", "requests_", default="64", show_default=True)
 @click.option("--warmup", type=int, default=8, show_default=True)
@@ -120,6 +144,7 @@ def cli(
     grid: str,
     sets: tuple[str, ...],
     user_tokens: str,
+    output_spread: int,
     concurrency: str,
     requests_: str,
     warmup: int,
@@ -144,6 +169,7 @@ def cli(
             warmup=warmup,
             user_tokens=user_tokens,
             sets=point_sets,
+            output_spread=output_spread,
         )
         _, summary = run_cpu_peers(replace(cfg, engines_root=engines_dir))
         entry = summary["systems"][system]
@@ -158,6 +184,7 @@ def cli(
         "system_tokens": cfg.system_tokens,
         "user_tokens": list(cfg.user_tokens),
         "output_tokens": cfg.output_tokens,
+        "output_spread": output_spread,
         "requests": requests_,
         "warmup": warmup,
         "machine": machine_info(),

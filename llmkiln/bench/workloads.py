@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -94,6 +94,10 @@ class WorkloadSpec:
     num_requests: int = 16
     seed: int = 0
     output_tokens: int = 64
+    # output tokens per request drawn uniformly from output_tokens ± output_spread (own random stream: the prompts
+    # do not change). 0: every request the same length — a closed loop then runs in lockstep waves (all requests
+    # start and end together, so no decode ever waits behind a prompt); a spread breaks the waves.
+    output_spread: int = 0
     # shared-prefix
     system_tokens: int = 1500
     user_tokens: tuple[int, int] = (50, 200)
@@ -133,6 +137,8 @@ class WorkloadSpec:
             template = self.chat_template or PLAIN_TEMPLATE
             out["chat_template_sha256"] = hashlib.sha256(template.encode()).hexdigest()[:16]
         out["output_tokens"] = self.output_tokens
+        if self.output_spread:
+            out["output_spread"] = self.output_spread
         out["num_requests"] = self.num_requests
         return out
 
@@ -479,13 +485,27 @@ def build_workload(tok: Tokenizer | None, spec: WorkloadSpec) -> Workload:
         raise BadInput(f"number of requests must be positive, got {spec.num_requests}")
     if spec.output_tokens <= 0:
         raise BadInput(f"output tokens must be positive, got {spec.output_tokens}")
+    if not 0 <= spec.output_spread < spec.output_tokens:
+        raise BadInput(
+            f"output spread {spec.output_spread}: give 0 to {spec.output_tokens - 1} (output tokens "
+            f"{spec.output_tokens} ± spread must stay positive)"
+        )
     if spec.name == "jsonl":
         return Workload(spec.name, spec.seed, spec.params(), from_jsonl(tok, spec))
     if tok is None:
         raise BadInput(
             f"workload {spec.name!r} builds prompts of exact token lengths: give --tokenizer (engine folder)"
         )
-    return Workload(spec.name, spec.seed, spec.params(), _BUILDERS[spec.name](tok, spec))
+    return Workload(spec.name, spec.seed, spec.params(), _spread(_BUILDERS[spec.name](tok, spec), spec))
+
+
+def _spread(requests: list[BenchRequest], spec: WorkloadSpec) -> list[BenchRequest]:
+    """Each request's max_tokens drawn from output_tokens ± output_spread (unchanged when the spread is 0)."""
+    if not spec.output_spread:
+        return requests
+    rng = random.Random(f"output-spread:{spec.seed}")
+    lo, hi = spec.output_tokens - spec.output_spread, spec.output_tokens + spec.output_spread
+    return [replace(r, max_tokens=rng.randint(lo, hi)) for r in requests]
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:

@@ -109,6 +109,14 @@ def workload_options(f: F) -> F:
                 "--output-tokens", type=int, default=32, show_default=True, help="max_tokens per request."
             ),
             click.option(
+                "--output-spread",
+                type=int,
+                default=0,
+                show_default=True,
+                help="max_tokens per request drawn from --output-tokens ± this (0: all equal, and a closed "
+                "loop then runs in lockstep waves).",
+            ),
+            click.option(
                 "--system-tokens", type=int, default=1500, show_default=True, help="shared-prefix: S."
             ),
             click.option(
@@ -152,6 +160,7 @@ def workload_spec(kw: dict[str, Any], num_requests: int) -> WorkloadSpec:
         num_requests=num_requests,
         seed=kw["seed"],
         output_tokens=kw["output_tokens"],
+        output_spread=kw.get("output_spread", 0),
         system_tokens=kw["system_tokens"],
         num_system_prompts=kw["system_prompts"],
         user_tokens=parse_range(kw["user_tokens"], "--user-tokens"),

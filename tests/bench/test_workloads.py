@@ -247,3 +247,21 @@ def test_chat_multiturn_bad_sizes(tok):
             build_workload(tok, chat(**kw))
     with pytest.raises(BadInput, match="system message"):
         build_workload(tok, chat(template="{% for m in messages %}{{ m['content'] }}{% endfor %}!"))
+
+
+def test_spread_draws_lengths_and_keeps_the_prompts(tok):
+    base = WorkloadSpec(num_requests=40, output_tokens=32, system_tokens=64, user_tokens=(8, 16))
+    same = build_workload(tok, base)
+    spread = build_workload(tok, WorkloadSpec(**{**base.__dict__, "output_spread": 16}))
+    assert {r.max_tokens for r in same.requests} == {32}
+    lengths = [r.max_tokens for r in spread.requests]
+    assert min(lengths) >= 16 and max(lengths) <= 48 and len(set(lengths)) > 10
+    assert [r.prompt for r in spread.requests] == [r.prompt for r in same.requests]
+    assert spread.params["output_spread"] == 16 and "output_spread" not in same.params
+    again = build_workload(tok, WorkloadSpec(**{**base.__dict__, "output_spread": 16}))
+    assert [r.max_tokens for r in again.requests] == lengths  # deterministic
+
+
+def test_a_spread_that_reaches_zero_is_refused(tok):
+    with pytest.raises(BadInput, match="output spread 32"):
+        build_workload(tok, WorkloadSpec(output_tokens=32, output_spread=32))
