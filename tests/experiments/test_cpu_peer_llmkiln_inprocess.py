@@ -1,0 +1,37 @@
+"""experiments.cpu_peer_llmkiln_inprocess: the closed loop that drives the runtime in-process (on the front doors'
+fake engine here; the measured runs drive LLMEngine)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from experiments.cpu_peer_llmkiln_inprocess import closed_loop
+from llmkiln.bench.workloads import BenchRequest, Workload
+from tests.serve.fake_engine import FakeEngine
+
+
+def test_the_closed_loop_keeps_c_in_flight_and_records_every_token():
+    engine = FakeEngine()
+    reqs = [BenchRequest(i, "x", 3 + i % 4, 10, "shared") for i in range(12)]
+    wl = Workload("shared-prefix", 0, {}, reqs)
+    peak = 0
+
+    async def run():
+        nonlocal peak
+
+        async def watch():
+            nonlocal peak
+            while True:
+                peak = max(peak, engine.active)
+                await asyncio.sleep(0.001)
+
+        w = asyncio.create_task(watch())
+        out = await closed_loop(engine, wl, {r.index: [7] * 10 for r in reqs}, concurrency=3)  # type: ignore[arg-type]
+        w.cancel()
+        return out
+
+    records = asyncio.run(run())
+    assert [r.index for r in records] == list(range(12)) and all(r.ok for r in records)
+    assert [r.num_output_tokens for r in records] == [r.max_tokens for r in reqs]
+    assert all(len(r.token_ns) == r.num_output_tokens and r.end_ns >= r.token_ns[-1] for r in records)
+    assert peak == 3
