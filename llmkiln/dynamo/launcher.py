@@ -134,9 +134,18 @@ class Proc:
 class DynamoLauncher:
     """One launch: a frontend and N workers (see the module docstring)."""
 
-    def __init__(self, spec: ClusterSpec, echo: IO[str] | None = None, max_restarts: int = 3) -> None:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        echo: IO[str] | None = None,
+        max_restarts: int = 3,
+        owns_state: bool = False,
+    ) -> None:
         spec.check()
         self.spec = spec
+        # the state folder is the launch's own temp folder: removed with everything else if the launcher is
+        # killed (kept, with its logs, when the launch fails: keep_logs)
+        self.owns_state = owns_state
         self.echo = echo
         self.max_restarts = max_restarts
         self.frontend = Proc("frontend", spec.frontend_command(), spec.env(), spec.log_dir / "frontend.log")
@@ -184,6 +193,8 @@ class DynamoLauncher:
         self.reaper = Reaper("dynamo")
         self.reaper.start()
         self.reaper.remove_tree(s.discovery_dir)
+        if self.owns_state:
+            self.reaper.remove_tree(s.state_dir)
         if s.frontend_port:
             folder = EngineDir(s.engine)
             tok_file = folder.tokenizer_file()
@@ -241,6 +252,11 @@ class DynamoLauncher:
             return parse_exposition(r.read().decode("utf-8"))
 
     # -- stop ------------------------------------------------------------------------------------------------
+    def keep_logs(self) -> None:
+        """The launch failed: its state folder (the logs the error names) outlives the stop."""
+        if self.reaper is not None and self.owns_state:
+            self.reaper.keep_tree(self.spec.state_dir)
+
     def stop(self, timeout_s: float | None = None) -> dict[str, int | None]:
         """SIGTERM everything, wait (grace period + drain + margin), SIGKILL stragglers, remove discovery files.
         Returns each process's exit code."""
@@ -426,6 +442,9 @@ def serve_forever(
         while not launcher.stopping.wait(0.5):
             launcher.supervise_once()
         return 0
+    except BaseException:
+        launcher.keep_logs()
+        raise
     finally:
         launcher.stop()
         for s, h in old.items():
@@ -517,7 +536,7 @@ def serve_dynamo(
     check_engine(engine, opts.engines_root)
     own = opts.state_dir is None
     state = Path(tempfile.mkdtemp(prefix="llmkiln-dynamo-")) if own else Path(opts.state_dir or ".")
-    launcher = DynamoLauncher(make_spec(engine, opts, state), echo=echo)
+    launcher = DynamoLauncher(make_spec(engine, opts, state), echo=echo, owns_state=own)
     code = serve_forever(launcher, on_ready)
     if own:
         shutil.rmtree(state, ignore_errors=True)

@@ -10,6 +10,7 @@ holds. The launcher tells it, one line at a time, what to clean up:
     pgid PID STARTTIME     a process group led by PID (started at STARTTIME, /proc/PID/stat field 22)
     shm PREFIX             /dev/shm files whose names start with PREFIX
     rmtree PATH            a folder to remove
+    keep PATH              a folder not to remove after all (a failed launch keeps its logs for the user)
 
 When stdin reaches end-of-file — the launcher closed it after a clean stop, or the kernel closed it because the
 launcher died — the reaper SIGKILLs the cgroup and the process groups, waits until they are empty, removes the
@@ -145,6 +146,10 @@ class Reaper:
     def remove_tree(self, path: Path) -> None:
         self._send(f"rmtree {path}")
 
+    def keep_tree(self, path: Path) -> None:
+        """Withdraw a remove_tree (the launch failed: its logs stay where the error message points)."""
+        self._send(f"keep {path}")
+
     def close(self, timeout_s: float = 15.0) -> None:
         """The launch stopped: let the reaper clean what is left and exit; wait for it."""
         if self.proc is None:
@@ -232,6 +237,8 @@ def reap(lines: IO[str]) -> None:
             shm.append(rest)
         elif kind == "rmtree":
             trees.append(Path(rest))
+        elif kind == "keep":
+            trees = [t for t in trees if t != Path(rest)]
     for cg in cgroups:
         with contextlib.suppress(OSError):
             (cg / "cgroup.kill").write_text("1")

@@ -73,3 +73,31 @@ def test_sigkilled_kiln_serve_dynamo_three_times_leaves_nothing(stories_engine, 
     env = {**os.environ, **({"LLMKILN_CGROUP": "0"} if cgroup == "off" else {})}  # off: process groups only
     for round_ in range(3):
         kill_and_check(stories_engine, tmp_path / f"state-{round_}", env)
+
+
+def test_sigkilled_kiln_serve_dynamo_leaves_no_temp_state_folder(stories_engine, tmp_path):
+    """Without --state-dir the launch's state (discovery, logs) is a temp folder of its own: the reaper removes it
+    when the launcher is SIGKILLed (a failed launch keeps it: the error names its logs)."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    port = free_ports(1)[0]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmkiln.cli.main", "serve", str(stories_engine), "--dynamo", "--workers", "1",
+         "--http-port", str(port), "--grace-period", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmpdir)},
+    )  # fmt: skip
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:
+        ready = lambda: any(line.startswith("ready") for line in lines) or proc.poll() is not None  # noqa: E731
+        assert wait_until(ready, 240, 0.2) and proc.poll() is None, "".join(lines)[-3000:]
+        [state] = tmpdir.glob("llmkiln-dynamo-*")
+        assert (state / "logs").is_dir()
+        proc.kill()
+        proc.wait(timeout=30)
+        assert wait_until(lambda: not state.exists(), 30), sorted(state.rglob("*"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        reader.join(10)
