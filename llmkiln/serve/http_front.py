@@ -55,6 +55,10 @@ QUEUE_FULL = b"queue full"  # the runtime's QueueFull message (llmkiln.runtime.e
 SHUTTING_DOWN = b"the server is shutting down"  # llmkiln.serve.handler.SHUTTING_DOWN
 STOPPING_MESSAGE = "llmkiln: the server is shutting down; retry on another replica or after it restarts"
 READY_PATH = re.compile(r"^/v2/(?:health/ready|models/[^/]+(?:/versions/[^/]+)?/ready)$")
+HEALTH_PATH = re.compile(r"^/v2/(?:health/(?:ready|live)|models/[^/]+(?:/versions/[^/]+)?/ready)$")
+# a health probe Triton does not answer within this long is answered 503 here (a stopped or hung tritonserver
+# accepts the connection and never replies: the probe would hang as long as the client lets it)
+HEALTH_TIMEOUT_S = 2.0
 OPEN, DRAINING, REFUSING = "open", "draining", "refusing"
 BODY_SLACK = 64 * 1024  # JSON overhead allowed on top of the largest prompt
 IDENTITY = ("", "identity")
@@ -146,8 +150,12 @@ class HttpFront(ProxyFront):
         if data is not None and m is not None and m.group(1) == "generate":
             return await self._generate_once(request, data, headers)
         url = f"http://{self.upstream}{request.path_qs}"
+        probe = HEALTH_PATH.match(request.path) is not None
+        timeout = aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S) if probe else None
         try:
-            async with self._session.request(request.method, url, headers=headers, data=body) as up:
+            async with self._session.request(
+                request.method, url, headers=headers, data=body, timeout=timeout
+            ) as up:
                 out_headers = {k: v for k, v in up.headers.items() if k.lower() not in HOP_HEADERS}
                 if m is not None and m.group(1) == "generate_stream" and up.status == 200:
                     return await self._stream(request, up, out_headers)
@@ -156,6 +164,14 @@ class HttpFront(ProxyFront):
                                     headers=out_headers)  # fmt: skip
         except (aiohttp.ClientError, RuntimeError) as exc:  # RuntimeError: the session was closed (stopping)
             return self._unreachable(exc)
+        except TimeoutError:  # only health probes have a timeout
+            return web.json_response(
+                {
+                    "error": f"the inference server did not answer its health probe within {HEALTH_TIMEOUT_S:.0f} s"
+                },
+                status=503,
+                headers={"Retry-After": RETRY_AFTER_S},
+            )
 
     @staticmethod
     def _unreachable(exc: Exception) -> web.Response:

@@ -308,3 +308,25 @@ def test_full_queue_is_429_and_draining_503_both_with_retry_after(front_server: 
         assert status == 503 and headers.get("Retry-After") == "1" and b"shutting down" in payload
     finally:
         drain.unlink()
+
+
+def test_a_health_probe_to_a_silent_triton_is_503_not_a_hang():
+    """An upstream that accepts connections and never answers (a SIGSTOPped tritonserver): readiness and liveness
+    through the front are 503 after HEALTH_TIMEOUT_S, not a hang for as long as the client waits."""
+    from llmkiln.serve.http_front import HEALTH_TIMEOUT_S, HttpFront
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # the kernel completes the handshakes; nobody reads or replies
+    port = free_ports(1)[0]
+    front = HttpFront("127.0.0.1", port, f"127.0.0.1:{silent.getsockname()[1]}", 1 << 20)
+    front.start()
+    try:
+        for path in ("/v2/health/ready", "/v2/health/live", "/v2/models/llmkiln/ready"):
+            with pytest.raises(urllib.error.HTTPError) as exc:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=HEALTH_TIMEOUT_S + 20)
+            assert exc.value.code == 503 and exc.value.headers["Retry-After"], path
+            assert "health probe" in exc.value.read().decode()
+    finally:
+        front.stop()
+        silent.close()
