@@ -3,11 +3,13 @@ lived on with parent 1 and the port kept answering), the discovery folder goes, 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import openai
@@ -32,11 +34,11 @@ def wait_until(what, timeout_s: float, every_s: float = 0.05) -> bool:
     return bool(what())
 
 
-def kill_and_check(engine: Path, state: Path, env: dict[str, str]) -> None:
-    port = free_ports(1)[0]
+@contextlib.contextmanager
+def ready_launch(engine: Path, args: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """`kiln serve ENGINE --dynamo ARGS` until it printed ready; killed after the block if still running."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llmkiln.cli.main", "serve", str(engine), "--dynamo", "--workers", "2",
-         "--http-port", str(port), "--grace-period", "1", "--state-dir", str(state)],
+        [sys.executable, "-m", "llmkiln.cli.main", "serve", str(engine), "--dynamo", "--grace-period", "1", *args],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     lines: list[str] = []
@@ -45,6 +47,17 @@ def kill_and_check(engine: Path, state: Path, env: dict[str, str]) -> None:
     try:
         ready = lambda: any(line.startswith("ready") for line in lines) or proc.poll() is not None  # noqa: E731
         assert wait_until(ready, 240, 0.2) and proc.poll() is None, "".join(lines)[-3000:]
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        reader.join(10)
+
+
+def kill_and_check(engine: Path, state: Path, env: dict[str, str]) -> None:
+    port = free_ports(1)[0]
+    args = ["--workers", "2", "--http-port", str(port), "--state-dir", str(state)]
+    with ready_launch(engine, args, env) as proc:
         c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=60)
         r = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
         assert r.usage.completion_tokens == 4
@@ -62,10 +75,6 @@ def kill_and_check(engine: Path, state: Path, env: dict[str, str]) -> None:
         cgroups = [p for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
                    for p in root.glob(f"**/llmkiln-dynamo-{proc.pid}-*")]  # fmt: skip
         assert cgroups == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        reader.join(10)
 
 
 @pytest.mark.parametrize("cgroup", ["auto", "off"])
@@ -80,24 +89,10 @@ def test_sigkilled_kiln_serve_dynamo_leaves_no_temp_state_folder(stories_engine,
     when the launcher is SIGKILLed (a failed launch keeps it: the error names its logs)."""
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
-    port = free_ports(1)[0]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llmkiln.cli.main", "serve", str(stories_engine), "--dynamo", "--workers", "1",
-         "--http-port", str(port), "--grace-period", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmpdir)},
-    )  # fmt: skip
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-    reader.start()
-    try:
-        ready = lambda: any(line.startswith("ready") for line in lines) or proc.poll() is not None  # noqa: E731
-        assert wait_until(ready, 240, 0.2) and proc.poll() is None, "".join(lines)[-3000:]
+    args = ["--workers", "1", "--http-port", str(free_ports(1)[0])]
+    with ready_launch(stories_engine, args, {**os.environ, "TMPDIR": str(tmpdir)}) as proc:
         [state] = tmpdir.glob("llmkiln-dynamo-*")
         assert (state / "logs").is_dir()
         proc.kill()
         proc.wait(timeout=30)
         assert wait_until(lambda: not state.exists(), 30), sorted(state.rglob("*"))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        reader.join(10)
