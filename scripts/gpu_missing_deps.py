@@ -8,7 +8,10 @@ stack (torch, tensorrt_llm, tensorrt, numpy, transformers, ...) was built and te
 
   python scripts/gpu_missing_deps.py PYPROJECT            # the missing requirements, one a line
   python scripts/gpu_missing_deps.py PYPROJECT --protected  # the protected distributions as NAME==VERSION
-                                                            # (pip --constraint: never replaced)
+  python scripts/gpu_missing_deps.py PYPROJECT --installed  # every distribution installed (llmkiln aside) as
+                                                            # NAME==VERSION: pip --constraint, so installing what is
+                                                            # missing never replaces or shadows what the container
+                                                            # has (tritonclient would pull its own protobuf, grpcio)
 
 The protected distributions (torch, tensorrt_llm, tensorrt) are never printed as missing: if one is absent, the
 container is not the pinned one, and `python -m llmkiln.trtllm.smoke versions` says so (exit 3).
@@ -55,6 +58,17 @@ def missing(pyproject: Path) -> list[str]:
     return out
 
 
+def installed_pins() -> list[str]:
+    """NAME==VERSION of every installed distribution but llmkiln itself, sorted, each name once (the first one
+    found on sys.path wins, as for imports)."""
+    seen: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name and canonical(name) not in seen and canonical(name) != "llmkiln":
+            seen[canonical(name)] = f"{name}=={dist.version}"
+    return sorted(seen.values(), key=str.lower)
+
+
 def protected_pins() -> list[str]:
     return [f"{name}=={v}" for name in PROTECTED if (v := installed(name)) is not None]
 
@@ -63,7 +77,12 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 2
-    lines = protected_pins() if "--protected" in argv[1:] else missing(Path(argv[0]))
+    if "--protected" in argv[1:]:
+        lines = protected_pins()
+    elif "--installed" in argv[1:]:
+        lines = installed_pins()
+    else:
+        lines = missing(Path(argv[0]))
     print("\n".join(lines))
     return 0
 

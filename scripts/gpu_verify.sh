@@ -21,9 +21,13 @@
 # container venv's packages: `python3` there is /opt/venv-tritonserver/bin/python3 (the Dockerfile's venv, where
 # tensorrt_llm, tensorrt and torch live), and a venv made from a venv with --system-site-packages would see the
 # *base* interpreter's site-packages instead. So the setup step makes a plain venv from the container's Python,
-# puts a .pth file naming the container venv's site-packages into it, installs llmkiln with --no-deps and then
-# only the dependencies that no installed distribution provides (scripts/gpu_missing_deps.py), with the
-# container's torch / tensorrt_llm / tensorrt as pip constraints, and checks afterwards that they are unchanged.
+# puts a .pth file into it that adds the container venv's site-packages with site.addsitedir (so the .pth files
+# in there are processed too: a bare path line would add the folder but skip them), installs llmkiln with
+# --no-deps and then only the dependencies that no installed distribution provides (scripts/gpu_missing_deps.py),
+# with every distribution the container has as a pip constraint at its installed version (a missing package's
+# own dependencies — tritonclient's protobuf, grpcio, urllib3 — can neither replace nor shadow the container's),
+# and checks afterwards that the container's torch / tensorrt_llm / tensorrt and every other distribution it had
+# are unchanged.
 #
 # Usage: scripts/gpu_verify.sh [setup] [engine] [llmapi] [speculative]   (default: engine llmapi speculative)
 #   setup        only the venv (tests/gpu/test_container_setup.py runs it against a stand-in container on CPU)
@@ -66,11 +70,13 @@ setup_venv() {
   pth=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_llmkiln_container.pth
   # purelib and platlib of the container venv (the same folder on Debian/Ubuntu builds, kept apart if not)
   site=$("$CONTAINER_PY" -c 'import sysconfig; p = sysconfig.get_paths(); print(p["purelib"]); print(p["platlib"])' | sort -u)
-  printf '%s\n' "$site" >"$pth"
-  local before after constraints missing
+  # one line: `import site; site.addsitedir(...)` for each folder (Python runs .pth lines that start with import)
+  printf '%s\n' "$site" | "$CONTAINER_PY" -c 'import sys; print("import site; " + "; ".join(f"site.addsitedir({p.strip()!r})" for p in sys.stdin if p.strip()))' >"$pth"
+  local before after constraints missing kept_before kept_after
   constraints="$VENV/container-constraints.txt"
-  "$PY" "$ROOT/scripts/gpu_missing_deps.py" "$ROOT/pyproject.toml" --protected >"$constraints"
-  before=$(cat "$constraints")
+  "$PY" "$ROOT/scripts/gpu_missing_deps.py" "$ROOT/pyproject.toml" --installed >"$constraints"
+  kept_before=$(cat "$constraints")
+  before=$("$PY" "$ROOT/scripts/gpu_missing_deps.py" "$ROOT/pyproject.toml" --protected)
   [ -x "$KILN" ] || "${pip[@]}" install --quiet --no-deps -e "$ROOT"
   missing=$("$PY" "$ROOT/scripts/gpu_missing_deps.py" "$ROOT/pyproject.toml")
   if [ -n "$missing" ]; then
@@ -80,7 +86,11 @@ setup_venv() {
   fi
   after=$("$PY" "$ROOT/scripts/gpu_missing_deps.py" "$ROOT/pyproject.toml" --protected)
   [ "$before" = "$after" ] || fail "the setup changed the container's packages: before [$before], after [$after]"
-  echo "container packages kept: ${after//$'\n'/ }"
+  kept_after=$("$PY" "$ROOT/scripts/gpu_missing_deps.py" "$ROOT/pyproject.toml" --installed)
+  local changed
+  changed=$(comm -23 <(printf '%s\n' "$kept_before" | sort) <(printf '%s\n' "$kept_after" | sort))
+  [ -z "$changed" ] || fail "the setup replaced or shadowed the container's packages: ${changed//$'\n'/ }"
+  echo "container packages kept: ${after//$'\n'/ } (and $(printf '%s\n' "$kept_before" | grep -c .) others)"
 }
 
 SERVER_PID=""

@@ -256,6 +256,16 @@ def test_setup_kept_the_containers_torch_tensorrt_llm_and_tensorrt(gpu_venv: dic
     assert isinstance(venv, Path)
     own = list(venv.glob("lib/python3.12/site-packages/*"))
     assert not [p for p in own if p.name.startswith(("torch", "tensorrt"))], own  # none shadowed in the venv
+    # the stand-in image's packages come through a .pth file inside its site-packages: the setup's site.addsitedir
+    # processes it, so nothing the container has was installed again into the venv (only llmkiln itself)
+    dists = sorted(p.name for p in own if p.name.endswith(".dist-info"))
+    assert [d for d in dists if not d.startswith(("llmkiln-", "pip-", "setuptools-"))] == [], (
+        dists
+    )  # venv tooling aside
+    r = _py(gpu_venv, str(ROOT / "scripts/gpu_missing_deps.py"), str(ROOT / "pyproject.toml"), "--installed")
+    pins_now = r.stdout.split()
+    assert r.returncode == 0 and any(p.startswith("pydantic==") for p in pins_now), r.stdout
+    assert not any(p.lower().startswith("llmkiln==") for p in pins_now)
 
 
 def test_missing_deps_lists_only_what_no_distribution_provides(
