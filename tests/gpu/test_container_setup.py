@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -23,6 +24,16 @@ import pytest
 from llmkiln.trtllm import pins
 
 ROOT = Path(__file__).resolve().parents[2]
+STORIES = ROOT.parent / "shared" / "models" / "stories260K"
+# what the r26.05 image ships where llmkiln pins otherwise (NVIDIA/TensorRT-LLM requirements.txt: numpy<2,
+# transformers==4.57.1; huggingface_hub 0.36.2 is the newest that transformers 4.57.1 accepts, with requests)
+CONTAINER_VERSIONS = (
+    "numpy==1.26.4",
+    "transformers==4.57.1",
+    "huggingface_hub==0.36.2",
+    "requests==2.32.5",  # huggingface_hub 0.x needs it (the image has it; the seed venv does not)
+    "charset_normalizer==3.4.4",
+)
 pytestmark = pytest.mark.slow
 
 FAKE_TORCH = """
@@ -188,6 +199,13 @@ def container(py312: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
         },
     )
     _set_trtllm_version(site, pins.pin("tensorrt_llm"))
+    # the image's own versions where they differ from llmkiln's pins (TensorRT-LLM's requirements.txt: numpy<2,
+    # transformers==4.57.1, which needs huggingface_hub<1): in the container venv itself, ahead of the seed's
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version",
+         "3.12", "--target", str(site), *CONTAINER_VERSIONS],
+        check=True, timeout=600,
+    )  # fmt: skip
     models = top / "app" / "all_models"
     llmapi = models / "llmapi" / "tensorrt_llm"
     for rel in ("config.pbtxt", "1/model.py", "1/helpers.py", "1/model.yaml"):
@@ -359,3 +377,31 @@ def test_smoke_speculative_records_acceptance_and_tokens_per_second(
     assert result["with"]["output_tokens"] == result["without"]["output_tokens"] == 16 * 8
     assert result["speedup"] > 1 and result["speculative_config"]["decoding_type"] == "NGram"
     assert "acceptance rate 0.75" in r.stdout
+
+
+def test_llmkiln_builds_its_gpu_artifacts_with_the_containers_versions(gpu_venv: dict[str, object]) -> None:
+    """In the GPU venv the container's numpy and transformers are the ones imported (not llmkiln's pins), and the
+    warmup token ids of the Triton repository (transformers.AutoTokenizer, as the upstream preprocessing model)
+    come out the same as with llmkiln's own transformers."""
+    code = textwrap.dedent(
+        f"""
+        import os
+        os.environ["USE_TORCH"] = "0"  # the stand-in torch is a stub: transformers must not build on it
+        import json, numpy, transformers
+        from pathlib import Path
+        from llmkiln.recipe import load_recipe
+        from llmkiln.trtllm.repository import tokenize_warmup
+        ids, end, pad = tokenize_warmup(load_recipe("tiny-trtllm-llmapi")[0], Path({str(STORIES)!r}))
+        print(json.dumps({{"numpy": numpy.__version__, "transformers": transformers.__version__, "ids": ids,
+                           "end": end, "pad": pad}}))
+        """
+    )
+    r = _py(gpu_venv, "-c", code)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (got["numpy"], got["transformers"]) == ("1.26.4", "4.57.1")
+    from llmkiln.recipe import load_recipe
+    from llmkiln.trtllm.repository import tokenize_warmup
+
+    ids, end, pad = tokenize_warmup(load_recipe("tiny-trtllm-llmapi")[0], STORIES)
+    assert (got["ids"], got["end"], got["pad"]) == (ids, end, pad)
