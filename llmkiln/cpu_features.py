@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CPUINFO = Path("/proc/cpuinfo")
+SETTING_PREFIX = "cpu_"  # a runner's runtime_settings name the CPU's features cpu_<feature> (settings())
 
 
 class CpuKind(enum.StrEnum):
@@ -79,6 +80,10 @@ class CpuFeatures:
             "avx2": str(int(self.avx2)),
             "cores": str(self.cores),
         }
+
+    def settings(self) -> dict[str, str]:
+        """describe() as runtime settings: each name prefixed with SETTING_PREFIX (cpu_kind, cpu_amx, ...)."""
+        return {f"{SETTING_PREFIX}{k}": v for k, v in self.describe().items()}
 
 
 def from_cpuinfo(text: str, cores: int = 1) -> CpuFeatures:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from llmkiln.cpu_features import detect
+from llmkiln.cpu_features import SETTING_PREFIX, detect
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.host.check import check_engine
@@ -146,7 +146,8 @@ class EngineHost:
         overrides = {k: dict(v) if isinstance(v, Mapping) else v for k, v in (opts.overrides or {}).items()}
         # the last line before native code runs: a worker that dies loading says what it was loading, where
         cpu = detect()
-        (log if log is not None else logging.getLogger("llmkiln.host")).info(
+        log = log if log is not None else logging.getLogger("llmkiln.host")
+        log.info(
             f"llmkiln: loading engine {folder.path} on {cpu.model} ({cpu.kind}, {cpu.cores} core(s))"
             + (f" with overrides {json.dumps(overrides, sort_keys=True)}" if overrides else "")
         )
@@ -164,7 +165,9 @@ class EngineHost:
                 eng.shutdown(0.0)
                 raise
         host.load_seconds = time.perf_counter() - t0
-        settings = ", ".join(f"{k}={v}" for k, v in eng.runtime_settings.items() if not k.startswith("cpu_"))
+        settings = ", ".join(
+            f"{k}={v}" for k, v in eng.runtime_settings.items() if not k.startswith(SETTING_PREFIX)
+        )
         host.log.info(f"llmkiln: engine {folder.path} loaded in {host.load_seconds:.2f} s ({settings})")
         return host
 

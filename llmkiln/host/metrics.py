@@ -57,15 +57,17 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from llmkiln.cpu_features import SETTING_PREFIX
 from llmkiln.runtime.metrics import EngineMetric
 
 PREFIX = "llmkiln_"
 ENGINE_FAMILY = "llmkiln_engine"
 CPU_FAMILY = "llmkiln_cpu_features"
-CPU_DESCRIPTION = "1: the CPU the engine runs on, its features as labels"
 SETTING_FAMILY = "llmkiln_runtime_setting"
-SETTING_DESCRIPTION = "1 per setting the engine's runner runs with (name, value)"
-CPU_PREFIX = "cpu_"  # runtime settings named cpu_* are the CPU's features (llmkiln.cpu_features)
+INFO_DESCRIPTIONS = {  # the info gauges (value 1): family -> help text
+    CPU_FAMILY: "1: the CPU the engine runs on, its features as labels",
+    SETTING_FAMILY: "1 per setting the engine's runner runs with (name, value)",
+}
 TTFT_BUCKETS_MS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0)
 
 
@@ -234,15 +236,15 @@ class HostMetrics:
         """(family, labels) of the info gauges (value 1): the CPU's features, then one per runtime setting."""
         # labels without the prefix, but the CPU's name as cpu_model ("model" is the Triton model's label)
         cpu = {
-            (k if k == "cpu_model" else k[len(CPU_PREFIX) :]): v
+            (k if k == "cpu_model" else k.removeprefix(SETTING_PREFIX)): v
             for k, v in self.settings.items()
-            if k.startswith(CPU_PREFIX)
+            if k.startswith(SETTING_PREFIX)
         }
         out = [(CPU_FAMILY, cpu)] if cpu else []
         out += [
             (SETTING_FAMILY, {"name": k, "value": v})
             for k, v in self.settings.items()
-            if not k.startswith(CPU_PREFIX)
+            if not k.startswith(SETTING_PREFIX)
         ]
         return out
 
@@ -325,8 +327,7 @@ def exposition(metrics: HostMetrics, labels: Mapping[str, str] | None = None) ->
     for family, labels in metrics.info_samples():
         if family not in described:
             described.add(family)
-            text = CPU_DESCRIPTION if family == CPU_FAMILY else SETTING_DESCRIPTION
-            lines.append(f"# HELP {family} {text}")
+            lines.append(f"# HELP {family} {INFO_DESCRIPTIONS[family]}")
             lines.append(f"# TYPE {family} gauge")
         lines.append(f"{family}{_labels({**base, **labels})} 1")
     return "\n".join(lines) + "\n"

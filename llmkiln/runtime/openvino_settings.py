@@ -64,7 +64,7 @@ class OpenVinoSettings:
 
     def describe(self) -> dict[str, str]:
         """name -> value, everything in force (for the engine report and /metrics)."""
-        out = {f"cpu_{k}": v for k, v in self.cpu.describe().items()}
+        out = self.cpu.settings()
         out["precision"] = self.precision
         out["mlp_fusion"] = (
             "off (one thread with AMX bf16: OpenVINO 2026.4 SIGFPE)" if self.unfuse_mlp else "auto"

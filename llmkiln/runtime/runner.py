@@ -139,7 +139,7 @@ class OnnxRunner:
         if past_type not in _POOL_DTYPES:
             raise BadInput(f"{path}: KV cache type {past_type} is not supported (float, float16 or int8)")
         self.runtime_settings: dict[str, str] = {
-            **{f"cpu_{k}": v for k, v in detect().describe().items()},
+            **detect().settings(),
             "precision": str(past_type),
             "kv_dtype": kv_dtype,
             "providers": ",".join(self.session.get_providers()),

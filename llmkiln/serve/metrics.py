@@ -6,12 +6,10 @@ text (llmkiln.host.metrics.exposition)."""
 from __future__ import annotations
 
 from llmkiln.host.metrics import (
-    CPU_DESCRIPTION,
-    CPU_FAMILY,
     ENGINE_DESCRIPTION,
     ENGINE_FAMILY,
     FAMILIES,
-    SETTING_DESCRIPTION,
+    INFO_DESCRIPTIONS,
     TTFT_BUCKETS_MS,
     HostMetrics,
     Kind,
@@ -53,9 +51,8 @@ class TritonMetrics:
         families: dict[str, TritonMetricFamily] = {}
         for name, labels in host.info_samples():
             if name not in families:
-                text = CPU_DESCRIPTION if name == CPU_FAMILY else SETTING_DESCRIPTION
                 families[name] = self._pb.MetricFamily(
-                    name=name, description=text, kind=self._pb.MetricFamily.GAUGE
+                    name=name, description=INFO_DESCRIPTIONS[name], kind=self._pb.MetricFamily.GAUGE
                 )
                 self._families.append(families[name])
             metric = families[name].Metric(labels={**self._labels, **labels})
