@@ -252,6 +252,11 @@ class DynamoLauncher:
             return parse_exposition(r.read().decode("utf-8"))
 
     # -- stop ------------------------------------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        """Some process of the launch was started (so there are logs)."""
+        return any(p.popen is not None for p in self.procs)
+
     def keep_logs(self) -> None:
         """The launch failed: its state folder (the logs the error names) outlives the stop."""
         if self.reaper is not None and self.owns_state:
@@ -531,13 +536,19 @@ def serve_dynamo(
     on_ready: Callable[[DynamoLauncher, float], None] | None = None,
 ) -> int:
     """Serve `engine` through Dynamo until SIGINT/SIGTERM. A temp state folder is removed after a clean stop
-    (kept, with the logs, after a failure). The engine is checked first, as `kiln serve` checks it (a corrupted
+    and after a launch refused before it started a process (kept, with the logs, after any other failure). The engine is checked first, as `kiln serve` checks it (a corrupted
     engine is never served: IntegrityError, exit 1); each worker's host checks it again before it loads."""
     check_engine(engine, opts.engines_root)
     own = opts.state_dir is None
     state = Path(tempfile.mkdtemp(prefix="llmkiln-dynamo-")) if own else Path(opts.state_dir or ".")
-    launcher = DynamoLauncher(make_spec(engine, opts, state), echo=echo, owns_state=own)
-    code = serve_forever(launcher, on_ready)
+    launcher: DynamoLauncher | None = None
+    try:
+        launcher = DynamoLauncher(make_spec(engine, opts, state), echo=echo, owns_state=own)
+        code = serve_forever(launcher, on_ready)
+    except BaseException:
+        if own and (launcher is None or not launcher.started):  # refused (a busy port, ...): no logs to keep
+            shutil.rmtree(state, ignore_errors=True)
+        raise
     if own:
         shutil.rmtree(state, ignore_errors=True)
     return code

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -96,3 +97,20 @@ def test_sigkilled_kiln_serve_dynamo_leaves_no_temp_state_folder(stories_engine,
         proc.kill()
         proc.wait(timeout=30)
         assert wait_until(lambda: not state.exists(), 30), sorted(state.rglob("*"))
+
+
+def test_a_refused_dynamo_launch_leaves_no_temp_state_folder(stories_engine, tmp_path):
+    """A launch refused before it started anything (its HTTP port is taken) exits 2 and leaves nothing in $TMPDIR."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        r = subprocess.run(
+            [sys.executable, "-m", "llmkiln.cli.main", "serve", str(stories_engine), "--dynamo", "--workers", "1",
+             "--http-port", str(busy)],
+            capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(tmpdir)},
+        )  # fmt: skip
+    assert r.returncode == 2 and "already in use" in r.stderr, r.stderr
+    assert list(tmpdir.iterdir()) == []
