@@ -22,6 +22,16 @@ arrive as token ids in a JSON file the main venv wrote, the results leave as pla
   one at once (closed loop). Records carry RequestRecord's fields (llmkiln.bench.stats) as plain JSON.
 - `tokens`: greedy tokens for given prompt ids from ContinuousBatchingPipeline and from LLMPipeline (the
   correctness check against llmkiln's runtime).
+
+Prompt-lookup decoding (experiments/spec_decode.py): settings `prompt_lookup_tokens` K > 0 builds the pipeline
+with the property `prompt_lookup=True` (GenAI's PromptLookupImpl: n-gram candidates from the prompt and the output,
+verified by the main model in the same step) and gives every request GenerationConfig `num_assistant_tokens=K`,
+`max_ngram_size=prompt_lookup_ngram`. A request doc's `ignore_eos: false` (default true, the peer's setting) stops
+at EOS and the request's `stop_token_ids` instead of generating exactly max_tokens. Each record also carries
+`step_tokens`: the tokens each step gave it (1 per step without speculation; 1 + accepted drafts with it): GenAI
+reports no acceptance through the step API (PromptLookupImpl keeps its SpeculativeDecodingMetrics internal;
+get_metrics() is PipelineMetrics, EncodedGenerationResult.extended_perf_metrics is None), so this is what the
+acceptance is inferred from.
 """
 
 from __future__ import annotations
@@ -75,6 +85,8 @@ class PipelineSettings:
       --max-num-batched-tokens 1024).
     - cache_size_gb: the KV cache's size in GB (vLLM VLLM_CPU_KVCACHE_SPACE=4).
     - threads: INFERENCE_NUM_THREADS (the CPU plugin's compute threads; 2 = the machine's cores).
+    - prompt_lookup_tokens: 0 = plain decoding; K > 0 = prompt-lookup decoding (property prompt_lookup=True,
+      GenerationConfig num_assistant_tokens=K); prompt_lookup_ngram: its max_ngram_size.
     KV cache precision = inference precision (KV_CACHE_PRECISION; the CPU plugin's default would be u8).
     """
 
@@ -84,6 +96,8 @@ class PipelineSettings:
     max_num_batched_tokens: int = 1024
     cache_size_gb: int = 4
     threads: int = 2
+    prompt_lookup_tokens: int = 0
+    prompt_lookup_ngram: int = 3
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PipelineSettings:
@@ -108,11 +122,14 @@ class PipelineSettings:
         if precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
         ov_type = PRECISIONS[precision]
-        return {
+        props: dict[str, Any] = {
             "INFERENCE_PRECISION_HINT": ov_type,
             "KV_CACHE_PRECISION": ov_type,
             "INFERENCE_NUM_THREADS": self.threads,
         }
+        if self.prompt_lookup_tokens > 0:
+            props["prompt_lookup"] = True  # ContinuousBatchingPipeline -> PromptLookupImpl
+        return props
 
 
 def scheduler_config(og: Any, settings: PipelineSettings) -> Any:
@@ -232,6 +249,8 @@ class PeerRequest:
     ids: tuple[int, ...]
     max_tokens: int
     num_prompt_tokens: int  # content tokens as the workload counted them (RequestRecord.num_prompt_tokens)
+    ignore_eos: bool = True  # True: exactly max_tokens tokens (the peer); False: stop at EOS / stop_token_ids
+    stop_token_ids: tuple[int, ...] = ()
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PeerRequest:
@@ -241,6 +260,8 @@ class PeerRequest:
             tuple(int(t) for t in d["ids"]),
             int(d["max_tokens"]),
             int(d["num_prompt_tokens"]),
+            bool(d.get("ignore_eos", True)),
+            tuple(int(t) for t in d.get("stop_token_ids", ())),
         )
 
 
@@ -259,6 +280,7 @@ def new_record(req: PeerRequest, send_ns: int) -> dict[str, Any]:
         "server": {},
         "error": None,
         "output_ids": [],  # not a RequestRecord field: the tokens themselves (dropped by the loader)
+        "step_tokens": [],  # not a RequestRecord field: tokens per step that gave this request any
     }
 
 
@@ -313,6 +335,7 @@ def closed_loop(
         steps.append(now - t0)
         for rid in list(live):
             handle, rec, req = live[rid]
+            got = 0
             while handle.can_read():
                 for out in handle.read().values():
                     ids = [int(t) for t in out.generated_ids]
@@ -320,13 +343,18 @@ def closed_loop(
                     rec["output_ids"].extend(ids)
                     rec["token_ns"].extend([now] * n)
                     rec["num_output_tokens"] += n
+                    got += n
+            if got:
+                rec["step_tokens"].append(got)
             if not is_running(handle):
                 status = handle.get_status()
                 name = getattr(status, "name", str(status))
                 if name != "FINISHED":
                     rec["error"] = f"the pipeline ended the request with status {name}"
-                elif rec["num_output_tokens"] != req.max_tokens:
+                elif req.ignore_eos and rec["num_output_tokens"] != req.max_tokens:
                     rec["error"] = f"{rec['num_output_tokens']} tokens instead of {req.max_tokens}"
+                elif not req.ignore_eos and not 0 < rec["num_output_tokens"] <= req.max_tokens:
+                    rec["error"] = f"{rec['num_output_tokens']} tokens (max_tokens {req.max_tokens})"
                 rec["end_ns"] = now
                 done.append(rec)
                 del live[rid]
@@ -412,13 +440,29 @@ def open_pipeline(og: Any, model_dir: Path, precision: str, settings: PipelineSe
     }
 
 
-def generation_config(og: Any, max_tokens: int) -> Any:
-    """Greedy, exactly `max_tokens` tokens (EOS ignored, min_new_tokens = max_new_tokens)."""
+def generation_config(
+    og: Any,
+    max_tokens: int,
+    ignore_eos: bool = True,
+    stop_token_ids: Sequence[int] = (),
+    settings: PipelineSettings | None = None,
+) -> Any:
+    """Greedy; exactly `max_tokens` tokens (EOS ignored, min_new_tokens = max_new_tokens), or with `ignore_eos`
+    False up to `max_tokens`, stopping at the model's EOS and `stop_token_ids`. With `settings.prompt_lookup_tokens`
+    K > 0: prompt-lookup decoding (num_assistant_tokens K, max_ngram_size settings.prompt_lookup_ngram)."""
     cfg = og.GenerationConfig()
     cfg.max_new_tokens = max_tokens
-    cfg.min_new_tokens = max_tokens
-    cfg.ignore_eos = True
     cfg.do_sample = False
+    if ignore_eos:
+        cfg.min_new_tokens = max_tokens
+        cfg.ignore_eos = True
+    else:
+        cfg.ignore_eos = False
+        if stop_token_ids:
+            cfg.stop_token_ids = {int(t) for t in stop_token_ids}
+    if settings is not None and settings.prompt_lookup_tokens > 0:
+        cfg.num_assistant_tokens = settings.prompt_lookup_tokens
+        cfg.max_ngram_size = settings.prompt_lookup_ngram
     return cfg
 
 
@@ -463,12 +507,13 @@ def run_bench(
     pipe, facts = open_pipeline(og, model_dir, precision, settings)
     doc.update(facts)
     doc["scheduler"] = scheduler_config(og, settings).to_string()
-    configs: dict[int, Any] = {}
+    configs: dict[tuple[int, bool, tuple[int, ...]], Any] = {}
 
     def make_config(req: PeerRequest) -> Any:
-        if req.max_tokens not in configs:
-            configs[req.max_tokens] = generation_config(og, req.max_tokens)
-        return configs[req.max_tokens]
+        key = (req.max_tokens, req.ignore_eos, req.stop_token_ids)
+        if key not in configs:
+            configs[key] = generation_config(og, *key, settings=settings)
+        return configs[key]
 
     running = og.GenerationStatus.RUNNING
     next_id = 0
@@ -507,7 +552,7 @@ def greedy_tokens(
 
     og = _import_genai()
     pipe, facts = open_pipeline(og, model_dir, precision, settings)
-    cfg = generation_config(og, max_tokens)
+    cfg = generation_config(og, max_tokens, settings=settings)
     alone = []
     for i, ids in enumerate(prompts):
         req = PeerRequest(i, "check", tuple(ids), max_tokens, len(ids))

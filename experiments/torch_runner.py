@@ -525,6 +525,7 @@ class TorchRunner:
     batches_prefills_with_past = True  # the scheduler's TTFT-first runs may batch prompts on a cached past
     mixes_decodes_with_prefills = True
     paged_kv = False
+    verifies_drafts = False
 
     def __init__(
         self,

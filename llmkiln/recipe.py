@@ -54,7 +54,9 @@ RUNTIME_ONLY = honoured_by(*LLMKILN_RUNTIME)  # llmkiln's own runtime (scheduler
 # What an engine folder's recipe may be overridden with when it is served (`--set`, `--prefill-set`, recipe
 # overrides of the runtime): the runtime's sections. Everything else (model, backend, precision, calibration,
 # the TensorRT-LLM sections, the chat template the frontend reads from the folder) is fixed when it is built.
-SERVE_TIME_SECTIONS: tuple[str, ...] = ("limits", "kv_cache", "scheduler", "warmup", "serve")
+# speculative: on openvino-cpu the runtime drafts and verifies (the IR is the same with or without it); a TensorRT-LLM
+# engine fixes its speculative_config at build (its recipe is never overridden at serve time: runtime_recipe)
+SERVE_TIME_SECTIONS: tuple[str, ...] = ("limits", "kv_cache", "scheduler", "speculative", "warmup", "serve")
 # The fields two engines must share for KV blocks to move between them as bytes (prefill and decode tiers).
 KV_LAYOUT_FIELDS: tuple[tuple[str, str], ...] = (("kv_cache", "tokens_per_block"), ("kv_cache", "dtype"))
 
@@ -409,11 +411,14 @@ class Recipe(Strict):
     llmapi: LlmApi = Field(default_factory=LlmApi, json_schema_extra=honoured_by(Backend.TRTLLM_LLMAPI))
     speculative: SpeculativeField = Field(
         None,
-        description="Speculative decoding (trtllm-llmapi only).",
+        description="Speculative decoding: TensorRT-LLM's LLM API (trtllm-llmapi: ngram, draft_target, eagle3) "
+        "or llmkiln's runtime on openvino-cpu (ngram: prompt-lookup drafts verified in the step's one run).",
         json_schema_extra=honoured_by(
             Backend.TRTLLM_LLMAPI,
-            why="TensorRT-LLM's LLM API drafts and verifies; llmkiln's CPU runtime and the TensorRT-engine path have "
-            "no draft-and-verify step yet",
+            Backend.OPENVINO_CPU,
+            why="a run must verify several drafted tokens per sequence: OpenVINO's PagedAttention graph does, "
+            "onnxruntime's GroupQueryAttention on the CPU takes several tokens on a past only at batch 1, and the "
+            "TensorRT-engine path has no draft-and-verify step",
         ),
     )
     chat_template: str | None = Field(
@@ -439,6 +444,12 @@ class Recipe(Strict):
                 f"kv_cache.tokens_per_block: {self.kv_cache.tokens_per_block}; backend openvino-cpu keeps the KV in "
                 f"OpenVINO's blocks of {OPENVINO_BLOCK_SIZE} tokens: set kv_cache.tokens_per_block: "
                 f"{OPENVINO_BLOCK_SIZE}"
+            )
+        spec = self.speculative
+        if self.backend is Backend.OPENVINO_CPU and spec is not None and spec.method != "ngram":
+            raise ValueError(
+                f"speculative.method: {spec.method}; backend openvino-cpu drafts by n-gram lookup in the prompt and "
+                "output (method: ngram) — draft models (draft_target, eagle3) need backend trtllm-llmapi"
             )
         ignored = ignored_settings(self)
         if ignored:

@@ -131,13 +131,18 @@ SPECULATIVE_METHODS = ("ngram", "draft_target", "eagle3")
 
 
 class Speculative(_Section):
-    """Speculative decoding on the LLM-API path (backend trtllm-llmapi): TensorRT-LLM's `speculative_config`.
+    """Speculative decoding: TensorRT-LLM's `speculative_config` on the LLM-API path (backend trtllm-llmapi), or
+    llmkiln's own n-gram drafts on backend openvino-cpu (llmkiln.runtime.ngram_drafts, verified in the step's one
+    OpenVINO run; docs/speculative.md).
 
     A throughput lever: a drafter proposes up to max_draft_len tokens, the target model verifies them in one step.
     Keep it when the acceptance rate times the drafter's speed pays (below ~0.6 acceptance it rarely does);
-    scripts/gpu_verify.sh measures both with and without it. Methods are those the pinned TensorRT-LLM LLM API
-    offers on the PyTorch backend (llm_args_facts*.json `speculative`): `ngram` (prompt lookup, no draft model),
-    `draft_target` (a smaller model of the same tokenizer), `eagle3` (an EAGLE-3 draft head)."""
+    scripts/gpu_verify.sh measures both with and without it, experiments.spec_decode on the CPU. Methods are those
+    the pinned TensorRT-LLM LLM API offers on the PyTorch backend (llm_args_facts*.json `speculative`): `ngram`
+    (prompt lookup, no draft model), `draft_target` (a smaller model of the same tokenizer), `eagle3` (an EAGLE-3
+    draft head); openvino-cpu takes `ngram` only. The same fields mean the same on both: max_draft_len,
+    max_matching_ngram_size (the longest suffix looked up; llmkiln tries it, then shorter ones down to 1) and
+    max_concurrency (speculation off while more sequences decode)."""
 
     method: Literal["ngram", "draft_target", "eagle3"] = Field(
         description="ngram: NGramDecodingConfig; draft_target: DraftTargetDecodingConfig; eagle3: EAGLE-3 "

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from llmkiln.errors import KilnError
+from llmkiln.errors import BadInput, KilnError
 from llmkiln.recipe import Recipe
 from llmkiln.runtime import compute_priority
 from llmkiln.runtime import metrics as metrics_mod
 from llmkiln.runtime.block_memory import BlockMemory
 from llmkiln.runtime.compute_priority import ComputePriority
+from llmkiln.runtime.draft_acceptance import accept_drafts
 from llmkiln.runtime.handle import RequestHandle, push_events
 from llmkiln.runtime.handoff import KvHandoff
 from llmkiln.runtime.kv_blocks import BlockStore, Reservation
@@ -81,6 +82,11 @@ class LLMEngine:
         slots = config.scheduler.max_batch_size
         if runner.num_slots < slots:
             raise ValueError(f"runner has {runner.num_slots} slots, scheduler wants {slots}")
+        if config.speculative is not None and not runner.verifies_drafts:
+            raise BadInput(
+                f"speculative: {type(runner).__name__} cannot verify drafted tokens (Runner.verifies_drafts); "
+                "remove the recipe's speculative section or use backend openvino-cpu"
+            )
         self.config = config
         self.runner = runner
         self.tokenizer = tokenizer
@@ -502,7 +508,10 @@ class LLMEngine:
         try:
             logits = self.runner.execute(plan, trace) if trace is not None else self.runner.execute(plan)
             t_sample = now_ns()
-            sampled = {rid: self._sample(rid, logits[rid]) for rid in plan.sampled_request_ids()}
+            drafts = {d.request_id: d.draft_ids for d in plan.decodes if d.draft_ids}
+            sampled = {
+                rid: self._sample(rid, logits[rid], drafts.get(rid, ())) for rid in plan.sampled_request_ids()
+            }
         except Exception as exc:  # fail the running requests, keep serving the rest
             plan.saves = saves
             failed = self.scheduler.abandon(plan, time.time_ns())
@@ -520,7 +529,7 @@ class LLMEngine:
         events = self.scheduler.update_from_output(plan, sampled, time.time_ns())
         t_emit = now_ns()
         with self._lock:
-            self.stats.record_step(plan, elapsed, len(sampled))
+            self.stats.record_step(plan, elapsed, sum(len(t) for t in sampled.values()))
         exports = [
             (request, fut)
             for request, event in events
@@ -529,14 +538,17 @@ class LLMEngine:
             and (fut := self._exports.pop(request.request_id, None)) is not None
         ]
         batch: list[tuple[RequestHandle, TokenEvent]] = []
+        finished: list[tuple[Request, TokenEvent]] = []
         for request, event in events:
             if event.finished:
-                self._finish_handle(request.request_id, event)
+                finished.append((request, event))
             else:
                 handle = self._handles.get(request.request_id)
                 if handle is not None:
                     batch.append((handle, event))
-        push_events(batch)
+        push_events(batch)  # first: a verification's tokens before the one that ends its request
+        for request, event in finished:
+            self._finish_handle(request.request_id, event)
         if saves:
             self._save(saves, trace)
         for request, fut in exports:  # after the save: the prompt's last blocks are published now
@@ -583,9 +595,13 @@ class LLMEngine:
                 c.prefill_ns_per_token, elapsed_ns if not old else old + _EMA * (elapsed_ns - old)
             )
 
-    def _sample(self, request_id: str, row: np.ndarray) -> int:
+    def _sample(self, request_id: str, row: np.ndarray, drafts: tuple[int, ...] = ()) -> list[int]:
+        """The request's next token, or for a decode with drafts the verification's tokens (1 to k+1)."""
         p = self.scheduler.requests[request_id].params
-        return sample_token(row, p.temperature, p.top_p, p.top_k, self._rngs.get(request_id))
+        rng = self._rngs.get(request_id)
+        if drafts:
+            return accept_drafts(row, drafts, p, rng)
+        return [sample_token(row, p.temperature, p.top_p, p.top_k, rng)]
 
     def _drain(self) -> None:
         with self._lock:

@@ -73,6 +73,12 @@ class EngineMetric(enum.StrEnum):
     KV_BLOCKS_FREE = "kv_blocks_free"  # blocks a new prefix may take (empty + unpinned cached)
     KV_BLOCKS_PINNED = "kv_blocks_pinned"  # blocks running sequences use
     KV_BLOCKS_EVICTED = "kv_blocks_evicted"
+    # speculative decoding (recipe speculative section): tokens drafted and accepted, decodes that verified drafts
+    SPEC_DRAFTED_TOKENS = "spec_drafted_tokens"
+    SPEC_ACCEPTED_TOKENS = "spec_accepted_tokens"
+    SPEC_VERIFICATIONS = "spec_verifications"
+    SPEC_ACCEPTANCE_RATE = "spec_acceptance_rate"  # accepted / drafted (0 before any draft)
+    SPEC_MEAN_ACCEPTED_LENGTH = "spec_mean_accepted_length"  # accepted drafts per verification
 
 
 M = EngineMetric
@@ -80,6 +86,10 @@ M = EngineMetric
 
 def _ms(total_ns: int, n: int) -> float:
     return total_ns / n / 1e6 if n else 0.0
+
+
+def _ratio(a: int, b: int) -> float:
+    return a / b if b else 0.0
 
 
 def snapshot(
@@ -117,5 +127,10 @@ def snapshot(
         M.KV_BLOCKS_FREE: store.num_free if store else 0,
         M.KV_BLOCKS_PINNED: store.num_pinned if store else 0,
         M.KV_BLOCKS_EVICTED: store.num_evicted if store else 0,
+        M.SPEC_DRAFTED_TOKENS: scheduler.num_drafted_tokens,
+        M.SPEC_ACCEPTED_TOKENS: scheduler.num_accepted_tokens,
+        M.SPEC_VERIFICATIONS: scheduler.num_verifications,
+        M.SPEC_ACCEPTANCE_RATE: _ratio(scheduler.num_accepted_tokens, scheduler.num_drafted_tokens),
+        M.SPEC_MEAN_ACCEPTED_LENGTH: _ratio(scheduler.num_accepted_tokens, scheduler.num_verifications),
     }
     return {str(k): float(v) for k, v in m.items()}

@@ -112,6 +112,9 @@ class OpenVinoPagedRunner:
     batches_prefills_with_past = True
     mixes_decodes_with_prefills = True  # decode rows ride in the prefill run's infer call
     paged_kv = True
+    verifies_drafts = (
+        True  # a decode with drafts is one more varlen sequence of 1 + drafts tokens on its past
+    )
 
     def __init__(
         self,
@@ -198,16 +201,23 @@ class OpenVinoPagedRunner:
                 pool[dst] = pool[src]
         tables = plan.block_tables
         seqs: list[tuple[str, tuple[int, ...], int, tuple[int, ...]]] = []  # (id, new tokens, past, table)
+        rows: list[int] = []  # logits rows wanted per sequence (its last ones): 0, 1, or 1 + drafts
         for c in plan.prefills:
             seqs.append((c.request_id, c.token_ids, c.start, tables[c.request_id]))
+            rows.append(1 if c.sample else 0)
         for d in plan.decodes:
-            seqs.append((d.request_id, (d.token_id,), d.position, tables[d.request_id]))
+            seqs.append((d.request_id, d.token_ids, d.position, tables[d.request_id]))
+            rows.append(len(d.token_ids))
         if not seqs:
             return {}
         t = now_ns()
-        logits = self._run(seqs)
-        sampled = {c.request_id for c in plan.prefills if c.sample} | {d.request_id for d in plan.decodes}
-        out = {rid: logits[i] for i, (rid, *_) in enumerate(seqs) if rid in sampled}
+        logits = self._run(seqs, rows)
+        out: dict[str, np.ndarray] = {}
+        at = 0
+        for (rid, *_), n in zip(seqs, rows, strict=True):
+            if n:  # a decode with drafts gets all its rows, every other sequence its last one
+                out[rid] = logits[at] if n == 1 else logits[at : at + n]
+            at += n
         if trace is not None:
             ns = now_ns() - t
             if plan.prefills:
@@ -224,15 +234,16 @@ class OpenVinoPagedRunner:
     def prompt_logits(self, ids: list[int]) -> np.ndarray:
         """Logits at every position of one prompt computed from scratch ([len(ids), vocab]; the quality diff's
         scorer). Only on a runner no engine drives: it writes the first blocks of the pool."""
-        return self._run([("", tuple(ids), 0, self._scratch)], all_rows=True)
+        return self._run([("", tuple(ids), 0, self._scratch)], [len(ids)])
 
     def next_logits(self, token: int, position: int) -> np.ndarray:
         """Logits after one more token at `position` of the sequence `prompt_logits` began (a greedy loop's step)."""
-        return self._run([("", (token,), position, self._scratch)])[0]
+        return self._run([("", (token,), position, self._scratch)], [1])[0]
 
     def _run(
-        self, seqs: list[tuple[str, tuple[int, ...], int, tuple[int, ...]]], all_rows: bool = False
+        self, seqs: list[tuple[str, tuple[int, ...], int, tuple[int, ...]]], rows: list[int]
     ) -> np.ndarray:
+        """One infer over the sequences; the logits of the last `rows[i]` tokens of each, in order."""
         bs = self.block_size
         ids = np.concatenate([np.asarray(toks, np.int64) for _, toks, _, _ in seqs])
         pos = np.concatenate([np.arange(p, p + len(toks), dtype=np.int64) for _, toks, p, _ in seqs])
@@ -246,11 +257,14 @@ class OpenVinoPagedRunner:
             "block_indices": np.concatenate([np.asarray(tb, np.int32) for tb in used]),
             "block_indices_begins": np.cumsum([0] + [len(tb) for tb in used]).astype(np.int32),
             "max_context_len": np.asarray(max(p + len(toks) for _, toks, p, _ in seqs), np.int32),
-            "logits_indices": np.arange(len(ids), dtype=np.int64)
-            if all_rows
-            else (begins[1:] - 1).astype(np.int64),
+            # no row wanted (chunks that do not end their prompt): one anyway, not returned (no empty Gather)
+            "logits_indices": np.concatenate(
+                [np.arange(end - n, end, dtype=np.int64) for end, n in zip(begins[1:], rows, strict=True)]
+            )
+            if any(rows)
+            else np.zeros(1, np.int64),
         }
         for name, value in feeds.items():
             self.req.set_tensor(name, ov.Tensor(value))
         self.req.infer()
-        return np.array(self.req.get_tensor("logits").data[:, 0], dtype=np.float32)
+        return np.array(self.req.get_tensor("logits").data[: sum(rows), 0], dtype=np.float32)

@@ -55,12 +55,20 @@ class PrefillChunk:
 
 @dataclass(frozen=True)
 class DecodeItem:
-    """Run one token at `position` of `slot` and sample the next."""
+    """Run one token at `position` of `slot` and sample the next. With `draft_ids` (speculative decoding, a runner
+    that `verifies_drafts`): run the token and the drafts at positions [position, position + 1 + len(drafts)) and
+    return a logits row for each of them (runtime.draft_acceptance verifies them)."""
 
     request_id: str
     slot: int
     token_id: int
     position: int
+    draft_ids: tuple[int, ...] = ()
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        """The tokens this decode runs: the last token, then the drafts."""
+        return (self.token_id, *self.draft_ids)
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,7 @@ class SchedulerOutput:
 
     @property
     def num_tokens(self) -> int:
-        return sum(len(c.token_ids) for c in self.prefills) + len(self.decodes)
+        return sum(len(c.token_ids) for c in self.prefills) + sum(1 + len(d.draft_ids) for d in self.decodes)
 
     @property
     def is_empty(self) -> bool:
@@ -101,11 +109,15 @@ class SchedulerOutput:
 class Runner(Protocol):
     """What the engine needs from a runner, capabilities declared (not probed).
 
-        `batches_prefills_with_past`: a TTFT-first prefill run may batch prompts that start on a past (onnxruntime's
-        GroupQueryAttention cannot: False there). `mixes_decodes_with_prefills`: the running sequences' decode tokens
-        ride in those runs too. `paged_kv`: the runner's KV is the manager's `num_blocks` blocks, addressed by the plan's
+    `batches_prefills_with_past`: a TTFT-first prefill run may batch prompts that start on a past (onnxruntime's
+    GroupQueryAttention cannot: False there). `mixes_decodes_with_prefills`: the running sequences' decode tokens
+    ride in those runs too. `paged_kv`: the runner's KV is the manager's `num_blocks` blocks, addressed by the plan's
     block tables (no slot memory, no loads; saves only publish); otherwise a slot runner: `num_blocks` is its prefix
-    store, moved by the plan's loads and saves."""
+    store, moved by the plan's loads and saves. `verifies_drafts`: a decode may carry drafted tokens
+    (`DecodeItem.draft_ids`) and the runner returns [1 + drafts, vocab] logits for it (speculative decoding;
+    onnxruntime's GroupQueryAttention cannot run several tokens on a past at batch > 1: False there).
+
+    `execute` returns, per sampled request, its logits row ([vocab]), or for a decode with drafts its rows."""
 
     num_slots: int
     num_blocks: int
@@ -113,6 +125,7 @@ class Runner(Protocol):
     batches_prefills_with_past: bool
     mixes_decodes_with_prefills: bool
     paged_kv: bool
+    verifies_drafts: bool
 
     @property
     def runtime_settings(self) -> Mapping[str, str]:

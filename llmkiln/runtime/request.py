@@ -10,8 +10,10 @@ import enum
 from dataclasses import dataclass, field
 
 from llmkiln.errors import BadInput
+from llmkiln.runtime.ngram_drafts import NgramIndex
 
 MAX_TEMPERATURE = 100.0
+MAX_SPECULATIVE_TOKENS = 16  # drafts one decode may verify (a request's num_speculative_tokens)
 
 
 class RequestRejected(BadInput):
@@ -50,6 +52,9 @@ class SamplingParams:
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    # speculative decoding (an engine whose recipe has a `speculative` section): drafted tokens per step for this
+    # request, None = the recipe's max_draft_len, 0 = off for this request
+    num_speculative_tokens: int | None = None
 
     def __post_init__(self) -> None:
         """The one validator of sampling settings: BadRequestParams (exit 2 on the CLI, a 400 when served)
@@ -72,6 +77,13 @@ class SamplingParams:
         for t_id in self.stop_token_ids:
             if not isinstance(t_id, int) or isinstance(t_id, bool) or t_id < 0:
                 raise BadRequestParams("stop_token_ids: each must be a token id (an integer >= 0)")
+        n = self.num_speculative_tokens
+        if n is not None and (
+            not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_SPECULATIVE_TOKENS
+        ):
+            raise BadRequestParams(
+                f"num_speculative_tokens must be an integer in [0, {MAX_SPECULATIVE_TOKENS}] (0 = no speculation)"
+            )
 
     def check(self, vocab_size: int) -> None:
         """The checks that need the model: stop token ids inside the vocabulary."""
@@ -136,6 +148,13 @@ class Request:
     parent_hash: int | None = None  # chained hash of the last saved/hit block
     block_hashes: list[int] = field(default_factory=list)  # chained keys of the full prompt blocks, set once
     finish_reason: FinishReason | None = None
+    # speculative decoding: the n-gram index of prompt + output (built at the first draft), drafted and accepted
+    # token counts, and the back-off after a verification that accepted nothing (steps left without drafts)
+    drafter: NgramIndex | None = None
+    num_drafted_tokens: int = 0
+    num_accepted_tokens: int = 0
+    draft_misses: int = 0
+    draft_pause: int = 0
 
     @property
     def slot_id(self) -> int:

@@ -96,6 +96,7 @@ class OnnxRunner:
     batches_prefills_with_past = False  # GroupQueryAttention takes a past only at batch 1
     mixes_decodes_with_prefills = False
     paged_kv = False  # contiguous slots; the prefix store's blocks are copied in and out
+    verifies_drafts = False  # GroupQueryAttention on the CPU takes several tokens on a past only at batch 1
 
     def __init__(
         self,

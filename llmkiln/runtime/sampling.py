@@ -28,8 +28,17 @@ def sample_token(
     """Pick the next token id from one row of logits (shape [vocab])."""
     if temperature == 0.0 or top_k == 1:  # argmax of the float32 row: the same id, no float64 copy
         return int(np.argmax(logits))
-    row = np.asarray(logits, dtype=np.float64).reshape(-1)
+    probs = token_distribution(logits, temperature, top_p, top_k)
     rng = rng if rng is not None else make_rng(None)
+    return int(rng.choice(probs.size, p=probs))
+
+
+def token_distribution(
+    logits: np.ndarray, temperature: float, top_p: float = 1.0, top_k: int = 0
+) -> np.ndarray:
+    """The distribution `sample_token` draws from at temperature > 0 (float64 [vocab], sums to 1): softmax of
+    logits / temperature, cut to the top_k ids and to the smallest set whose mass reaches top_p."""
+    row = np.asarray(logits, dtype=np.float64).reshape(-1)
     scaled = row / temperature
     if 0 < top_k < scaled.size:
         kth = np.partition(scaled, -top_k)[-top_k]
@@ -47,4 +56,4 @@ def sample_token(
         mask[order[:keep]] = True
         probs = np.where(mask, probs, 0.0)
         probs /= probs.sum()
-    return int(rng.choice(probs.size, p=probs))
+    return probs

@@ -27,39 +27,60 @@ that fit one chunk are batched into one run up to `max_prefill_tokens` tokens. A
 chunks in one call (`mixes_decodes_with_prefills`: the OpenVINO and torch runners) gets every running sequence's
 decode token in each prefill run as well (mixed steps): decoding advances every step, at the run's pace, and
 the TPOT bound still decides whether a run goes ahead.
+
+Speculative decoding (`config.speculative`, method ngram; a runner that `verifies_drafts`): a decoding
+sequence's item carries up to max_draft_len drafted tokens (runtime.ngram_drafts: what followed the latest
+earlier occurrence of its suffix), verified in the same run; `update_from_output` then takes the accepted
+drafts and the model's next token (1 to k+1 tokens, runtime.draft_acceptance) and the KV of rejected drafts is
+simply overwritten by the next step (their positions lie past the sequence's computed tokens, in blocks of its
+own). Drafts count against the step's max_num_tokens; none while more than `speculative.max_concurrency`
+sequences decode (verifying k more rows per sequence costs compute a large batch no longer has spare), and a
+sequence whose drafts were all rejected drafts nothing for 2, 4, ... 16 steps (back-off, reset by an accepted
+draft), so text that does not repeat pays little.
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from llmkiln import recipe as recipe_schema
+from llmkiln.recipe_trtllm import Speculative
 from llmkiln.runtime.kv_blocks import BlockStore
+from llmkiln.runtime.ngram_drafts import NgramIndex
 from llmkiln.runtime.plan import BlockCopy, DecodeItem, PrefillChunk, SchedulerOutput, StepCosts
 from llmkiln.runtime.request import FinishReason, Request, RequestStatus, TokenEvent
 
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """The scheduler's settings: the recipe's typed scheduler, kv_cache and limits sections (their defaults are
-    the recipe schema's, nowhere else) plus the model's end-of-sequence ids."""
+    """The scheduler's settings: the recipe's typed scheduler, kv_cache, limits and speculative sections (their
+    defaults are the recipe schema's, nowhere else) plus the model's end-of-sequence ids."""
 
     scheduler: recipe_schema.Scheduler
     kv_cache: recipe_schema.KvCache
     limits: recipe_schema.Limits
     eos_token_ids: tuple[int, ...] = ()
+    speculative: Speculative | None = None
 
     @classmethod
     def from_recipe(
         cls, recipe: recipe_schema.Recipe, eos_token_ids: tuple[int, ...] = ()
     ) -> SchedulerConfig:
-        return cls(recipe.scheduler, recipe.kv_cache, recipe.limits, tuple(eos_token_ids))
+        return cls(recipe.scheduler, recipe.kv_cache, recipe.limits, tuple(eos_token_ids), recipe.speculative)
 
     @classmethod
-    def make(cls, eos_token_ids: tuple[int, ...] = (), **fields: Any) -> SchedulerConfig:
-        """Settings by field name (tests, tools): each goes to the recipe section that owns it, validated there."""
+    def make(
+        cls,
+        eos_token_ids: tuple[int, ...] = (),
+        speculative: Speculative | Mapping[str, Any] | None = None,
+        **fields: Any,
+    ) -> SchedulerConfig:
+        """Settings by field name (tests, tools): each goes to the recipe section that owns it, validated there;
+        `speculative`: the recipe's section (or its fields)."""
+        spec = Speculative(**speculative) if isinstance(speculative, Mapping) else speculative
         sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
         for key, value in fields.items():
             owner = next((name for name, model in _SECTIONS.items() if key in model.model_fields), None)
@@ -73,6 +94,7 @@ class SchedulerConfig:
             recipe_schema.KvCache(**sections["kv_cache"]),
             recipe_schema.Limits(**sections["limits"]),
             tuple(eos_token_ids),
+            spec,
         )
 
 
@@ -121,6 +143,10 @@ class Scheduler:
         # to the run's products): a prefill run no longer stalls decoding; the TPOT bound still applies (a run too
         # long for it gives way to a plain decode step).
         self.mix_decodes = False
+        # speculative decoding: drafted / accepted tokens and verifications (decodes that carried drafts) so far
+        self.num_drafted_tokens = 0
+        self.num_accepted_tokens = 0
+        self.num_verifications = 0
 
     # ------------------------------------------------------------------ state
     @property
@@ -189,10 +215,8 @@ class Scheduler:
         out = SchedulerOutput()
         budget = cfg.scheduler.max_num_tokens
         running = sorted(self.running(), key=lambda r: r.arrival_seq)
-        for r in running:
-            if r.prefill_done:
-                out.decodes.append(self._decode_item(r))
-                budget -= 1
+        self._plan_decodes([r for r in running if r.prefill_done], out)
+        budget -= out.num_tokens
         limit = self._run_limit(bool(out.decodes))
         for r in running:
             if not r.prefill_done and budget > 0:
@@ -234,8 +258,7 @@ class Scheduler:
                 picked = []
         if not picked:
             self._forced_decode = bool(decoding) and self._has_prefill_work(running)
-            for r in decoding:
-                out.decodes.append(self._decode_item(r))
+            self._plan_decodes(decoding, out)
             out.decodes.sort(key=lambda d: d.slot)
             return out
         self._forced_decode = False
@@ -246,8 +269,7 @@ class Scheduler:
                 self.waiting.remove(request)
                 self._admit(request, hits, now_ns, out)
         if self.mix_decodes:  # the decode tokens ride in the prefill run (same projected time as above)
-            for r in decoding:
-                out.decodes.append(self._decode_item(r))
+            self._plan_decodes(decoding, out)
             out.decodes.sort(key=lambda d: d.slot)
         for request, _, _ in picked:
             self._plan_chunk(request, limit, out)
@@ -392,11 +414,47 @@ class Scheduler:
             self.pool.unpin([src for src, _ in out.copies])
             out.copies = []
 
-    def _decode_item(self, request: Request) -> DecodeItem:
+    def _plan_decodes(self, decoding: list[Request], out: SchedulerOutput) -> None:
+        """One decode item per decoding sequence, with drafts where speculation is on and the step's max_num_tokens
+        leaves room for them (decodes of earlier arrivals draft first)."""
+        spec = self.config.speculative
+        spare = 0
+        if spec is not None and (spec.max_concurrency is None or len(decoding) <= spec.max_concurrency):
+            spare = max(0, self.config.scheduler.max_num_tokens - len(decoding))
+        for r in decoding:
+            drafts = self._drafts(r, spare) if spare else ()
+            spare -= len(drafts)
+            out.decodes.append(self._decode_item(r, drafts))
+
+    def _drafts(self, request: Request, spare: int) -> tuple[int, ...]:
+        """Up to the request's draft length of n-gram drafts, within what its max_tokens / max_seq_len and its
+        KV reservation allow (all accepted plus the model's token must still fit)."""
+        spec = self.config.speculative
+        assert spec is not None
+        k = request.params.num_speculative_tokens
+        k = spec.max_draft_len if k is None else k
+        room = min(
+            request.params.max_tokens - len(request.output_ids),
+            self.config.limits.max_seq_len - request.num_tokens,
+        )
+        k = min(k, spare, room - 1)
+        if k <= 0:
+            return ()
+        if request.draft_pause > 0:
+            request.draft_pause -= 1
+            return ()
+        index = request.drafter
+        if index is None:
+            index = request.drafter = NgramIndex(spec.max_matching_ngram_size)
+            index.extend(request.prompt_ids)
+        index.extend(request.output_ids[len(index) - request.num_prompt_tokens :])
+        return index.propose(k)
+
+    def _decode_item(self, request: Request, drafts: tuple[int, ...] = ()) -> DecodeItem:
         position = request.num_computed_tokens
         if self.pool is not None:
-            self._grow(request, position + 1)
-        return DecodeItem(request.request_id, request.slot_id, request.last_token_id(), position)
+            self._grow(request, position + 1 + len(drafts))
+        return DecodeItem(request.request_id, request.slot_id, request.last_token_id(), position, drafts)
 
     def _best_slot(self, request: Request) -> tuple[int, int]:
         """(free slot, prompt tokens it still holds for this request): the longest resident prefix wins, then the
@@ -505,9 +563,11 @@ class Scheduler:
 
     # ------------------------------------------------------------------ results
     def update_from_output(
-        self, out: SchedulerOutput, sampled: dict[str, int], now_ns: int = 0
+        self, out: SchedulerOutput, sampled: Mapping[str, int | Sequence[int]], now_ns: int = 0
     ) -> list[tuple[Request, TokenEvent]]:
-        """Apply a step's sampled tokens; returns the token events (finished sequences are retired).
+        """Apply a step's sampled tokens; returns the token events (finished sequences are retired). A decode with
+        drafts brings its verification's tokens (the accepted drafts, then the model's: 1 to k+1); their KV is
+        computed for all but the last, like one plain decode's.
 
         The plan's block saves are not published here: the caller writes them (after this step's tokens are out)
         and then calls `release_saves` — the one path from an offered block to a visible one."""
@@ -517,12 +577,38 @@ class Scheduler:
             request = self.requests[chunk.request_id]
             request.num_computed_tokens += len(chunk.token_ids)
             if chunk.sample:
-                events.append((request, self._append(request, sampled[chunk.request_id], now_ns)))
+                got = sampled[chunk.request_id]
+                token = got if isinstance(got, int) else _single(got, chunk.request_id)
+                events.append((request, self._append(request, token, now_ns)))
         for item in out.decodes:
             request = self.requests[item.request_id]
-            request.num_computed_tokens += 1
-            events.append((request, self._append(request, sampled[item.request_id], now_ns)))
+            got = sampled[item.request_id]
+            tokens = [got] if isinstance(got, int) else list(got)
+            if not 1 <= len(tokens) <= 1 + len(item.draft_ids):
+                raise ValueError(
+                    f"decode of {item.request_id} with {len(item.draft_ids)} drafts got {len(tokens)} tokens"
+                )
+            if item.draft_ids:
+                self._count_verification(request, len(item.draft_ids), len(tokens) - 1)
+            request.num_computed_tokens += len(tokens)
+            for token in tokens:
+                event = self._append(request, token, now_ns)
+                events.append((request, event))
+                if event.finished:
+                    break
         return events
+
+    def _count_verification(self, request: Request, drafted: int, accepted: int) -> None:
+        self.num_verifications += 1
+        self.num_drafted_tokens += drafted
+        self.num_accepted_tokens += accepted
+        request.num_drafted_tokens += drafted
+        request.num_accepted_tokens += accepted
+        if accepted:
+            request.draft_misses = 0
+        else:  # nothing accepted: draft nothing for 2, 4, 8, 16 steps
+            request.draft_misses += 1
+            request.draft_pause = 2 ** min(request.draft_misses, 4)
 
     def release_saves(self, saves: list[BlockCopy], written: bool) -> None:
         """The caller wrote a plan's saves (after `update_from_output`): publish the blocks (`commit`), or free
@@ -585,6 +671,12 @@ class Scheduler:
         request.finish_reason = reason
         request.timings.finish_ns = now_ns
         self.requests.pop(request.request_id, None)
+
+
+def _single(tokens: Sequence[int], request_id: str) -> int:
+    if len(tokens) != 1:
+        raise ValueError(f"the prefill of {request_id} got {len(tokens)} tokens, not one")
+    return int(tokens[0])
 
 
 def _common_prefix(a: list[int], b: list[int], limit: int) -> int:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from llmkiln.runtime.block_memory import PagedPools
+from llmkiln.runtime.draft_acceptance import accept_drafts
 from llmkiln.runtime.kv_blocks import BlockStore
 from llmkiln.runtime.plan import SchedulerOutput
 from llmkiln.runtime.profile import StepTrace
@@ -51,6 +53,7 @@ class FakeRunner:
     batches_prefills_with_past = False
     mixes_decodes_with_prefills = False
     paged_kv = False
+    verifies_drafts = False
     runtime_settings: dict[str, str] = {}
     block_memory = None
 
@@ -119,18 +122,32 @@ class PagedFakeRunner:
     a block the table names but nobody wrote is an error), writes its new tokens into the table's blocks, and
     gets the one-hot row of `next_token(context)`. So a wrong table, a shared block overwritten, or a block
     handed to two sequences at once shows up as a wrong token in the output. Reads happen before writes within a
-    plan (one batched run)."""
+    plan (one batched run).
+
+    A decode with drafts (speculative decoding) writes its token and drafts and gets one row per written token:
+    row j is the model after the context and the first j + 1 of them. `model` (default `next_token`) maps a
+    sequence to its next token; `vocab_size` sets the logits' width (a small-vocabulary model for the tests
+    that need drafts to match)."""
 
     batches_prefills_with_past = True
     mixes_decodes_with_prefills = True
     paged_kv = True
+    verifies_drafts = True
     runtime_settings: dict[str, str] = {}
 
-    def __init__(self, num_slots: int, num_blocks: int, tokens_per_block: int) -> None:
+    def __init__(
+        self,
+        num_slots: int,
+        num_blocks: int,
+        tokens_per_block: int,
+        model: Callable[[list[int]], int | np.ndarray] = next_token,
+        vocab_size: int = VOCAB,
+    ) -> None:
         self.num_slots = num_slots
         self.num_blocks = num_blocks
         self.tokens_per_block = tokens_per_block
-        self.vocab_size = VOCAB
+        self.model = model
+        self.vocab_size = vocab_size
         self.pool = np.full((num_blocks, tokens_per_block), -1, np.int64)  # the "KV": token ids, -1 unwritten
         self.block_memory: PagedPools | None = PagedPools([self.pool], "token-ids")  # what NIXL moves
         self.steps: list[SchedulerOutput] = []
@@ -151,23 +168,31 @@ class PagedFakeRunner:
             raise RuntimeError("a paged runner gets no loads")
         for src, dst in plan.copies:  # copy-on-write, before the run
             self.pool[dst] = self.pool[src]
-        seqs = [(c.request_id, c.token_ids, c.start, c.sample) for c in plan.prefills]
-        seqs += [(d.request_id, (d.token_id,), d.position, True) for d in plan.decodes]
+        seqs = [(c.request_id, c.token_ids, c.start, 1 if c.sample else 0) for c in plan.prefills]
+        seqs += [(d.request_id, d.token_ids, d.position, len(d.token_ids)) for d in plan.decodes]
         contexts = {rid: self.read(plan.block_tables[rid], start) for rid, _, start, _ in seqs}
         self.prefill_tokens += sum(len(c.token_ids) for c in plan.prefills)
         bs, out = self.tokens_per_block, {}
-        for rid, tokens, start, sample in seqs:
+        for rid, tokens, start, rows in seqs:
             table = plan.block_tables[rid]
             if len(table) * bs < start + len(tokens):
                 raise RuntimeError(f"{rid}: table of {len(table)} blocks, writes up to {start + len(tokens)}")
             for i, t in enumerate(tokens):
                 p = start + i
                 self.pool[table[p // bs]][p % bs] = t
-            if sample:
-                row = np.zeros(VOCAB, np.float32)
-                row[next_token(contexts[rid] + list(tokens))] = 1.0
-                out[rid] = row
+            seq = contexts[rid] + list(tokens)
+            got = [self._row(seq[: len(seq) - rows + 1 + j]) for j in range(rows)]
+            if got:
+                out[rid] = got[0] if len(got) == 1 else np.stack(got)
         return out
+
+    def _row(self, seq: list[int]) -> np.ndarray:
+        value = self.model(seq)
+        if isinstance(value, np.ndarray):  # the model's own logits row
+            return value.astype(np.float32)
+        row = np.zeros(self.vocab_size, np.float32)
+        row[value] = 1.0
+        return row
 
     def close(self) -> None:
         pass
@@ -226,15 +251,23 @@ def make_requests(
     return out
 
 
-def greedy(logits: dict[str, np.ndarray]) -> dict[str, int]:
-    return {rid: int(np.argmax(row)) for rid, row in logits.items()}
+def greedy(
+    logits: dict[str, np.ndarray], drafts: dict[str, tuple[int, ...]] | None = None
+) -> dict[str, int | list[int]]:
+    """Argmax of each row; a decode with drafts gets what greedy verification emits (runtime.draft_acceptance)."""
+    drafts = drafts or {}
+    return {
+        rid: accept_drafts(row, drafts[rid], SamplingParams()) if rid in drafts else int(np.argmax(row))
+        for rid, row in logits.items()
+    }
 
 
 def apply_plan(
     scheduler: Scheduler, runner: FakeRunner | PagedFakeRunner, plan: SchedulerOutput, now_ns: int = 0
 ) -> list[tuple[Request, TokenEvent]]:
     """What the engine does with a plan: run it (the fake runner writes its saves too), update, publish saves."""
-    events = scheduler.update_from_output(plan, greedy(runner.execute(plan)), now_ns)
+    drafts = {d.request_id: d.draft_ids for d in plan.decodes if d.draft_ids}
+    events = scheduler.update_from_output(plan, greedy(runner.execute(plan), drafts), now_ns)
     scheduler.release_saves(plan.saves, written=True)
     return events
 

@@ -1,0 +1,287 @@
+"""Speculative decoding on the runtime: n-gram drafts, verification in the step's run, exact greedy output,
+the sampled output distribution kept (rejection sampling), the KV manager's blocks all given back."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llmkiln.errors import BadInput
+from llmkiln.runtime.draft_acceptance import accept_drafts
+from llmkiln.runtime.engine import LLMEngine
+from llmkiln.runtime.metrics import EngineMetric
+from llmkiln.runtime.ngram_drafts import NgramIndex
+from llmkiln.runtime.request import BadRequestParams, Request, RequestTimings, SamplingParams
+from llmkiln.runtime.scheduler import SchedulerConfig
+from tests.runtime.conftest import (
+    EOS,
+    FakeRunner,
+    PagedFakeRunner,
+    apply_plan,
+    make_paged_scheduler,
+)
+
+BS = 4
+NGRAM = {"method": "ngram", "max_draft_len": 4, "max_matching_ngram_size": 3}
+
+
+# ---------------------------------------------------------------------------------------------- the drafter
+def test_the_drafts_follow_the_latest_earlier_occurrence_of_the_longest_suffix():
+    idx = NgramIndex(3)
+    idx.extend([5, 6, 7, 8, 9, 1, 6, 7, 3, 4, 6, 7])
+    # suffix (6, 7): earlier at 1-2 (then 8 9 1 6) and at 6-7 (then 3 4 6 7): the latest wins
+    assert idx.propose(4) == (3, 4, 6, 7)
+    assert idx.propose(2) == (3, 4)
+    idx.extend([8])  # suffix (6, 7, 8): only at 1-3, followed by 9 1 6 7
+    assert idx.propose(3) == (9, 1, 6)
+    idx.extend([2])  # (7, 8, 2), (8, 2), (2): never before
+    assert idx.propose(4) == ()
+    assert idx.propose(0) == ()
+
+
+def test_an_index_grown_token_by_token_drafts_as_one_built_at_once():
+    rng = np.random.default_rng(3)
+    seq = [int(x) for x in rng.integers(0, 6, 300)]
+    whole, grown = NgramIndex(2), NgramIndex(2)
+    whole.extend(seq)
+    for t in seq:
+        grown.extend([t])
+    assert whole.propose(5) == grown.propose(5) != ()
+    grown.sync(seq + [1, 2])
+    assert len(grown) == 302
+
+
+def test_a_draft_near_the_end_is_what_there_is():
+    idx = NgramIndex(2)
+    idx.extend([1, 2, 1, 2])  # (1, 2) at 0-1, followed by 1 2 only
+    assert idx.propose(5) == (1, 2)
+
+
+# ---------------------------------------------------------------------------------------------- verification
+def _rows(*argmaxes: int, vocab: int = 8) -> np.ndarray:
+    rows = np.zeros((len(argmaxes), vocab), np.float32)
+    for i, t in enumerate(argmaxes):
+        rows[i, t] = 1.0
+    return rows
+
+
+def test_greedy_verification_takes_drafts_while_they_are_the_argmax():
+    greedy = SamplingParams()
+    assert accept_drafts(_rows(3, 4, 5), (3, 4), greedy) == [3, 4, 5]  # all, then the model's next
+    assert accept_drafts(_rows(3, 1, 5), (3, 4), greedy) == [3, 1]  # the first wrong draft: the model's token
+    assert accept_drafts(_rows(2, 4, 5), (3, 4), greedy) == [2]  # none: one token, as a plain decode
+    with pytest.raises(ValueError, match="2 drafts need 3 logits rows"):
+        accept_drafts(_rows(1, 2), (3, 4), greedy)
+
+
+def test_a_request_can_turn_speculation_off_or_down_but_not_beyond_the_cap():
+    assert SamplingParams(num_speculative_tokens=0).num_speculative_tokens == 0
+    with pytest.raises(BadRequestParams, match="num_speculative_tokens must be an integer in"):
+        SamplingParams(num_speculative_tokens=17)
+    with pytest.raises(BadRequestParams, match="num_speculative_tokens"):
+        SamplingParams(num_speculative_tokens=True)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------- scheduler
+V = 11
+
+
+def cycle_model(seq: list[int]) -> int:
+    """A model that repeats the last 5 tokens (so n-gram drafts are right), except after token 9: then 10."""
+    if seq[-1] == 9:
+        return 10
+    return seq[-5] if len(seq) >= 5 else 3
+
+
+def _generate_plain(prompt: list[int], n: int) -> list[int]:
+    seq, out = list(prompt), []
+    for _ in range(n):
+        t = cycle_model(seq)
+        out.append(t)
+        seq.append(t)
+    return out
+
+
+def _requests(prompts: list[list[int]], max_tokens: int, **params) -> list[Request]:
+    return [
+        Request(f"s{i}", p, SamplingParams(max_tokens=max_tokens, **params), timings=RequestTimings(i))
+        for i, p in enumerate(prompts)
+    ]
+
+
+def _run(scheduler, runner, requests) -> dict[str, list[int]]:
+    for r in requests:
+        scheduler.add_request(r)
+    outputs: dict[str, list[int]] = {}
+    for step in range(1000):
+        if not scheduler.has_work():
+            return outputs
+        plan = scheduler.schedule(now_ns=step)
+        for request, ev in apply_plan(scheduler, runner, plan, now_ns=step):
+            if ev.token_id is not None:
+                outputs.setdefault(request.request_id, []).append(ev.token_id)
+    raise AssertionError("did not finish")
+
+
+@pytest.mark.parametrize("ttft_first", [False, True])
+def test_speculative_greedy_output_is_plain_greedy_output_and_every_block_comes_back(ttft_first):
+    prompts = [[3, 4, 5, 6, 7] * 3, [4, 5, 6, 7, 8, 4, 5], [5, 6, 7, 8, 9, 5, 6, 7], [8, 3, 8, 3, 8, 3, 8]]
+    sched = make_paged_scheduler(
+        num_blocks=80, speculative=NGRAM, ttft_first=ttft_first, max_seq_len=64, max_input_len=32
+    )
+    pool = sched.pool
+    assert pool is not None
+    free_before = pool.num_available
+    runner = PagedFakeRunner(4, 80, BS, model=cycle_model, vocab_size=V)
+    out = _run(sched, runner, _requests(prompts, 21, ignore_eos=True))
+    assert [out[f"s{i}"] for i in range(4)] == [_generate_plain(p, 21) for p in prompts]
+    drafted = [d for plan in runner.steps for d in plan.decodes if d.draft_ids]
+    assert drafted, "no decode carried drafts"
+    assert sched.num_accepted_tokens > 0 and sched.num_drafted_tokens > sched.num_accepted_tokens
+    steps = sum(1 for plan in runner.steps if plan.decodes)
+    assert steps < 4 * 20  # fewer decode steps than tokens: drafts were accepted
+    assert pool.num_available == free_before  # no block, pin or reservation left behind
+    assert pool.num_pinned == 0
+
+
+def test_drafts_never_run_past_max_tokens_and_an_accepted_eos_ends_the_sequence():
+    sched = make_paged_scheduler(num_blocks=40, speculative=NGRAM, max_seq_len=64, max_input_len=32)
+    runner = PagedFakeRunner(4, 40, BS, model=cycle_model, vocab_size=V)
+    out = _run(sched, runner, _requests([[3, 4, 5, 6, 7] * 2], 7, ignore_eos=True))
+    assert out["s0"] == _generate_plain([3, 4, 5, 6, 7] * 2, 7)
+    for plan in runner.steps:
+        for d in plan.decodes:
+            assert d.position + 1 + len(d.draft_ids) <= 10 + 7  # never KV past prompt + max_tokens
+    # EOS (2) inside the accepted drafts: the sequence ends at it
+    eos_prompt = [3, 4, EOS, 6, 7, 3, 4, EOS, 6, 7, 3]
+    sched = make_paged_scheduler(num_blocks=40, speculative=NGRAM, max_seq_len=64, max_input_len=32)
+    runner = PagedFakeRunner(4, 40, BS, model=cycle_model, vocab_size=V)
+    out = _run(sched, runner, _requests([eos_prompt], 10))
+    assert out["s0"] == [4, EOS]
+    assert sched.pool is not None and sched.pool.num_pinned == 0
+
+
+def test_no_drafts_above_max_concurrency_nor_for_a_request_that_turns_them_off():
+    prompts = [[3, 4, 5, 6, 7] * 2] * 3
+    sched = make_paged_scheduler(num_blocks=80, speculative=NGRAM | {"max_concurrency": 2})
+    runner = PagedFakeRunner(4, 80, BS, model=cycle_model, vocab_size=V)
+    _run(sched, runner, _requests(prompts, 12, ignore_eos=True))
+    for plan in runner.steps:
+        if len(plan.decodes) > 2:
+            assert not any(d.draft_ids for d in plan.decodes)
+    sched = make_paged_scheduler(num_blocks=80, speculative=NGRAM)
+    runner = PagedFakeRunner(4, 80, BS, model=cycle_model, vocab_size=V)
+    out = _run(sched, runner, _requests(prompts[:1], 12, ignore_eos=True, num_speculative_tokens=0))
+    assert out["s0"] == _generate_plain(prompts[0], 12)
+    assert not any(d.draft_ids for plan in runner.steps for d in plan.decodes)
+
+
+def test_a_sequence_whose_drafts_fail_backs_off():
+    """A model whose text repeats one token and nothing else (3, x1, 3, x2, ...): after each 3 the drafter proposes
+    what followed an earlier 3, always wrong. After each miss the sequence drafts nothing for 2, 4, 8, 16 steps, so
+    a handful of its 60 decode steps carry drafts (about 30 without the back-off)."""
+
+    def alternates(seq: list[int]) -> int:
+        return 10 + len(seq) // 2 if seq[-1] == 3 else 3
+
+    sched = make_paged_scheduler(num_blocks=80, speculative=NGRAM, max_seq_len=128, max_input_len=64)
+    runner = PagedFakeRunner(4, 80, BS, model=alternates, vocab_size=100)
+    _run(sched, runner, _requests([[5, 6, 7, 8]], 60, ignore_eos=True))
+    with_drafts = sum(1 for plan in runner.steps for d in plan.decodes if d.draft_ids)
+    assert sched.num_accepted_tokens == 0 < sched.num_drafted_tokens
+    assert 3 <= with_drafts <= 7
+
+
+def test_drafts_stay_inside_the_steps_token_budget():
+    sched = make_paged_scheduler(num_blocks=120, speculative=NGRAM, max_num_tokens=6, max_prefill_tokens=6)
+    runner = PagedFakeRunner(4, 120, BS, model=cycle_model, vocab_size=V)
+    _run(sched, runner, _requests([[3, 4, 5, 6, 7] * 2] * 4, 10, ignore_eos=True))
+    assert all(plan.num_tokens <= 6 for plan in runner.steps if not plan.prefills)
+
+
+def test_an_engine_whose_runner_cannot_verify_drafts_refuses_speculation():
+    config = SchedulerConfig.make(speculative=NGRAM, max_batch_size=2, tokens_per_block=BS)
+    with pytest.raises(BadInput, match="cannot verify drafted tokens"):
+        LLMEngine(config, FakeRunner(2, 16, BS))
+
+
+# ---------------------------------------------------------------------------------------------- sampling
+VS = 4
+# next-token distribution after each token: a Markov chain on 4 tokens, most likely the cycle 0 -> 1 -> 2 -> 3
+P = np.array([np.roll([0.1, 0.55, 0.25, 0.1], i) for i in range(VS)])
+
+
+def markov_logits(seq: list[int]) -> np.ndarray:
+    return np.log(P[seq[-1]]).astype(np.float32)
+
+
+def _sampled_outputs(
+    speculative: bool, n: int, tokens: int
+) -> tuple[list[tuple[int, ...]], dict[str, float]]:
+    config = SchedulerConfig.make(
+        speculative=NGRAM if speculative else None,
+        max_batch_size=32,
+        max_num_tokens=256,
+        max_prefill_tokens=64,
+        tokens_per_block=BS,
+        max_input_len=32,
+        max_seq_len=64,
+        max_queue_size=n,
+    )
+    runner = PagedFakeRunner(32, 32 * 8 + 16, BS, model=markov_logits, vocab_size=VS)
+    prompt = [0, 1, 2, 3] * 3 + [0]  # drafts: 1 2 3 0 (the chain's likeliest path)
+    with LLMEngine(config, runner).start() as engine:
+        handles = [
+            engine.submit(prompt, SamplingParams(max_tokens=tokens, temperature=1.0, seed=i, ignore_eos=True))
+            for i in range(n)
+        ]
+        outs = [tuple(h.result(timeout=60)) for h in handles]
+        metrics = engine.metrics()
+    return outs, metrics
+
+
+def _expected(tokens: int) -> dict[tuple[int, ...], float]:
+    probs: dict[tuple[int, ...], float] = {(): 1.0}
+    for _ in range(tokens):
+        probs = {
+            seq + (t,): p * float(P[seq[-1] if seq else 0][t]) for seq, p in probs.items() for t in range(VS)
+        }
+    return probs
+
+
+def _chi_square(outs: list[tuple[int, ...]], expected: dict[tuple[int, ...], float]) -> tuple[float, int]:
+    """Pearson's statistic over the outcomes expected >= 5 times, the rest pooled in one cell; (stat, dof)."""
+    n = len(outs)
+    counts: dict[tuple[int, ...], int] = {}
+    for o in outs:
+        counts[o] = counts.get(o, 0) + 1
+    big = [s for s, p in expected.items() if p * n >= 5]
+    stat = sum((counts.get(s, 0) - expected[s] * n) ** 2 / (expected[s] * n) for s in big)
+    rest_p = 1.0 - sum(expected[s] for s in big)
+    rest_n = n - sum(counts.get(s, 0) for s in big)
+    stat += (rest_n - rest_p * n) ** 2 / (rest_p * n)
+    return stat, len(big)
+
+
+def _chi2_quantile(dof: int, z: float = 3.719) -> float:
+    """The chi-square quantile at the standard normal's z (3.719: 1 - 1e-4), Wilson-Hilferty (within 1% here)."""
+    a = 2.0 / (9.0 * dof)
+    return dof * (1.0 - a + z * a**0.5) ** 3
+
+
+def test_rejection_sampling_keeps_the_output_distribution():
+    """4000 seeded requests at temperature 1 on a 4-token Markov model, 4 tokens each, with n-gram drafts (up to 2
+    per verification): the 256 outcomes' frequencies fit the chain's exact probabilities (chi-square, p > 1e-4),
+    as those of plain sampling do — and drafts were both accepted and rejected."""
+    expected = _expected(4)
+    spec, metrics = _sampled_outputs(True, 4000, 4)
+    assert 0 < metrics[EngineMetric.SPEC_ACCEPTED_TOKENS] < metrics[EngineMetric.SPEC_DRAFTED_TOKENS]
+    assert metrics[EngineMetric.SPEC_VERIFICATIONS] > 1000
+    plain, _ = _sampled_outputs(False, 4000, 4)
+    for outs in (spec, plain):
+        stat, dof = _chi_square(outs, expected)
+        assert stat < _chi2_quantile(dof), (stat, dof)
+    # the test can fail: drafts accepted a little too often skew the outcomes toward the chain's likeliest path
+    biased = [(1, 2, 3, 0) if i % 10 == 0 else o for i, o in enumerate(plain)]
+    stat, dof = _chi_square(biased, expected)
+    assert stat > _chi2_quantile(dof)
