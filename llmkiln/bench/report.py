@@ -166,7 +166,15 @@ COLUMNS = (
     ("rate", lambda lv: "-" if lv.request_rate is None else f"{lv.request_rate:g}/s"),
     ("goodput", lambda lv: "-" if lv.goodput is None else f"{lv.goodput.goodput_rps:.2f}/s"),
     ("SLO att.", lambda lv: "-" if lv.goodput is None else f"{lv.goodput.attainment:.0%}"),
+    ("spec acc.", lambda lv: _spec(lv, "acceptance_rate", "{:.2f}")),
+    ("spec len", lambda lv: _spec(lv, "mean_accepted_length", "{:.2f}")),
 )
+
+
+def _spec(lv: LevelStats, field: str, fmt: str) -> str:
+    """A speculative-decoding figure of the level ('-' when not measured or nothing was drafted)."""
+    value = None if lv.speculative is None else getattr(lv.speculative, field)
+    return "-" if value is None else fmt.format(value)
 
 
 def _ms(d: Dist, stat: str) -> str:
@@ -186,13 +194,15 @@ CONSOLE_COLUMNS: tuple[str, ...] = (
     "e2e p50",
 )
 CONSOLE_COLUMNS += ("req/s", "out tok/s", "cached", "hit rate", "goodput", "SLO att.")
+SPEC_COLUMNS = ("spec acc.", "spec len")  # shown when the run measured speculation (kiln bench --metrics)
 
 
 def console_table(report: BenchReport) -> Table:
     """A rich table, one row per concurrency level (times in ms; the Markdown table has every column)."""
     wl = report.run.workload
     table = Table(title=f"{report.run.label}: {wl.get('name')} ({report.run.mode}), times in ms", box=None)
-    cols = [(n, f) for n, f in COLUMNS if n in CONSOLE_COLUMNS]
+    shown = CONSOLE_COLUMNS + (SPEC_COLUMNS if any(lv.speculative for lv in report.levels) else ())
+    cols = [(n, f) for n, f in COLUMNS if n in shown]
     for name, _ in cols:
         table.add_column(name.replace(" ", "\n"), justify="right")
     for lv in report.levels:

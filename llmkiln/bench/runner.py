@@ -15,11 +15,11 @@ import tritonclient.grpc.aio as grpcclient
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from llmkiln.bench import client as triton_client
-from llmkiln.bench import openai_client
+from llmkiln.bench import openai_client, spec_counters
 from llmkiln.bench.arrivals import Send, closed_loop, open_loop
 from llmkiln.bench.client import check_loopback, fetch_model_io
 from llmkiln.bench.report import BenchReport, RunInfo, make_report
-from llmkiln.bench.stats import RequestRecord, Slo, level_stats
+from llmkiln.bench.stats import RequestRecord, Slo, SpecStats, level_stats
 from llmkiln.bench.workloads import BenchRequest, Workload
 from llmkiln.errors import BadInput
 
@@ -67,6 +67,8 @@ class BenchConfig:
     # called with (concurrency, record) as each measured request ends, before the loop sends the next one
     # (the experiment measures each c=1 request's prefill floor between requests)
     on_record: Callable[[int, RequestRecord], None] | None = None
+    # the served model's /metrics (one per worker): its speculative-decoding counters around each level
+    metrics_urls: Sequence[str] = ()
 
     def check(self) -> None:
         if self.api not in APIS:
@@ -141,6 +143,7 @@ async def _run(cfg: BenchConfig) -> tuple[BenchReport, dict[int, list[RequestRec
     slices = level_slices(cfg.workload, cfg.concurrency, cfg.requests_per_level, cfg.warmup_requests)
     total = len(warm) + sum(len(x) for x in slices.values())
     records: dict[int, list[RequestRecord]] = {}
+    spec: dict[int, SpecStats | None] = {}
     async with _sender(cfg) as send:
         with Progress(
             TextColumn("{task.description}"),
@@ -168,11 +171,22 @@ async def _run(cfg: BenchConfig) -> tuple[BenchReport, dict[int, list[RequestRec
             for c, chunk in slices.items():
                 loop = f"rate={cfg.request_rate:g}/s max-in-flight={c}" if cfg.request_rate else f"c={c}"
                 bar.update(task, description=f"{cfg.label} {cfg.workload.name} {loop}")
+                before = (
+                    await asyncio.to_thread(spec_counters.scrape, cfg.metrics_urls)
+                    if cfg.metrics_urls
+                    else {}
+                )
                 if cfg.request_rate:
                     records[c] = await open_loop(send, chunk, cfg.request_rate, cfg.seed, c, level_done(c))
                 else:
                     records[c] = await closed_loop(send, chunk, c, level_done(c))
-    levels = [level_stats(c, recs, cfg.slo, cfg.request_rate) for c, recs in records.items()]
+                if cfg.metrics_urls:
+                    after = await asyncio.to_thread(spec_counters.scrape, cfg.metrics_urls)
+                    spec[c] = spec_counters.level_delta(before, after)
+    levels = [
+        level_stats(c, recs, cfg.slo, cfg.request_rate).model_copy(update={"speculative": spec.get(c)})
+        for c, recs in records.items()
+    ]
     run = RunInfo(
         label=cfg.label,
         url=cfg.url,

@@ -186,6 +186,18 @@ def prefix_hit_rate(records: Sequence[RequestRecord]) -> float | None:
     return sum(r.num_cached_tokens or 0 for r in ok) / prompt
 
 
+class SpecStats(BaseModel):
+    """Speculative decoding during one level, from the engine's counters (llmkiln.bench.spec_counters)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    drafted_tokens: int
+    accepted_tokens: int
+    verifications: int  # decodes that verified at least one draft
+    acceptance_rate: float | None  # accepted / drafted (None: nothing drafted)
+    mean_accepted_length: float | None  # accepted drafts per verification
+
+
 class LevelStats(BaseModel):
     """Everything measured at one concurrency level."""
 
@@ -212,6 +224,7 @@ class LevelStats(BaseModel):
     prefix_hit_rate: float | None = None  # cached prompt tokens / prompt tokens (None: not reported)
     request_rate: float | None = None  # open loop: Poisson arrivals per second (None: closed loop)
     goodput: Goodput | None = None  # when an SLO was given
+    speculative: SpecStats | None = None  # `kiln bench --metrics URL`: the engine's drafted / accepted tokens
 
 
 def level_stats(

@@ -100,6 +100,13 @@ def _run_options(f: _Command) -> _Command:
         click.option(
             "--raw-out", type=click.Path(dir_okay=False), default=None, help="Per-request JSONL dump."
         ),
+        click.option(
+            "--metrics",
+            "metrics_urls",
+            multiple=True,
+            help="The served model's /metrics URL (repeatable: one per worker): the report's speculative-"
+            "decoding columns (drafted, acceptance, mean accepted length per level).",
+        ),
         click.option("--no-progress", is_flag=True, help="No progress bar."),
     ]
     for o in reversed(opts):
@@ -132,6 +139,7 @@ def _do_run(**kw: Any) -> None:
         label=kw["label"],
         timeout_s=kw["timeout"],
         progress=not kw["no_progress"],
+        metrics_urls=tuple(kw["metrics_urls"]),
     )
     report, records = run_bench(cfg)
     print_report(report)

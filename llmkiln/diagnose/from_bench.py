@@ -44,6 +44,13 @@ def signals_from_bench(report: BenchReport, recipe: Recipe | None = None) -> Sig
                 min(1.0, lv.cached_tokens_mean / lv.prompt_tokens_mean),
                 f"bench report {at}: cached_tokens_mean / prompt_tokens_mean",
             )
+    drafted = sum(x.speculative.drafted_tokens for x in levels if x.speculative is not None)
+    if drafted:
+        accepted = sum(x.speculative.accepted_tokens for x in levels if x.speculative is not None)
+        sig.spec_drafted = Figure(drafted, "bench report: speculative.drafted_tokens over all levels")
+        sig.spec_acceptance = Figure(
+            accepted / drafted, "bench report: speculative accepted_tokens / drafted_tokens over all levels"
+        )
     sig.requests = Figure(sum(x.num_requests for x in levels), "bench report: requests over all levels")
     rejected = sum(
         x.num_errors for x in levels if any("queue full" in e or "rejected" in e for e in x.errors)

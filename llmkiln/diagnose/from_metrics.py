@@ -43,18 +43,28 @@ def llmkiln_signals(s: MetricSnapshot) -> Signals:
     slots = running + free if running is not None and free is not None else None
     if slots:
         sig.max_batch_size = Figure(slots, "num_running + num_free_slots")
-    gen, steps, done = (
+    gen, steps, done, accepted = (
         _engine(s, M.GENERATED_TOKENS),
         _engine(s, M.DECODE_STEPS),
         _engine(s, M.REQUESTS_FINISHED),
+        _engine(s, M.SPEC_ACCEPTED_TOKENS),
     )
     if slots and gen is not None and steps:
-        # every decode step samples one token per running sequence; each request's first token comes from its
-        # prefill, so (generated - finished) / decode steps is the mean number of sequences per decode step
-        busy = max(0.0, gen - (done or 0.0)) / steps
+        # every decode step samples one token per running sequence (plus its accepted drafts); each request's
+        # first token comes from its prefill, so (generated - finished - accepted) / decode steps is the mean
+        # number of sequences per decode step
+        busy = max(0.0, gen - (done or 0.0) - (accepted or 0.0)) / steps
         sig.utilization = Figure(
             min(1.0, busy / slots),
-            "(generated_tokens - requests_finished) / decode_steps / (num_running + num_free_slots)",
+            "(generated_tokens - requests_finished - spec_accepted_tokens) / decode_steps / "
+            "(num_running + num_free_slots)",
+        )
+    drafted = _engine(s, M.SPEC_DRAFTED_TOKENS)
+    if drafted:
+        sig.spec_drafted = Figure(drafted, 'llmkiln_engine{metric="spec_drafted_tokens"}')
+        sig.spec_acceptance = Figure(
+            (accepted or 0.0) / drafted,
+            'llmkiln_engine{metric="spec_accepted_tokens"} / llmkiln_engine{metric="spec_drafted_tokens"}',
         )
     prompt, hit = s.total("llmkiln_prompt_tokens_total"), s.total("llmkiln_prefix_cache_hit_tokens_total")
     if prompt:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from llmkiln.capabilities import Backend
 from llmkiln.diagnose.signals import Figure, Signals
 from llmkiln.recipe import KvCache, Recipe, Scheduler, Warmup
+from llmkiln.recipe_trtllm import Speculative
 
 QUEUE_SHARE = 0.3  # queueing is a likely cause once the wait is this share of TTFT
 PREFILL_SHARE = 0.3  # ... and prefill (with cache misses) once the rest of TTFT is this share
@@ -21,6 +22,8 @@ COLD_FACTOR = 3.0  # a first request this many times slower than the median is a
 LOW_UTILIZATION = 0.5
 KV_FULL = 0.9
 THROUGHPUT_DROP = 0.1
+LOW_ACCEPTANCE = 0.5  # speculative decoding: below this share of accepted drafts verification rarely pays
+MIN_DRAFTED = 64  # ... judged once this many tokens were drafted
 
 Status = Literal["yes", "no", "no data"]
 
@@ -45,12 +48,13 @@ class Current:
     kv_cache: KvCache
     warmup: Warmup
     backend: Backend
+    speculative: Speculative | None = None
 
     @classmethod
     def of(cls, recipe: Recipe | None) -> Current:
         if recipe is None:
             return cls(Scheduler(), KvCache(), Warmup(), Backend.ONNX_CPU)
-        return cls(recipe.scheduler, recipe.kv_cache, recipe.warmup, recipe.backend)
+        return cls(recipe.scheduler, recipe.kv_cache, recipe.warmup, recipe.backend, recipe.speculative)
 
 
 def _f(name: str, fig: Figure | None, unit: str = "ms") -> str:
@@ -240,6 +244,28 @@ def rejections(sig: Signals, cur: Current) -> Row:
     return row
 
 
+def low_acceptance(sig: Signals, cur: Current) -> Row:
+    row = Row(
+        "speculative drafts mostly rejected",
+        "the replies do not repeat their prompts (open chat): each verification runs drafted rows that are thrown "
+        "away, a cost with no tokens for it",
+        "turn speculation off for this traffic (remove the recipe's speculative section, or send "
+        "num_speculative_tokens 0 with such requests), or draft less: a lower speculative.max_draft_len, a longer "
+        "speculative.max_matching_ngram_size (fewer, surer matches)",
+        "no data",
+    )
+    drafted, rate = sig.spec_drafted, sig.spec_acceptance
+    row.figures = [_f("drafted tokens", drafted, ""), _f("acceptance", rate, "%")]
+    if drafted is None or rate is None or drafted.value < MIN_DRAFTED:
+        return row
+    row.status = "yes" if rate.value < LOW_ACCEPTANCE else "no"
+    if row.status == "yes" and cur.speculative is not None:
+        spec = cur.speculative
+        row.changes["speculative.max_draft_len"] = max(1, spec.max_draft_len // 2)
+        row.changes["speculative.max_matching_ngram_size"] = spec.max_matching_ngram_size + 1
+    return row
+
+
 RULES: tuple[Callable[[Signals, Current], Row], ...] = (
     queueing,
     long_prefill,
@@ -247,6 +273,7 @@ RULES: tuple[Callable[[Signals, Current], Row], ...] = (
     kv_crowding,
     cold_start,
     rejections,
+    low_acceptance,
 )
 
 

@@ -42,6 +42,8 @@ class Signals:
     rejected: Figure | None = None
     warmup_requests: Figure | None = None
     throughput_drop: Figure | None = None  # 1 - out tok/s at the highest load / best out tok/s (bench)
+    spec_drafted: Figure | None = None  # speculative decoding: tokens drafted
+    spec_acceptance: Figure | None = None  # accepted / drafted (0-1)
     notes: list[str] = field(default_factory=list)
 
     def merge(self, other: Signals) -> Signals:

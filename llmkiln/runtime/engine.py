@@ -418,6 +418,11 @@ class LLMEngine:
         if not isinstance(params, SamplingParams):
             raise BadRequestParams(f"params must be SamplingParams, got {type(params).__name__}")
         params.check(self.vocab_size)
+        if params.num_speculative_tokens and self.config.speculative is None:
+            raise BadRequestParams(
+                "num_speculative_tokens: this engine does not speculate (its recipe has no speculative section); "
+                "leave it out or set it to 0"
+            )
         if not isinstance(priority, int):
             raise BadRequestParams(f"priority must be an integer, got {priority!r}")
         n = len(prompt_ids)

@@ -48,6 +48,7 @@ INPUTS: dict[str, tuple[int, list[int], bool]] = {
     "stop_words": (T.TYPE_STRING, [-1], True),
     "priority": (T.TYPE_INT32, [1], True),
     "return_perf_metrics": (T.TYPE_BOOL, [1], True),
+    "num_speculative_tokens": (T.TYPE_INT32, [1], True),
 }
 OUTPUTS: dict[str, tuple[int, list[int]]] = {
     "text_output": (T.TYPE_STRING, [-1]),

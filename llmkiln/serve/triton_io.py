@@ -41,6 +41,7 @@ class SamplingKwargs(TypedDict, total=False):
     top_k: int
     seed: int | None
     stop_token_ids: tuple[int, ...]
+    num_speculative_tokens: int | None
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class ParsedRequest:
     stream: bool = False
     exclude_input_in_output: bool = False
     return_perf_metrics: bool = False
+    num_speculative_tokens: int | None = None  # drafts per step (an engine with speculation); 0: none
 
     def sampling_kwargs(self) -> SamplingKwargs:
         """Keyword arguments for llmkiln.runtime.request.SamplingParams."""
@@ -71,6 +73,8 @@ class ParsedRequest:
         }
         if self.end_id is not None:
             kw["stop_token_ids"] = (self.end_id,)
+        if self.num_speculative_tokens is not None:
+            kw["num_speculative_tokens"] = self.num_speculative_tokens
         return kw
 
 
@@ -177,6 +181,7 @@ def parse_request(
         "stream": lambda v: _bool("stream", v),
         "exclude_input_in_output": lambda v: _bool("exclude_input_in_output", v),
         "return_perf_metrics": lambda v: _bool("return_perf_metrics", v),
+        "num_speculative_tokens": lambda v: _int("num_speculative_tokens", v, INT32_MIN, INT32_MAX),
     }
     for name, conv in scalars.items():
         arr = get(name)

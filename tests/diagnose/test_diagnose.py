@@ -281,3 +281,32 @@ def test_real_run_after_the_overlay() -> None:
     cold = _row(d, "cold-start")
     assert cold.status == "yes" and cold.changes == {}  # no warmup prompts: the user must give them
     assert "add your shared system prompt" in cold.next_step
+
+
+def test_low_speculative_acceptance_says_to_turn_it_off_or_draft_less(tmp_path: Path) -> None:
+    recipe = load_recipe("smollm2-ov-bf16-ngram")[0]
+    page = STORIES_PROM.read_text() + "".join(
+        f'llmkiln_engine{{metric="{name}",model="llmkiln",version="1"}} {value}\n'
+        for name, value in (
+            ("spec_drafted_tokens", 400),
+            ("spec_accepted_tokens", 80),
+            ("spec_verifications", 150),
+        )
+    )
+    snap = tmp_path / "spec.prom"
+    snap.write_text(page)
+    row = _row(diagnose([], [snap], recipe), "speculative drafts mostly rejected")
+    assert row.status == "yes"
+    assert row.changes == {"speculative.max_draft_len": 2, "speculative.max_matching_ngram_size": 4}
+    assert any("acceptance = 20%" in f for f in row.figures)
+    good = tmp_path / "good.prom"
+    good.write_text(
+        page.replace(
+            '"spec_accepted_tokens",model="llmkiln",version="1"} 80',
+            '"spec_accepted_tokens",model="llmkiln",version="1"} 300',
+        )
+    )
+    assert _row(diagnose([], [good], recipe), "speculative drafts mostly rejected").status == "no"
+    assert (
+        _row(diagnose([], [STORIES_PROM], recipe), "speculative drafts mostly rejected").status == "no data"
+    )

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmkiln.errors import BadInput
+from llmkiln.errors import BadInput, RecipeError
+from llmkiln.recipe import load_recipe
 from llmkiln.runtime.draft_acceptance import accept_drafts
 from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.metrics import EngineMetric
@@ -285,3 +286,30 @@ def test_rejection_sampling_keeps_the_output_distribution():
     biased = [(1, 2, 3, 0) if i % 10 == 0 else o for i, o in enumerate(plain)]
     stat, dof = _chi_square(biased, expected)
     assert stat > _chi2_quantile(dof)
+
+
+# ---------------------------------------------------------------------------------------------- the recipe
+def test_the_bundled_ngram_recipe_extends_the_bf16_one_and_speculates_on_openvino_only():
+    recipe, _ = load_recipe("smollm2-ov-bf16-ngram")
+    assert recipe.backend == "openvino-cpu" and recipe.precision == "bf16"
+    assert recipe.speculative is not None and recipe.speculative.method == "ngram"
+    config = SchedulerConfig.from_recipe(recipe)
+    assert config.speculative == recipe.speculative
+    with pytest.raises(
+        RecipeError,
+        match=r"speculative: this section is only for backend\(s\) trtllm-llmapi, openvino-cpu, not onnx-cpu",
+    ):
+        load_recipe("smollm2-fp32", {"speculative": NGRAM})  # onnx-cpu: GroupQueryAttention cannot verify
+    with pytest.raises(RecipeError, match="speculative.method: draft_target; backend openvino-cpu drafts by"):
+        load_recipe("smollm2-ov-fp32", {"speculative": {"method": "draft_target", "draft_model": "x"}})
+
+
+def test_speculation_is_a_serve_time_override_of_an_openvino_engine(tmp_path):
+    from llmkiln.engine_dir import EngineDir
+    from llmkiln.recipe import SERVE_TIME_SECTIONS
+
+    assert "speculative" in SERVE_TIME_SECTIONS
+    recipe, _ = load_recipe("smollm2-ov-fp32", {"speculative": NGRAM})
+    (tmp_path / "recipe.resolved.yaml").write_text(recipe.to_yaml())
+    got = EngineDir(tmp_path).recipe({"speculative": {"max_draft_len": 2}})
+    assert got.speculative is not None and got.speculative.max_draft_len == 2

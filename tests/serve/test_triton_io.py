@@ -200,3 +200,14 @@ def test_sampling_errors_never_echo_the_value(field):
     with pytest.raises(BadRequestParams) as exc:
         SamplingParams(**{field: bad[field]})
     assert "123456" not in str(exc.value) and field in str(exc.value)
+
+
+def test_a_request_sets_its_speculative_tokens():
+    r = parse_request(
+        getter(
+            text_input=text("hi"),
+            max_tokens=np.array([[4]], dtype=np.int32),
+            num_speculative_tokens=np.array([[0]], dtype=np.int32),
+        )
+    )
+    assert r.sampling_kwargs()["num_speculative_tokens"] == 0
