@@ -28,10 +28,11 @@ with the property `prompt_lookup=True` (GenAI's PromptLookupImpl: n-gram candida
 verified by the main model in the same step) and gives every request GenerationConfig `num_assistant_tokens=K`,
 `max_ngram_size=prompt_lookup_ngram`. A request doc's `ignore_eos: false` (default true, the peer's setting) stops
 at EOS and the request's `stop_token_ids` instead of generating exactly max_tokens. Each record also carries
-`step_tokens`: the tokens each step gave it (1 per step without speculation; 1 + accepted drafts with it): GenAI
-reports no acceptance through the step API (PromptLookupImpl keeps its SpeculativeDecodingMetrics internal;
-get_metrics() is PipelineMetrics, EncodedGenerationResult.extended_perf_metrics is None), so this is what the
-acceptance is inferred from.
+`step_tokens`: the tokens each step gave it (1 per step without speculation; 1 + accepted drafts with it), and
+`request_id` (the pipeline's). GenAI reports no acceptance through its Python API (PromptLookupImpl keeps its
+SpeculativeDecodingMetrics internal; get_metrics() is PipelineMetrics, EncodedGenerationResult.extended_perf_metrics
+is None); it prints them to stdout whenever it runs out of requests: with prompt lookup the bench captures fd 1
+around each level and gives every record its `acceptance_rates` (parse_acceptance_rates: % per verifying step).
 """
 
 from __future__ import annotations
@@ -318,6 +319,7 @@ def closed_loop(
             rec["end_ns"] = clock()
             done.append(rec)
             return
+        rec["request_id"] = next_id
         live[next_id] = (handle, rec, req)
         next_id += 1
 
@@ -408,6 +410,39 @@ def parse_compiled_properties(text: str) -> dict[str, dict[str, str]]:
         elif not line.startswith(" "):
             current = None
     return out
+
+
+def parse_acceptance_rates(text: str) -> dict[int, list[float]]:
+    """'Request_id: N ||| r1 r2 ...' lines: the per-step acceptance rates (%) that GenAI's prompt-lookup pipeline
+    prints to stdout whenever it runs out of requests (SpeculativeDecodingMetrics::print_acceptance_rates, then
+    clean_up): one value per step that verified drafts for request N, accepted / drafted × 100 of that step."""
+    out: dict[int, list[float]] = {}
+    for line in text.splitlines():
+        if line.startswith("Request_id: ") and "|||" in line:
+            head, _, values = line.partition("|||")
+            try:
+                rid = int(head[len("Request_id: ") :].strip())
+                out.setdefault(rid, []).extend(float(v) for v in values.split())
+            except ValueError:
+                continue
+    return out
+
+
+@contextlib.contextmanager
+def _acceptance_log(enabled: bool) -> Iterator[dict[int, list[float]]]:
+    """With `enabled`, fd 1 goes to a file while the block runs and the yielded dict is filled afterwards with the
+    acceptance rates GenAI printed there (parse_acceptance_rates); otherwise nothing happens (an empty dict)."""
+    rates: dict[int, list[float]] = {}
+    if not enabled:
+        yield rates
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "sd-metrics.log"
+        try:
+            with _stdout_to(log):
+                yield rates
+        finally:
+            rates.update(parse_acceptance_rates(log.read_text(errors="replace")))
 
 
 def open_pipeline(og: Any, model_dir: Path, precision: str, settings: PipelineSettings) -> tuple[Any, dict]:
@@ -517,13 +552,19 @@ def run_bench(
 
     running = og.GenerationStatus.RUNNING
     next_id = 0
+    lookup = settings.prompt_lookup_tokens > 0
     if warm:
         c = min(max(levels) if levels else 1, len(warm))
-        recs, stats = closed_loop(pipe, warm, c, _input_ids, make_config, next_id, running=running)
+        with _acceptance_log(lookup):
+            recs, stats = closed_loop(pipe, warm, c, _input_ids, make_config, next_id, running=running)
         next_id = stats["next_id"]
         doc["warmup"] = {"concurrency": c, "errors": [r["error"] for r in recs if r["error"]], **stats}
     for c, reqs in levels.items():
-        recs, stats = closed_loop(pipe, reqs, c, _input_ids, make_config, next_id, running=running)
+        with _acceptance_log(lookup) as rates:
+            recs, stats = closed_loop(pipe, reqs, c, _input_ids, make_config, next_id, running=running)
+        if lookup:
+            for r in recs:
+                r["acceptance_rates"] = rates.get(r.get("request_id", -1))
         next_id = stats["next_id"]
         m = pipe.get_metrics()
         stats["max_cache_usage"] = m.max_cache_usage

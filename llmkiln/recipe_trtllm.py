@@ -163,6 +163,15 @@ class Speculative(_Section):
         None,
         description="speculative_config.max_concurrency: speculation off above this batch size; None = always on.",
     )
+    min_matching_ngram_size: PositiveInt = Field(
+        1,
+        description="ngram on openvino-cpu: the shortest suffix looked up (2: no drafts from a single token's "
+        "match, fewer and surer drafts).",
+        json_schema_extra=honoured_by(
+            Backend.OPENVINO_CPU,
+            why="TensorRT-LLM's NGramDecodingConfig has no lower bound (it matches down to one token)",
+        ),
+    )
 
     @model_validator(mode="after")
     def _method_fields(self) -> Speculative:
@@ -174,6 +183,11 @@ class Speculative(_Section):
             )
         if self.method != "ngram" and self.max_matching_ngram_size != 2:
             raise ValueError(f"max_matching_ngram_size: only for method ngram, not {self.method}; remove it")
+        if self.min_matching_ngram_size > self.max_matching_ngram_size:
+            raise ValueError(
+                f"min_matching_ngram_size: {self.min_matching_ngram_size} exceeds max_matching_ngram_size "
+                f"({self.max_matching_ngram_size}); give at most that"
+            )
         return self
 
 

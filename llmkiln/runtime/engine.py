@@ -595,6 +595,9 @@ class LLMEngine:
             old = c.prefill_ns_per_token
             self.costs = StepCosts(per_token if not old else old + _EMA * (per_token - old), c.decode_ns)
         elif plan.decodes and not plan.prefills:
+            drafted = plan.num_tokens - len(plan.decodes)
+            if self.config.speculative is not None:
+                self.scheduler.draft_cost.update(len(plan.decodes), drafted, elapsed_ns)
             old = c.decode_ns
             self.costs = StepCosts(
                 c.prefill_ns_per_token, elapsed_ns if not old else old + _EMA * (elapsed_ns - old)

@@ -45,14 +45,14 @@ class NgramIndex:
         if len(tokens) > len(self.tokens):
             self.extend(tokens[len(self.tokens) :])
 
-    def propose(self, k: int) -> tuple[int, ...]:
+    def propose(self, k: int, min_ngram: int = 1) -> tuple[int, ...]:
         """Up to k tokens that followed the latest earlier occurrence of the longest suffix found (n from
-        max_ngram down to 1); () when no suffix occurred before."""
+        max_ngram down to min_ngram); () when no such suffix occurred before."""
         seq = self.tokens
         size = len(seq)
         if k <= 0 or size < 2:
             return ()
-        for n in range(min(self.max_ngram, size - 1), 0, -1):
+        for n in range(min(self.max_ngram, size - 1), max(1, min_ngram) - 1, -1):
             end = self._ends.get(tuple(seq[size - n :]))
             if end is not None:  # seq[end - n : end] equals the suffix, and end < size
                 return tuple(seq[end : end + k])

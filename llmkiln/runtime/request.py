@@ -155,6 +155,8 @@ class Request:
     num_accepted_tokens: int = 0
     draft_misses: int = 0
     draft_pause: int = 0
+    draft_hits: float = 0.0  # decayed accepted drafts and trials: the per-draft acceptance estimate
+    draft_trials: float = 0.0
 
     @property
     def slot_id(self) -> int:

@@ -34,9 +34,12 @@ earlier occurrence of its suffix), verified in the same run; `update_from_output
 drafts and the model's next token (1 to k+1 tokens, runtime.draft_acceptance) and the KV of rejected drafts is
 simply overwritten by the next step (their positions lie past the sequence's computed tokens, in blocks of its
 own). Drafts count against the step's max_num_tokens; none while more than `speculative.max_concurrency`
-sequences decode (verifying k more rows per sequence costs compute a large batch no longer has spare), and a
-sequence whose drafts were all rejected drafts nothing for 2, 4, ... 16 steps (back-off, reset by an accepted
-draft), so text that does not repeat pays little.
+sequences decode. Below that, each sequence drafts the longest k whose last draft is still worth its row: p^k
+(p: the sequence's own per-draft acceptance so far) at least what a verified row costs in tokens of this batch,
+learned from the engine's decode steps (runtime.draft_cost: nearly free on a small memory-bound batch, a good
+share of a token once the batch is compute-bound); a sequence whose drafts were all rejected drafts nothing for
+2, 4, ... 16 steps (back-off, reset by an accepted draft). So text that does not repeat pays little, and a
+large batch drafts only what is likely accepted.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from typing import Any
 
 from llmkiln import recipe as recipe_schema
 from llmkiln.recipe_trtllm import Speculative
+from llmkiln.runtime.draft_cost import DraftCost
 from llmkiln.runtime.kv_blocks import BlockStore
 from llmkiln.runtime.ngram_drafts import NgramIndex
 from llmkiln.runtime.plan import BlockCopy, DecodeItem, PrefillChunk, SchedulerOutput, StepCosts
@@ -147,6 +151,9 @@ class Scheduler:
         self.num_drafted_tokens = 0
         self.num_accepted_tokens = 0
         self.num_verifications = 0
+        self.draft_cost = (
+            DraftCost()
+        )  # what a verified draft costs here (the engine feeds it its decode steps)
 
     # ------------------------------------------------------------------ state
     @property
@@ -421,12 +428,13 @@ class Scheduler:
         spare = 0
         if spec is not None and (spec.max_concurrency is None or len(decoding) <= spec.max_concurrency):
             spare = max(0, self.config.scheduler.max_num_tokens - len(decoding))
+        worth = self.draft_cost.threshold(len(decoding)) if spare else 1.0
         for r in decoding:
-            drafts = self._drafts(r, spare) if spare else ()
+            drafts = self._drafts(r, spare, worth) if spare else ()
             spare -= len(drafts)
             out.decodes.append(self._decode_item(r, drafts))
 
-    def _drafts(self, request: Request, spare: int) -> tuple[int, ...]:
+    def _drafts(self, request: Request, spare: int, worth: float) -> tuple[int, ...]:
         """Up to the request's draft length of n-gram drafts, within what its max_tokens / max_seq_len and its
         KV reservation allow (all accepted plus the model's token must still fit)."""
         spec = self.config.speculative
@@ -437,7 +445,7 @@ class Scheduler:
             request.params.max_tokens - len(request.output_ids),
             self.config.limits.max_seq_len - request.num_tokens,
         )
-        k = min(k, spare, room - 1)
+        k = min(k, spare, room - 1, _draft_length(request, k, worth))
         if k <= 0:
             return ()
         if request.draft_pause > 0:
@@ -448,7 +456,7 @@ class Scheduler:
             index = request.drafter = NgramIndex(spec.max_matching_ngram_size)
             index.extend(request.prompt_ids)
         index.extend(request.output_ids[len(index) - request.num_prompt_tokens :])
-        return index.propose(k)
+        return index.propose(k, spec.min_matching_ngram_size)
 
     def _decode_item(self, request: Request, drafts: tuple[int, ...] = ()) -> DecodeItem:
         position = request.num_computed_tokens
@@ -604,6 +612,10 @@ class Scheduler:
         self.num_accepted_tokens += accepted
         request.num_drafted_tokens += drafted
         request.num_accepted_tokens += accepted
+        # the per-draft acceptance estimate: a accepted of d drafts is a successes in a + 1 trials (the first
+        # rejection ends the run), or d in d when all were accepted; older verifications count less and less
+        request.draft_hits = DRAFT_DECAY * request.draft_hits + accepted
+        request.draft_trials = DRAFT_DECAY * request.draft_trials + min(drafted, accepted + 1)
         if accepted:
             request.draft_misses = 0
         else:  # nothing accepted: draft nothing for 2, 4, 8, 16 steps
@@ -671,6 +683,23 @@ class Scheduler:
         request.finish_reason = reason
         request.timings.finish_ns = now_ns
         self.requests.pop(request.request_id, None)
+
+
+# speculative decoding's draft length per sequence: the longest k whose last draft is still accepted with
+# probability >= the step's threshold (runtime.draft_cost: a verified row's cost in tokens of this batch), p^k
+# under the sequence's per-draft acceptance p, estimated from its verifications with weight DRAFT_DECAY per
+# verification and a prior of DRAFT_PRIOR over DRAFT_PRIOR_WEIGHT trials
+DRAFT_DECAY = 0.8
+DRAFT_PRIOR = 0.7
+DRAFT_PRIOR_WEIGHT = 2.0
+
+
+def _draft_length(request: Request, k: int, worth: float) -> int:
+    p = (request.draft_hits + DRAFT_PRIOR * DRAFT_PRIOR_WEIGHT) / (request.draft_trials + DRAFT_PRIOR_WEIGHT)
+    n = 0
+    while n < k and p ** (n + 1) >= worth:
+        n += 1
+    return n
 
 
 def _single(tokens: Sequence[int], request_id: str) -> int:

@@ -300,6 +300,12 @@ def test_the_bundled_ngram_recipe_extends_the_bf16_one_and_speculates_on_openvin
         match=r"speculative: this section is only for backend\(s\) trtllm-llmapi, openvino-cpu, not onnx-cpu",
     ):
         load_recipe("smollm2-fp32", {"speculative": NGRAM})  # onnx-cpu: GroupQueryAttention cannot verify
+    with pytest.raises(RecipeError, match="min_matching_ngram_size: 4 exceeds max_matching_ngram_size"):
+        load_recipe("smollm2-ov-fp32", {"speculative": NGRAM | {"min_matching_ngram_size": 4}})
+    with pytest.raises(
+        RecipeError, match=r"speculative.min_matching_ngram_size: not used by backend trtllm-llmapi"
+    ):
+        load_recipe("tiny-trtllm-llmapi-ngram", {"speculative": {"min_matching_ngram_size": 2}})
     with pytest.raises(RecipeError, match="speculative.method: draft_target; backend openvino-cpu drafts by"):
         load_recipe("smollm2-ov-fp32", {"speculative": {"method": "draft_target", "draft_model": "x"}})
 
@@ -313,3 +319,41 @@ def test_speculation_is_a_serve_time_override_of_an_openvino_engine(tmp_path):
     (tmp_path / "recipe.resolved.yaml").write_text(recipe.to_yaml())
     got = EngineDir(tmp_path).recipe({"speculative": {"max_draft_len": 2}})
     assert got.speculative is not None and got.speculative.max_draft_len == 2
+
+
+# ---------------------------------------------------------------------------------------------- the cost model
+def test_the_draft_cost_is_learned_from_decode_steps():
+    """Steps timed as 4 ms + 1 ms per sequence + 0.5 ms per verified row: a row costs 0.5 / ((4 + b) / b) tokens
+    of a batch of b — nearly free alone, a third of a token at 8."""
+    from llmkiln.runtime.draft_cost import DEFAULT_THRESHOLD, DraftCost
+
+    cost = DraftCost()
+    assert cost.threshold(8) == DEFAULT_THRESHOLD  # nothing measured yet
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        b, rows = int(rng.integers(1, 9)), int(rng.integers(0, 20))
+        cost.update(b, rows, 4e6 + 1e6 * b + 0.5e6 * rows)
+    fixed, per_seq, per_row = cost.coefficients
+    assert (fixed, per_seq, per_row) == pytest.approx((4e6, 1e6, 0.5e6), rel=1e-3)
+    assert cost.threshold(1) == pytest.approx(0.1, rel=1e-3)
+    assert cost.threshold(8) == pytest.approx(0.5 / 1.5, rel=1e-3)
+
+
+def test_a_batch_whose_rows_cost_more_than_drafts_bring_drafts_less():
+    """The same requests with a learned row cost of 0.9 tokens: a draft needs p >= 0.9 at its depth, so the
+    sequences (prior p = 0.7) draft nothing; with rows nearly free (0.05) they draft up to max_draft_len."""
+    from llmkiln.runtime.draft_cost import DraftCost
+
+    def run(row_ns: float) -> int:
+        sched = make_paged_scheduler(num_blocks=80, speculative=NGRAM)
+        sched.draft_cost = DraftCost()
+        for _ in range(50):
+            sched.draft_cost.update(4, 8, 4e6 + 8 * row_ns)
+            sched.draft_cost.update(4, 0, 4e6)
+        runner = PagedFakeRunner(4, 80, BS, model=cycle_model, vocab_size=V)
+        out = _run(sched, runner, _requests([[3, 4, 5, 6, 7] * 2] * 4, 12, ignore_eos=True))
+        assert all(out[f"s{i}"] == _generate_plain([3, 4, 5, 6, 7] * 2, 12) for i in range(4))
+        return sum(len(d.draft_ids) for plan in runner.steps for d in plan.decodes)
+
+    assert run(0.9e6) == 0
+    assert run(0.05e6) > 12
