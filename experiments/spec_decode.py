@@ -1000,7 +1000,7 @@ _ARGV: list[str] = []
 @click.option(
     "--ngram-min",
     type=int,
-    default=2,
+    default=1,
     show_default=True,
     help="llmkiln-ngram: the shortest n-gram looked up (speculative.min_matching_ngram_size).",
 )

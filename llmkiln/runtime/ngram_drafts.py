@@ -15,6 +15,7 @@ a 1500-token prompt is indexed once (about 1 ms), not scanned at every step.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 
 class NgramIndex:
@@ -48,12 +49,52 @@ class NgramIndex:
     def propose(self, k: int, min_ngram: int = 1) -> tuple[int, ...]:
         """Up to k tokens that followed the latest earlier occurrence of the longest suffix found (n from
         max_ngram down to min_ngram); () when no such suffix occurred before."""
+        return self.match(k, min_ngram)[0]
+
+    def match(self, k: int, min_ngram: int = 1) -> tuple[tuple[int, ...], int]:
+        """(propose's drafts, the length of the suffix they matched on; 0: none)."""
         seq = self.tokens
         size = len(seq)
         if k <= 0 or size < 2:
-            return ()
+            return (), 0
         for n in range(min(self.max_ngram, size - 1), max(1, min_ngram) - 1, -1):
             end = self._ends.get(tuple(seq[size - n :]))
             if end is not None:  # seq[end - n : end] equals the suffix, and end < size
-                return tuple(seq[end : end + k])
-        return ()
+                return tuple(seq[end : end + k]), n
+        return (), 0
+
+
+# a sequence's per-draft acceptance, estimated apart for drafts matched on one token (often wrong in open text)
+# and on longer suffixes (right where the text repeats): decayed counts (DECAY per verification, RELAX per
+# skipped chance) over a prior of PRIORS[class] worth PRIOR_WEIGHT trials
+DECAY = 0.8
+RELAX = 0.98
+PRIORS = (0.4, 0.7)  # match on 1 token, on 2 or more
+PRIOR_WEIGHT = 2.0
+
+
+def match_class(n: int) -> int:
+    """The acceptance class of a match of n tokens: 0 for one token, 1 for longer."""
+    return 0 if n <= 1 else 1
+
+
+@dataclass
+class DraftAcceptance:
+    """A sequence's per-draft acceptance by match class: `p(c)`; `record` a verification, `relax` a chance
+    skipped as not worth a row (the estimate drifts back toward the prior, so the sequence tries again)."""
+
+    hits: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    trials: list[float] = field(default_factory=lambda: [0.0, 0.0])
+
+    def p(self, cls: int) -> float:
+        return (self.hits[cls] + PRIORS[cls] * PRIOR_WEIGHT) / (self.trials[cls] + PRIOR_WEIGHT)
+
+    def record(self, cls: int, drafted: int, accepted: int) -> None:
+        """accepted of drafted: that many successes in accepted + 1 trials (the first rejection ends the run), or
+        drafted in drafted when all were accepted."""
+        self.hits[cls] = DECAY * self.hits[cls] + accepted
+        self.trials[cls] = DECAY * self.trials[cls] + min(drafted, accepted + 1)
+
+    def relax(self, cls: int) -> None:
+        self.hits[cls] *= RELAX
+        self.trials[cls] *= RELAX

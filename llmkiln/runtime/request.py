@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass, field
 
 from llmkiln.errors import BadInput
-from llmkiln.runtime.ngram_drafts import NgramIndex
+from llmkiln.runtime.ngram_drafts import DraftAcceptance, NgramIndex
 
 MAX_TEMPERATURE = 100.0
 MAX_SPECULATIVE_TOKENS = 16  # drafts one decode may verify (a request's num_speculative_tokens)
@@ -149,14 +149,14 @@ class Request:
     block_hashes: list[int] = field(default_factory=list)  # chained keys of the full prompt blocks, set once
     finish_reason: FinishReason | None = None
     # speculative decoding: the n-gram index of prompt + output (built at the first draft), drafted and accepted
-    # token counts, and the back-off after a verification that accepted nothing (steps left without drafts)
+    # token counts
     drafter: NgramIndex | None = None
     num_drafted_tokens: int = 0
     num_accepted_tokens: int = 0
-    draft_misses: int = 0
-    draft_pause: int = 0
-    draft_hits: float = 0.0  # decayed accepted drafts and trials: the per-draft acceptance estimate
-    draft_trials: float = 0.0
+    acceptance: DraftAcceptance = field(
+        default_factory=DraftAcceptance
+    )  # per match class (runtime.ngram_drafts)
+    draft_class: int = 0  # the match class of the drafts in flight
 
     @property
     def slot_id(self) -> int:

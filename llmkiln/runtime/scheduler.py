@@ -35,11 +35,11 @@ drafts and the model's next token (1 to k+1 tokens, runtime.draft_acceptance) an
 simply overwritten by the next step (their positions lie past the sequence's computed tokens, in blocks of its
 own). Drafts count against the step's max_num_tokens; none while more than `speculative.max_concurrency`
 sequences decode. Below that, each sequence drafts the longest k whose last draft is still worth its row: p^k
-(p: the sequence's own per-draft acceptance so far) at least what a verified row costs in tokens of this batch,
-learned from the engine's decode steps (runtime.draft_cost: nearly free on a small memory-bound batch, a good
-share of a token once the batch is compute-bound); a sequence whose drafts were all rejected drafts nothing for
-2, 4, ... 16 steps (back-off, reset by an accepted draft). So text that does not repeat pays little, and a
-large batch drafts only what is likely accepted.
+(p: the sequence's own per-draft acceptance, decayed over its verifications) at least what a verified row costs
+in tokens of this batch, learned from the engine's decode steps (runtime.draft_cost: nearly free on a small
+memory-bound batch, a good share of a token once the batch is compute-bound). A sequence whose p is too low for
+even one draft drafts nothing, and its estimate relaxes toward the prior step by step until it tries again
+(back-off). So text that does not repeat pays little, and a large batch drafts only what is likely accepted.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from llmkiln import recipe as recipe_schema
 from llmkiln.recipe_trtllm import Speculative
 from llmkiln.runtime.draft_cost import DraftCost
 from llmkiln.runtime.kv_blocks import BlockStore
-from llmkiln.runtime.ngram_drafts import NgramIndex
+from llmkiln.runtime.ngram_drafts import NgramIndex, match_class
 from llmkiln.runtime.plan import BlockCopy, DecodeItem, PrefillChunk, SchedulerOutput, StepCosts
 from llmkiln.runtime.request import FinishReason, Request, RequestStatus, TokenEvent
 
@@ -445,18 +445,26 @@ class Scheduler:
             request.params.max_tokens - len(request.output_ids),
             self.config.limits.max_seq_len - request.num_tokens,
         )
-        k = min(k, spare, room - 1, _draft_length(request, k, worth))
+        k = min(k, spare, room - 1)
         if k <= 0:
-            return ()
-        if request.draft_pause > 0:
-            request.draft_pause -= 1
             return ()
         index = request.drafter
         if index is None:
             index = request.drafter = NgramIndex(spec.max_matching_ngram_size)
             index.extend(request.prompt_ids)
         index.extend(request.output_ids[len(index) - request.num_prompt_tokens :])
-        return index.propose(k, spec.min_matching_ngram_size)
+        drafts, n = index.match(k, spec.min_matching_ngram_size)
+        if not drafts:
+            return ()
+        cls = match_class(n)
+        k = _draft_length(request.acceptance.p(cls), len(drafts), worth)
+        if (
+            k <= 0
+        ):  # not worth a row now: the estimate relaxes toward the prior, so the sequence tries again later
+            request.acceptance.relax(cls)
+            return ()
+        request.draft_class = cls
+        return drafts[:k]
 
     def _decode_item(self, request: Request, drafts: tuple[int, ...] = ()) -> DecodeItem:
         position = request.num_computed_tokens
@@ -612,15 +620,7 @@ class Scheduler:
         self.num_accepted_tokens += accepted
         request.num_drafted_tokens += drafted
         request.num_accepted_tokens += accepted
-        # the per-draft acceptance estimate: a accepted of d drafts is a successes in a + 1 trials (the first
-        # rejection ends the run), or d in d when all were accepted; older verifications count less and less
-        request.draft_hits = DRAFT_DECAY * request.draft_hits + accepted
-        request.draft_trials = DRAFT_DECAY * request.draft_trials + min(drafted, accepted + 1)
-        if accepted:
-            request.draft_misses = 0
-        else:  # nothing accepted: draft nothing for 2, 4, 8, 16 steps
-            request.draft_misses += 1
-            request.draft_pause = 2 ** min(request.draft_misses, 4)
+        request.acceptance.record(request.draft_class, drafted, accepted)
 
     def release_saves(self, saves: list[BlockCopy], written: bool) -> None:
         """The caller wrote a plan's saves (after `update_from_output`): publish the blocks (`commit`), or free
@@ -685,17 +685,10 @@ class Scheduler:
         self.requests.pop(request.request_id, None)
 
 
-# speculative decoding's draft length per sequence: the longest k whose last draft is still accepted with
-# probability >= the step's threshold (runtime.draft_cost: a verified row's cost in tokens of this batch), p^k
-# under the sequence's per-draft acceptance p, estimated from its verifications with weight DRAFT_DECAY per
-# verification and a prior of DRAFT_PRIOR over DRAFT_PRIOR_WEIGHT trials
-DRAFT_DECAY = 0.8
-DRAFT_PRIOR = 0.7
-DRAFT_PRIOR_WEIGHT = 2.0
-
-
-def _draft_length(request: Request, k: int, worth: float) -> int:
-    p = (request.draft_hits + DRAFT_PRIOR * DRAFT_PRIOR_WEIGHT) / (request.draft_trials + DRAFT_PRIOR_WEIGHT)
+def _draft_length(p: float, k: int, worth: float) -> int:
+    """Speculative decoding's draft length: the longest n <= k whose last draft is still accepted with
+    probability >= worth (p^n under the per-draft acceptance p; worth: a verified row's cost in tokens of this
+    batch, runtime.draft_cost)."""
     n = 0
     while n < k and p ** (n + 1) >= worth:
         n += 1
