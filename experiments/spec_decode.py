@@ -258,7 +258,7 @@ def _names(value: str | None, known: tuple[str, ...], what: str) -> tuple[str, .
     bad = [n for n in names if n not in known]
     if not names or bad or len(set(names)) != len(names):
         raise BadInput(f"{what} {value!r}: give distinct names among {', '.join(known)}, comma-separated")
-    return tuple(n for n in known if n in names)  # the canonical order: plain before its speculative twin
+    return names  # the given order (experiments.spec_decode_rounds reverses it every other round)
 
 
 @dataclass(frozen=True)
