@@ -1,0 +1,36 @@
+"""experiments.spec_decode and its rounds, run small (llmkiln's two systems; GenAI needs its own venv): the
+harness of bench/results/spec-decode keeps working — a script nothing runs rots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.spec_decode_rounds import main as rounds_main
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_small_rounds_write_the_tables_and_count_the_drafts(tmp_path: Path, engine_factory) -> None:
+    engine = engine_factory("smollm2-ov-fp32")
+    out = tmp_path / "spec"
+    with pytest.raises(SystemExit) as done:
+        rounds_main(
+            [
+                "--out", str(out), "--rounds", "2", "--systems", "llmkiln-plain,llmkiln-ngram", "--",
+                "--engine", str(engine), "--concurrency", "1", "--requests", "2", "--warmup", "1",
+                "--max-tokens", "24", "--workloads", "grounded",
+            ]
+        )  # fmt: skip
+    assert done.value.code in (0, None)
+    summary = (out / "SUMMARY.md").read_text()
+    assert "## grounded" in summary and "ngram / plain" in summary
+    for k in (1, 2):
+        data = json.loads((out / f"round-{k}" / "summary.json").read_text())
+        spec = data["results"]["grounded"]["llmkiln-ngram"]["1"]["spec"]
+        assert spec["drafted"] > 0 and spec["accepted"] is not None
+        # fp32: the drafts change no token
+        check = data["correctness"]["grounded"]["llmkiln-ngram vs llmkiln-plain"]["1"]
+        assert check["identical"] == check["compared"] == 2
