@@ -219,10 +219,12 @@ def print_report(report: BenchReport, console: Console | None = None) -> None:
 
 
 def markdown_table(report: BenchReport) -> str:
-    """The console table as GitHub Markdown."""
-    head = "| " + " | ".join(n for n, _ in COLUMNS) + " |"
-    sep = "|" + "|".join("---:" for _ in COLUMNS) + "|"
-    rows = ["| " + " | ".join(f(lv) for _, f in COLUMNS) + " |" for lv in report.levels]
+    """Every column as GitHub Markdown (the speculative-decoding ones only when the run measured them)."""
+    measured = any(lv.speculative for lv in report.levels)
+    cols = [(n, f) for n, f in COLUMNS if measured or n not in SPEC_COLUMNS]
+    head = "| " + " | ".join(n for n, _ in cols) + " |"
+    sep = "|" + "|".join("---:" for _ in cols) + "|"
+    rows = ["| " + " | ".join(f(lv) for _, f in cols) + " |" for lv in report.levels]
     return "\n".join([head, sep, *rows])
 
 

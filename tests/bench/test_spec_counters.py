@@ -52,3 +52,13 @@ def test_the_report_shows_speculation_only_when_measured():
 def test_an_unreachable_metrics_url_is_bad_input_naming_it():
     with pytest.raises(BadInput, match=r"--metrics http://127.0.0.1:9/metrics: cannot read it"):
         spec_counters.scrape(["http://127.0.0.1:9/metrics"], timeout_s=2)
+
+
+def test_a_report_without_speculation_keeps_its_markdown_columns():
+    from llmkiln.bench.report import RunInfo, make_report
+
+    rec = RequestRecord(index=0, group="g", send_ns=0, token_ns=[10_000_000, 20_000_000], end_ns=20_000_000)
+    rec.num_output_tokens = 2
+    run = RunInfo(label="x", workload={"name": "w"}, mode="warm", warmup_requests=0, requests_per_level=1)
+    table = markdown_table(make_report(run, [level_stats(1, [rec])], {1: [rec]}))
+    assert "spec" not in table and table.splitlines()[0].endswith("| SLO att. |")
