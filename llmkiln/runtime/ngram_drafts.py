@@ -41,11 +41,6 @@ class NgramIndex:
                 ends[tuple(seq[i - n : i])] = i
             seq.append(int(t))
 
-    def sync(self, tokens: Sequence[int]) -> None:
-        """Catch up with `tokens`, of which the index holds a prefix (the sequence only grows)."""
-        if len(tokens) > len(self.tokens):
-            self.extend(tokens[len(self.tokens) :])
-
     def propose(self, k: int, min_ngram: int = 1) -> tuple[int, ...]:
         """Up to k tokens that followed the latest earlier occurrence of the longest suffix found (n from
         max_ngram down to min_ngram); () when no such suffix occurred before."""

@@ -148,11 +148,8 @@ class Request:
     parent_hash: int | None = None  # chained hash of the last saved/hit block
     block_hashes: list[int] = field(default_factory=list)  # chained keys of the full prompt blocks, set once
     finish_reason: FinishReason | None = None
-    # speculative decoding: the n-gram index of prompt + output (built at the first draft), drafted and accepted
-    # token counts
+    # speculative decoding: the n-gram index of prompt + output (built at the first draft)
     drafter: NgramIndex | None = None
-    num_drafted_tokens: int = 0
-    num_accepted_tokens: int = 0
     acceptance: DraftAcceptance = field(
         default_factory=DraftAcceptance
     )  # per match class (runtime.ngram_drafts)

@@ -618,8 +618,6 @@ class Scheduler:
         self.num_verifications += 1
         self.num_drafted_tokens += drafted
         self.num_accepted_tokens += accepted
-        request.num_drafted_tokens += drafted
-        request.num_accepted_tokens += accepted
         request.acceptance.record(request.draft_class, drafted, accepted)
 
     def release_saves(self, saves: list[BlockCopy], written: bool) -> None:
