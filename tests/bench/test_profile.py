@@ -36,9 +36,11 @@ def test_kiln_profile_reports_phases_and_ttft_hops(engine_factory, stories_dir, 
         lv = rep.level(int(c))
         assert lv is not None and lv.num_ok == 4
         # every request's prompt was prefilled (a run may carry several prompts: at c=3 on a busy machine
-        # three arrive together); the cached 64-token system prompt is not recomputed
+        # three arrive together), at least its last token; the cached 64-token system prompt is not recomputed.
+        # No floor of 8 user tokens a request: each level replays the same seeded prompts, so at c=3 a user
+        # part that fills a whole KV block is a prefix-cache hit too (seen in CI: 27 tokens for 4 requests)
         assert prof.steps > 0 and prof.prefill.runs >= 1 and prof.decode.tokens > 0
-        assert prof.prefill.tokens >= 4 * 8
+        assert prof.prefill.rows >= 4 and 4 <= prof.prefill.tokens <= 4 * 16
         # structure only: the phases are there and non-negative (their sum against the wall clock is a timing)
         ph = prof.phases
         assert set(ph.ms) == set(PHASES) and set(ph.share) == {*PHASES, "idle"}
