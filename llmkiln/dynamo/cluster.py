@@ -62,6 +62,8 @@ def merge_overrides(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]
 
 
 INSTANCE_FILE_ENV = "LLMKILN_INSTANCE_FILE"  # a worker writes {"instance_id": ...} there once started
+STANDIN_TRIGGER_ENV = "LLMKILN_STANDIN_TRIGGER"  # the prefill stand-in registers once this file exists
+STANDIN_MODULE = "llmkiln.dynamo.prefill_standin"
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,9 @@ class ClusterSpec:
     state_dir: Path  # the launch's folder: discovery/ (wiped at start) and logs/
     options: DynamoOptions = field(default_factory=DynamoOptions)
     status_ports: tuple[int, ...] = ()  # one per worker: /health and /metrics (llmkiln_* and dynamo_*)
+    # the prefill stand-in's (prefill/decode launches): its model card must be the prefill workers' to the byte,
+    # and a worker's card lists its files as served by its status server
+    standin_status_port: int = 0
     # Dynamo's frontend, behind llmkiln's OpenAI front (llmkiln.dynamo.openai_front) on loopback; 0: no front,
     # the frontend takes the public http_port
     frontend_port: int = 0
@@ -274,6 +279,27 @@ class ClusterSpec:
 
     def worker_commandline(self, index: int = 0) -> list[str]:
         return [*self.worker_command, *self.worker_args(index)]
+
+    # -- the prefill tier's stand-in (llmkiln.dynamo.prefill_standin) ---------------------------------------
+    def standin_commandline(self) -> list[str]:
+        """The stand-in's command: the first prefill worker's arguments, to the stand-in module."""
+        first = next(i for i in range(self.workers) if self.worker_role(i) is WorkerRole.PREFILL)
+        return [self.python, "-m", STANDIN_MODULE, *self.worker_args(first)]
+
+    def standin_trigger(self, generation: int) -> Path:
+        """The file whose creation activates stand-in number `generation` (each one waits for its own)."""
+        return self.state_dir / "standin" / f"activate-{generation}"
+
+    def standin_instance_file(self) -> Path:
+        return self.state_dir / "instances" / "prefill-standin.json"
+
+    def standin_env(self, generation: int) -> dict[str, str]:
+        env = self.env()
+        env[INSTANCE_FILE_ENV] = str(self.standin_instance_file())
+        env[STANDIN_TRIGGER_ENV] = str(self.standin_trigger(generation))
+        if self.standin_status_port:
+            env["DYN_SYSTEM_PORT"] = str(self.standin_status_port)
+        return env
 
     def status_url(self, index: int) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host

@@ -11,6 +11,15 @@ request reaches a cold worker. `stop()` sends SIGTERM to every process (workers 
 flight, exit), SIGKILLs what is still alive after the timeout, and removes the discovery folder: no process and
 no discovery file is left; from its first moment the front answers new requests 503 + Retry-After. `serve_forever()` adds the signals and supervision: a worker that dies is restarted
 (up to `max_restarts` times), a frontend that dies ends the launch with an error.
+
+Prefill/decode launches also keep the prefill tier's stand-in ready (llmkiln.dynamo.prefill_standin): the
+moment supervision finds no prefill worker up — one died, or was killed for hanging — it activates the stand-in,
+which registers in the prefill tier and hands every prompt to the decode workers to prefill (counted as
+fallbacks there), and tells the front to hold requests that meet the frontend's 503 ("no prefill worker") for the
+few hundred milliseconds the registration takes; once a prefill worker has registered again the stand-in is
+stopped and a fresh one waits. The bound: a dead prefill worker is covered within one supervision period plus the
+registration (0.25–0.35 s measured with the tests' 0.5 s period), a hung one within serve.stall_timeout_s plus
+that (docs/serve.md, "Prefill/decode separation").
 """
 
 from __future__ import annotations
@@ -35,13 +44,16 @@ from typing import IO, Any
 
 from tokenizers import Tokenizer
 
+from llmkiln.atomic import write_text_atomic
 from llmkiln.dynamo.cluster import ClusterSpec, merge_overrides
 from llmkiln.dynamo.openai_front import OpenAIFront
 from llmkiln.dynamo.options import DynamoOptions
+from llmkiln.dynamo.worker_options import PREFILL_COMPONENT
 from llmkiln.engine_dir import EngineDir, resolve_engine
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.host.check import check_engine
 from llmkiln.host.metrics import parse_exposition
+from llmkiln.host.roles import WorkerRole
 from llmkiln.recipe import KV_LAYOUT_FIELDS
 from llmkiln.serve.exit_status import crash_excerpt, describe_exit
 from llmkiln.serve.http_checks import prompt_byte_bound
@@ -51,6 +63,7 @@ from llmkiln.serve.reaper import Reaper, die_with_parent
 STOP_MARGIN_S = 10.0
 LIVENESS_PROBE_S = 1.0  # how often supervise_once asks each worker's status port
 LIVENESS_PROBE_TIMEOUT_S = 2.0
+STANDIN_HOLD_S = 5.0  # how long the front holds requests the frontend answers 503 while a tier changes hands
 
 
 class LaunchFailed(KilnError):
@@ -167,10 +180,21 @@ class DynamoLauncher:
             None  # the last answer of the frontend's /health (None: not up yet)
         )
         self.reaper: Reaper | None = None  # kills the launch's processes if the launcher dies
+        # prefill/decode: the prefill tier's stand-in, started with the launch and waiting for its trigger
+        self._standin_generation = 0
+        self.standin: Proc | None = self._standin_proc() if spec.disaggregated else None
+        self.standin_active_since: float | None = None  # when it was activated (None: waiting)
+        self._retired: list[Proc] = []  # stand-ins deactivated, unregistering and exiting
+        self._prefill_registration: dict[str, Any] | None = None  # what the prefill workers registered
+        # the model cards of dead prefill workers, removed once another prefill instance is registered (see
+        # _cover_prefill_tier)
+        self._pending_cards: list[Path] = []
+        self.tier_log: list[str] = []  # what happened to the prefill tier's cover, in order
 
     @property
     def procs(self) -> list[Proc]:
-        return [self.frontend, *self.workers]
+        standins = [self.standin] if self.standin is not None else []
+        return [self.frontend, *self.workers, *standins, *self._retired]
 
     @property
     def url(self) -> str:
@@ -180,6 +204,8 @@ class DynamoLauncher:
     def start(self) -> None:
         s = self.spec
         ports = [("--http-port", s.http_port)] + [("worker status port", p) for p in s.status_ports]
+        if s.standin_status_port:
+            ports.append(("prefill stand-in status port", s.standin_status_port))
         if s.frontend_port:
             ports.append(("frontend port", s.frontend_port))
         for what, port in ports:
@@ -204,7 +230,16 @@ class DynamoLauncher:
                 if tokenizer is not None
                 else None
             )
-            self.front = OpenAIFront(s.host, s.http_port, s.frontend_address, tokenizer, bound)
+            model = s.served_model_name or folder.recipe().serve.model_name
+            self.front = OpenAIFront(
+                s.host,
+                s.http_port,
+                s.frontend_address,
+                tokenizer,
+                bound,
+                retry_no_worker=s.disaggregated,
+                models=(model,),
+            )
             try:
                 self.front.start()
             except OSError as exc:
@@ -225,6 +260,11 @@ class DynamoLauncher:
                     i: now for i in range(len(self.workers))
                 }  # registered: up, judged from now
                 self._frontend_live = now
+                if self.standin is not None:
+                    prefill = [
+                        i for i in range(self.spec.workers) if self.spec.worker_role(i) is WorkerRole.PREFILL
+                    ]
+                    self._prefill_registration = self._read_prefill_registration(prefill)
                 return now - t0
             if time.monotonic() - t0 > timeout_s:
                 raise LaunchFailed(
@@ -309,6 +349,8 @@ class DynamoLauncher:
             raise LaunchFailed(self._failure(self.frontend, "exited"))
         self._check_frontend()
         self._kill_stuck_workers()
+        if self.standin is not None:
+            self._cover_prefill_tier()
         for proc in self.workers:
             if proc.alive() or self.stopping.is_set():
                 continue
@@ -388,11 +430,157 @@ class DynamoLauncher:
                 self._forget_instance(i)
                 self._last_live.pop(i, None)
 
+    # -- the prefill tier's stand-in -------------------------------------------------------------------------
+    def _standin_proc(self) -> Proc:
+        gen = self._standin_generation
+        return Proc(
+            "prefill-standin",
+            self.spec.standin_commandline(),
+            self.spec.standin_env(gen),
+            self.spec.log_dir / "prefill-standin.log",
+        )
+
+    def _note(self, msg: str) -> None:
+        self.tier_log.append(msg)
+        if self.echo is not None:
+            self.echo.write(msg + "\n")
+
+    def _replace_standin(self) -> None:
+        """A fresh stand-in, waiting for its own trigger file."""
+        self._standin_generation += 1
+        self.standin = self._standin_proc()
+        self.standin.start(self.echo, self.reaper)
+
+    def _cover_prefill_tier(self) -> None:
+        """Activate the stand-in when no prefill worker is up; withdraw it once one is registered again (module
+        docstring). The tier's worker set must never empty meanwhile: Dynamo 1.6.1's frontend drops a worker set
+        whose last model card goes, and a set formed again within a second or so may route with a discovery
+        snapshot frozen at the drop (measured: "no endpoints available" for a restarted worker, seconds on end). So
+        a dead prefill worker's model card stays (its instance goes at once: nothing is routed to it) until the
+        stand-in's card is in the set, and the stand-in's goes only once a worker's is."""
+        assert self.standin is not None
+        self._retired = [p for p in self._retired if p.alive()]
+        now = time.monotonic()
+        if (
+            not self.standin.alive()
+        ):  # it died: forget its registration, start another (activated below if due)
+            self._note(
+                f"llmkiln: the prefill stand-in exited ({describe_exit(self.standin.returncode())}): restarting it"
+            )
+            self._forget_record(self.spec.standin_instance_file())
+            self.standin_active_since = None
+            self._replace_standin()
+        prefill = [i for i, _ in enumerate(self.workers) if self.spec.worker_role(i) is WorkerRole.PREFILL]
+        if self.standin_active_since is None and not self._pending_cards:
+            if all(self.workers[i].alive() for i in prefill):
+                return  # the usual case: the tier is whole, nothing to ask
+        registered = self._registered(PREFILL_COMPONENT)
+        if registered is None:
+            return  # the frontend did not answer: decide at the next probe
+        if (
+            self._pending_cards and registered
+        ):  # another prefill instance holds the set: the dead cards can go
+            for card in self._pending_cards:
+                card.unlink(missing_ok=True)
+            self._pending_cards = []
+        workers_up = self._prefill_workers_up(prefill, registered)
+        if self.standin_active_since is None:
+            if workers_up:
+                return  # another prefill worker serves
+            for (
+                old
+            ) in self._retired:  # a stand-in still unregistering holds the status port the next one needs
+                old.signal(signal.SIGKILL)
+                old.wait(2.0)
+            trigger = self.spec.standin_trigger(self._standin_generation)
+            trigger.parent.mkdir(parents=True, exist_ok=True)
+            # the prefill workers' registration, which the stand-in's must equal: the frontend keeps the first
+            # configuration of a tier and rejects a worker registering another one
+            write_text_atomic(trigger, json.dumps(self._prefill_registration or {}))
+            self.standin_active_since = now
+            if self.front is not None:
+                self.front.hold_unavailable(STANDIN_HOLD_S)
+            self._note(
+                "llmkiln: no prefill worker is up: the prefill stand-in hands every prompt to the decode workers "
+                "(prefilled there, counted in llmkiln_kv_transfer_fallbacks_total) until one is back"
+            )
+            return
+        if not workers_up:
+            return  # still covering
+        covered = now - self.standin_active_since
+        self.standin.signal(
+            signal.SIGTERM
+        )  # it unregisters at once (nothing is ever in flight there) and exits
+        self._retired.append(self.standin)
+        self._forget_record(self.spec.standin_instance_file())  # its card too: the worker's holds the set
+        self.standin_active_since = None
+        if self.front is not None:
+            self.front.hold_unavailable(STANDIN_HOLD_S)  # a request routed to it as it left is sent again
+        self._replace_standin()
+        self._note(
+            f"llmkiln: a prefill worker is registered again after {covered:.1f} s: the prefill stand-in left"
+        )
+
+    def _read_prefill_registration(self, prefill: list[int]) -> dict[str, Any] | None:
+        """The runtime configuration a prefill worker registered (its model card in discovery), or None."""
+        for i in prefill:
+            try:
+                tag = format(int(json.loads(self.spec.instance_file(i).read_text())["instance_id"]), "x")
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            for card in (self.spec.discovery_dir / "v1" / "mdc").glob(f"*%2F{PREFILL_COMPONENT}%2F*%2F{tag}"):
+                try:
+                    runtime = json.loads(card.read_text())["card_json"]["runtime_config"]
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
+                if isinstance(runtime, dict):
+                    return runtime
+        return None
+
+    def _prefill_workers_up(self, prefill: list[int], registered: set[int]) -> bool:
+        """Some prefill worker is alive and `registered` (the frontend's prefill instances) lists it."""
+        for i in prefill:
+            if not self.workers[i].alive():
+                continue
+            try:
+                instance_id = int(json.loads(self.spec.instance_file(i).read_text())["instance_id"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # (re)starting: no instance yet
+            if instance_id in registered:
+                return True
+        return False
+
+    def _registered(self, component: str) -> set[int] | None:
+        """Instance ids of the generate endpoints of `component` that the frontend's /health lists."""
+        url = f"http://{self.spec.frontend_address}/health"
+        try:
+            with urllib.request.urlopen(url, timeout=LIVENESS_PROBE_TIMEOUT_S) as r:
+                body = r.read()
+        except urllib.error.HTTPError as exc:  # 503 while a tier is missing: the body still lists the rest
+            body = exc.read()
+        except (urllib.error.URLError, OSError):
+            return None
+        try:
+            instances = json.loads(body).get("instances", [])
+        except (ValueError, AttributeError):
+            return None
+        return {
+            int(i["instance_id"])
+            for i in instances
+            if isinstance(i, dict) and i.get("component") == component and i.get("endpoint") == "generate"
+        }
+
     def _forget_instance(self, index: int) -> int:
         """Remove a dead worker's registrations from file discovery at once (a SIGKILLed process cannot remove
         its own): the frontend then stops routing to it — no request is sent to a dead instance and answered 500;
-        with no worker of a tier left it answers 503 until the restarted one registers. Returns files removed."""
-        record = self.spec.instance_file(index)
+        with no worker of a tier left it answers 503 until the restarted one registers. A prefill worker's model
+        card stays while the stand-in arrives (_cover_prefill_tier). Returns files removed."""
+        covered = self.standin is not None and self.spec.worker_role(index) is WorkerRole.PREFILL
+        return self._forget_record(self.spec.instance_file(index), keep_cards=covered)
+
+    def _forget_record(self, record: Path, keep_cards: bool = False) -> int:
+        """The registrations of the instance `record` names, removed from discovery (see _forget_instance);
+        `keep_cards`: its model cards are left for _cover_prefill_tier to remove."""
         try:
             instance_id = int(json.loads(record.read_text())["instance_id"])
         except (OSError, ValueError, KeyError, TypeError):
@@ -410,7 +598,9 @@ class DynamoLauncher:
                     mine = isinstance(worker, dict) and worker.get("worker_id") == instance_id
                 except (OSError, ValueError, AttributeError):
                     mine = False
-            if mine:
+            if mine and keep_cards and path.parent.name == "mdc":
+                self._pending_cards.append(path)
+            elif mine:
                 path.unlink(missing_ok=True)
                 removed += 1
         return removed
@@ -500,12 +690,14 @@ def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> Clust
         http_port=serve.http_port if opts.http_port is None else opts.http_port,
         drain_timeout_s=float(serve.exit_timeout_s if opts.drain_timeout_s is None else opts.drain_timeout_s),
     )
+    ports = status_ports(opts.num_workers + (1 if resolved.disaggregated else 0), opts.host)
     return ClusterSpec(
         engine=folder.path,
         state_dir=state_dir,
         options=resolved,
         stall_timeout_s=serve.stall_timeout_s,
-        status_ports=tuple(status_ports(opts.num_workers, opts.host)),
+        status_ports=tuple(ports[: opts.num_workers]),
+        standin_status_port=ports[-1] if resolved.disaggregated else 0,
         frontend_port=free_ports(1, opts.host)[0],
     )
 

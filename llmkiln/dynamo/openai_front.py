@@ -12,7 +12,16 @@ Every request passes to Dynamo's frontend unchanged, except:
 - while the launch drains (SIGTERM), new requests get 503 + `Retry-After` at once; streams in flight go on.
 - a client that disconnects cancels its request upstream, streaming or not.
 - a generation that fails upstream (500) before the client got anything is sent again for up to RETRY_FAILED_S
-  (a dead worker's requests, until the launcher took it out of discovery); then the upstream's answer stands.
+  after that first failure (a dead worker's requests, until the launcher took it out of discovery); then the
+  upstream's answer stands.
+  While every worker serving the launch's model (`models`) is gone — the only decode worker of a prefill/decode
+  launch killed, or the only worker of an aggregated one — the frontend forgets the model and answers 404 "model
+  not found"; for the launch's own model that is a 503 + Retry-After (its workers are being restarted), sent
+  again the same way.
+  In a prefill/decode launch the frontend's own "no worker" 503 (NO_WORKER_MESSAGE) is sent again the same way
+  (the launcher covers a missing prefill tier within a second), and while the launcher hands a tier over
+  (`hold_unavailable`: the prefill stand-in arriving or leaving) every 503 and 500 is, until that hold ends: the
+  gap costs those requests a little time, not an error.
 - only the OpenAI API and the probes are public (`PUBLIC`: /v1/completions, /v1/chat/completions, /v1/models,
   /health, /live, /metrics); Dynamo's frontend also serves a writable `/busy_threshold`, `/docs` and
   `/openapi.json`, which get 404 here.
@@ -34,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -59,6 +69,9 @@ COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
 # no worker, the 500 itself for any other failure).
 RETRY_FAILED_S = 3.0
 RETRY_PAUSE_S = 0.25
+# Dynamo 1.6.1's frontend's message when no worker of a tier can take a request (a worker's own 503s, such as
+# llmkiln's queue-full rejections, say why)
+NO_WORKER_MESSAGE = "Service temporarily unavailable"
 PUBLIC = {
     COMPLETIONS: "POST",
     CHAT: "POST",
@@ -148,6 +161,25 @@ def _error_event(event: bytes, codes: Collection[int] = tuple(OVERLOADED)) -> tu
     return None
 
 
+def _message(payload: bytes) -> str | None:
+    """The error message of an upstream JSON error body ({"error": {"message"}} or {"message"}), or None."""
+    try:
+        data = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    inner = data.get("error", data) if isinstance(data, dict) else {}
+    return str(inner["message"]) if isinstance(inner, dict) and inner.get("message") else None
+
+
+def _model(body: bytes) -> str | None:
+    """The request body's "model" (a checked JSON object by now), or None."""
+    try:
+        model = json.loads(body).get("model")
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return None
+    return model if isinstance(model, str) else None
+
+
 @dataclass(frozen=True)
 class _Failed:
     """An upstream failure nothing of which reached the client yet (`response`: what to answer if it persists)."""
@@ -167,11 +199,35 @@ class OpenAIFront(ProxyFront):
         upstream: str,
         tokenizer: Tokenizer | None = None,
         max_prompt_bytes: int | None = None,
+        retry_no_worker: bool = False,
+        models: Collection[str] = (),
     ) -> None:
         super().__init__(host, port, upstream)
         self.tokenizer = tokenizer  # the engine's: completion text prompts become token ids with BOS
         self.max_prompt_bytes = max_prompt_bytes  # a text prompt above it cannot fit limits.max_input_len
         self.draining = False
+        self._hold_until = 0.0  # time.monotonic() until which an upstream 503 is retried (hold_unavailable)
+        # prefill/decode launches: a tier without workers is covered within a second (the prefill stand-in), so the
+        # frontend's "no worker" 503 is retried like a failed generation
+        self.retry_no_worker = retry_no_worker
+        # the launch's served model names: an upstream 404 for one of them means its workers are restarting
+        self.models = frozenset(models)
+
+    def hold_unavailable(self, seconds: float) -> None:
+        """For the next `seconds`, retry requests the upstream answers 503 (a tier is coming back) instead of
+        passing the 503 on. Thread-safe (one float)."""
+        self._hold_until = time.monotonic() + seconds
+
+    @property
+    def holding(self) -> bool:
+        return time.monotonic() < self._hold_until
+
+    def _retried(self, response: web.Response, message: str | None) -> web.Response | _Failed:
+        """An upstream 503: sent again while holding, or when it is the frontend's own "no worker" answer and
+        this launch covers a missing tier; otherwise passed on."""
+        if self.holding or (self.retry_no_worker and message == NO_WORKER_MESSAGE):
+            return _Failed(response)
+        return response
 
     async def _serve(self) -> None:
         app = web.Application(client_max_size=64 * 2**20)
@@ -211,14 +267,21 @@ class OpenAIFront(ProxyFront):
             if isinstance(checked, web.Response):
                 return checked
             body = checked
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + RETRY_FAILED_S
+        deadline: float | None = (
+            None  # RETRY_FAILED_S after the first failure (a request may wait on a hung worker)
+        )
+        unavailable: web.Response | None = None  # a 503 met on the way: the answer that says "retry later"
         while True:
             answer = await self._forward(request, body)
             if not isinstance(answer, _Failed):
                 return answer
-            if request.method != "POST" or loop.time() + RETRY_PAUSE_S > deadline:
-                return answer.response  # still failing: the upstream's own answer
+            if answer.response.status == 503:
+                unavailable = answer.response
+            now = time.monotonic()
+            deadline = now + RETRY_FAILED_S if deadline is None else deadline
+            if request.method != "POST" or now + RETRY_PAUSE_S > max(deadline, self._hold_until):
+                # still failing: the upstream's own answer, or its 503 + Retry-After when a tier was missing
+                return unavailable or answer.response
             await asyncio.sleep(RETRY_PAUSE_S)
 
     async def _forward(self, request: web.Request, body: bytes) -> web.StreamResponse | _Failed:
@@ -231,10 +294,18 @@ class OpenAIFront(ProxyFront):
                 out_headers = {k: v for k, v in up.headers.items() if k.lower() not in HOP_HEADERS}
                 if up.status in OVERLOADED:
                     payload = await up.read()
-                    return self._overloaded(up.status, payload)
+                    overloaded = self._overloaded(up.status, payload)
+                    if OVERLOADED[up.status] != 503:
+                        return overloaded
+                    return self._retried(overloaded, _message(payload))
                 if up.status == 200 and request.method == "POST" and _wants_stream(body):
                     return await self._stream(request, up, out_headers)
                 payload = await up.read()
+                if up.status == 404 and request.method == "POST":
+                    model = _model(body)
+                    if model in self.models:  # all its workers gone: they are being restarted
+                        return _Failed(_error(503, f"llmkiln: no worker serves {model} right now (one is "
+                                                   "restarting): retry", "unavailable"))  # fmt: skip
                 response = web.Response(body=payload, status=up.status, headers=out_headers)
                 return _Failed(response) if up.status == 500 else response
         except aiohttp.ClientError as exc:
@@ -266,14 +337,7 @@ class OpenAIFront(ProxyFront):
 
     @staticmethod
     def _overloaded(status: int, payload: bytes) -> web.Response:
-        message = "the server is overloaded: retry later"
-        try:
-            data = json.loads(payload)
-            inner = data.get("error", data) if isinstance(data, dict) else {}
-            if isinstance(inner, dict) and inner.get("message"):
-                message = str(inner["message"])
-        except (ValueError, UnicodeDecodeError):
-            pass
+        message = _message(payload) or "the server is overloaded: retry later"
         code = OVERLOADED[status]
         return _error(code, message, "rate_limit_error" if code == 429 else "unavailable")
 
@@ -294,8 +358,9 @@ class OpenAIFront(ProxyFront):
         if rejected is not None:
             code, message = rejected
             status = OVERLOADED[code]
-            return _error(status, message or "the server is overloaded: retry later",
-                          "rate_limit_error" if status == 429 else "unavailable")  # fmt: skip
+            response = _error(status, message or "the server is overloaded: retry later",
+                              "rate_limit_error" if status == 429 else "unavailable")  # fmt: skip
+            return self._retried(response, message) if status == 503 else response
         resp = web.StreamResponse(status=200, headers=headers)
         await resp.prepare(request)
         if first:

@@ -44,11 +44,14 @@ class KvHandle:
 
 @dataclass(frozen=True)
 class LocalPrefill:
-    """A prompt short enough (its uncached part at most `limit` tokens) that the decode worker prefills it."""
+    """A prompt the decode worker prefills itself: short enough (its uncached part at most `limit` tokens), or —
+    `fallback` — any prompt while no prefill worker is up (the launcher's stand-in, llmkiln.dynamo.prefill_standin,
+    answers the prefill tier's calls then)."""
 
     prompt_tokens: int
     uncached_tokens: int
     limit: int
+    fallback: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +59,7 @@ class LocalPrefill:
             "prompt_tokens": self.prompt_tokens,
             "uncached_tokens": self.uncached_tokens,
             "limit": self.limit,
+            "fallback": self.fallback,
         }
 
 
@@ -71,7 +75,12 @@ def params_from_json(obj: object) -> DisaggregatedParams | None:
     kind = obj.get("kind")
     try:
         if kind == LOCAL_KIND:
-            return LocalPrefill(int(obj["prompt_tokens"]), int(obj["uncached_tokens"]), int(obj["limit"]))
+            fallback = obj.get("fallback", False)
+            if not isinstance(fallback, bool):
+                raise HandoffInvalid("fallback is not a boolean")
+            return LocalPrefill(
+                int(obj["prompt_tokens"]), int(obj["uncached_tokens"]), int(obj["limit"]), fallback
+            )
         if kind == PARAMS_KIND:
             layout = obj["layout"]
             if not isinstance(layout, Mapping):

@@ -74,6 +74,9 @@ class KvConnector:
                 log.warning("not a KV hand-off, prefilling here: %s", exc)
                 return ConnectorPlan()
             if isinstance(params, LocalPrefill):
+                if params.fallback:  # no prefill worker was up: the tier's stand-in handed it back
+                    self.metrics.add("kv_fallbacks")
+                    return ConnectorPlan()
                 self.metrics.add("kv_local_prefills")
                 return ConnectorPlan(local_prefill=True)
             if isinstance(params, KvHandle):

@@ -33,7 +33,8 @@ Prometheus text on its status port (`exposition`); `kiln diagnose` reads either 
   llmkiln_kv_transfer_import_bytes_total  counter    decode: bytes read
   llmkiln_kv_transfer_import_seconds_total counter   decode: seconds pulling (reserve + read)
   llmkiln_kv_transfer_import_read_seconds_total counter decode: of those, seconds in the NIXL read itself
-  llmkiln_kv_transfer_fallbacks_total     counter    decode: failed transfers, prompt prefilled locally
+  llmkiln_kv_transfer_fallbacks_total     counter    decode: prompts prefilled locally because the KV transfer failed
+                                                     or no prefill worker was up (the tier's stand-in handed them back)
   llmkiln_kv_transfer_local_handoffs_total counter   prefill: short prompts handed to the decode worker at once
                                                      (uncached part <= --max-local-prefill-tokens; no KV moved)
   llmkiln_kv_transfer_local_prefills_total counter   decode: those prompts, prefilled here by choice (no fallback)
@@ -168,7 +169,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "kv_fallbacks": Family(
         "llmkiln_kv_transfer_fallbacks_total",
-        "Decode requests whose KV transfer failed: prefilled on the decode worker instead",
+        "Decode requests prefilled on the decode worker because their KV transfer failed or no prefill worker was up",
         Kind.COUNTER,
     ),
     "kv_local_handoffs": Family(

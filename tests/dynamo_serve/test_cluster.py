@@ -163,6 +163,16 @@ def test_make_spec_counts_prefill_and_decode_workers(tmp_path, engine_factory):
     s = make_spec(engine, DynamoOptions(prefill_workers=1, decode_workers=1, http_port=0), tmp_path)
     assert (s.workers, len(s.status_ports), s.worker_role(0), s.worker_role(1)) == (2, 2, "prefill", "decode")
     s.check()
+    # the prefill stand-in: a port of its own, the first prefill worker's arguments, its own trigger per generation
+    assert s.standin_status_port and s.standin_status_port not in s.status_ports
+    assert s.standin_commandline()[1:3] == ["-m", "llmkiln.dynamo.prefill_standin"]
+    assert s.standin_commandline()[3:] == s.worker_args(0)
+    env = s.standin_env(2)
+    assert env["DYN_SYSTEM_PORT"] == str(s.standin_status_port)
+    assert env["LLMKILN_STANDIN_TRIGGER"] == str(s.standin_trigger(2)) != str(s.standin_trigger(1))
+    assert env["LLMKILN_INSTANCE_FILE"] == str(s.standin_instance_file())
+    agg = make_spec(engine, DynamoOptions(workers=2, http_port=0), tmp_path)
+    assert agg.standin_status_port == 0 and len(agg.status_ports) == 2  # aggregated: no stand-in
     with pytest.raises(BadInput, match="prefix_reuse"):
         make_spec(
             engine,

@@ -9,6 +9,7 @@ decode worker (same output, counted apart from fallbacks)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -319,53 +320,133 @@ def test_decode_first_runs_the_prefill_compute_at_idle_priority(cond_pd, expecte
         assert complete(cond_pd, prompt)[0] == expected[prompt]
 
 
-def test_a_killed_prefill_worker_costs_no_request_a_500(launch, stories_engine):
-    """kill -9 of the only prefill worker under load: its registrations leave discovery at once (the launcher's
-    supervision), requests in the gap get 503 + Retry-After (no prefill worker exists) or succeed after the
-    front's retry, never 500; the restarted worker serves again."""
-    import os
+class Load:
+    """Clients sending short completions in a loop through the launch, each answer's status recorded, with the
+    launcher supervised as serve_forever does (every 0.5 s)."""
 
-    import requests
+    def __init__(self, launcher, clients: int = 3) -> None:
+        self.launcher = launcher
+        self.done = threading.Event()
+        self.supervised = threading.Event()
+        self.results: list[tuple[int, str | None, float]] = []  # status, Retry-After, seconds
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._supervise)]
+        self.threads += [threading.Thread(target=self._load, args=(i,)) for i in range(clients)]
+
+    def _supervise(self) -> None:
+        while not self.supervised.wait(0.5):
+            self.launcher.supervise_once()
+
+    def _load(self, i: int) -> None:
+        import requests
+
+        n = 0
+        while not self.done.is_set():
+            n += 1
+            body = {"model": MODEL, "prompt": f"{STORY} {i} {n}", "max_tokens": 8}
+            t0 = time.monotonic()
+            r = requests.post(f"{self.launcher.url}/completions", json=body, timeout=120)
+            with self.lock:
+                self.results.append((r.status_code, r.headers.get("Retry-After"), time.monotonic() - t0))
+
+    def ok(self) -> int:
+        return sum(1 for s, _, _ in self.results if s == 200)
+
+    def __enter__(self) -> Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # the clients first, supervision last: a process the supervising thread restarted dies with that thread
+        # (reaper.die_with_parent), and a request still in flight needs it
+        self.done.set()
+        for t in self.threads[1:]:
+            t.join(130)
+        self.supervised.set()
+        self.threads[0].join(30)
+
+
+def _prefill_index(launcher) -> int:
+    return next(i for i in range(launcher.spec.workers) if launcher.spec.worker_role(i) == "prefill")
+
+
+def _decode_fallbacks(launcher) -> float:
+    dec = next(i for i in range(launcher.spec.workers) if launcher.spec.worker_role(i) == "decode")
+    return launcher.worker_metrics(dec).get("kv_transfer_fallbacks_total", 0.0)
+
+
+def _lose_the_prefill_tier(launch, stories_engine, how: signal.Signals) -> None:
+    """The only prefill worker killed (SIGKILL) or hung (SIGSTOP) under load: the launcher activates the prefill
+    stand-in, the decode worker prefills every prompt itself (counted as fallbacks), no request gets an error
+    or a 503 (the front holds the few that meet the gap), the restarted prefill worker takes the tier back and
+    the stand-in stops."""
+    from dataclasses import replace
 
     launcher = launch(stories_engine, prefill_workers=1, decode_workers=1,
                       kv=KvTransferOptions(max_local_prefill_tokens=0))  # fmt: skip
-    done = threading.Event()
-    sup = threading.Thread(
-        target=lambda: [launcher.supervise_once() for _ in iter(lambda: done.wait(0.5), True)]
-    )
-    sup.start()
-    results: list[tuple[int, str | None]] = []
-    lock = threading.Lock()
+    launcher.spec = replace(launcher.spec, stall_timeout_s=3.0)
+    assert launcher.standin is not None and launcher.standin.alive()  # ready, not registered
+    with Load(launcher) as load:
+        wait_until(lambda: load.ok() >= 6, timeout_s=120)
+        proc = launcher.workers[_prefill_index(launcher)]
+        assert proc.pid is not None
+        before = _decode_fallbacks(launcher)
+        lost = time.monotonic()
+        os.killpg(proc.pid, how)
+        wait_until(lambda: launcher.standin_active_since is not None, timeout_s=60)
+        covered_after = launcher.standin_active_since - lost
+        ok = load.ok()
+        wait_until(lambda: load.ok() >= ok + 6, timeout_s=60)  # served while the tier is down
+        wait_until(lambda: proc.restarts == 1 and proc.alive(), timeout_s=60)
+        wait_until(lambda: launcher.standin_active_since is None, timeout_s=180)  # the tier is back
+        back = time.monotonic() - lost
+        assert _decode_fallbacks(launcher) > before  # counted on /metrics
+        ok = load.ok()
+        wait_until(
+            lambda: load.ok() >= ok + 3, timeout_s=120
+        )  # (one in flight as the stand-in left may count)
+        fell_back = _decode_fallbacks(launcher)
+        ok = load.ok()
+        wait_until(lambda: load.ok() >= ok + 6, timeout_s=120)
+        assert _decode_fallbacks(launcher) == fell_back  # the restarted prefill worker prefills again
+        # the fresh stand-in waits again, unregistered (checked before the supervising thread ends: the stand-in
+        # it started dies with it, by the parent-death signal)
+        assert launcher.standin is not None and launcher.standin.alive()
+        registered = launcher._registered("prefill")
+        assert registered is not None and len(registered) == 1
+    statuses = [s for s, _, _ in load.results]
+    assert all(s == 200 for s in statuses), [r for r in load.results if r[0] != 200]
+    assert any("the prefill stand-in hands every prompt" in m for m in launcher.tier_log), launcher.tier_log
+    assert any("the prefill stand-in left" in m for m in launcher.tier_log), launcher.tier_log
+    print(f"{how.name}: stand-in active {covered_after:.2f} s after the loss, the tier back after {back:.1f} s; "
+          f"{len(statuses)} requests, slowest {max(t for _, _, t in load.results):.2f} s")  # fmt: skip
 
-    def load(i: int) -> None:
-        n = 0
-        while not done.is_set():
-            n += 1
-            body = {"model": MODEL, "prompt": f"{STORY} {i} {n}", "max_tokens": 8}
-            r = requests.post(f"{launcher.url}/completions", json=body, timeout=120)
-            with lock:
-                results.append((r.status_code, r.headers.get("Retry-After")))
 
-    clients = [threading.Thread(target=load, args=(i,)) for i in range(3)]
-    try:
-        for t in clients:
-            t.start()
-        wait_until(lambda: sum(1 for s, _ in results if s == 200) >= 6, timeout_s=120)
-        pre = next(i for i in range(launcher.spec.workers) if launcher.spec.worker_role(i) == "prefill")
-        proc = launcher.workers[pre]
+def test_a_killed_prefill_worker_falls_back_to_prefill_on_the_decode_worker(launch, stories_engine):
+    _lose_the_prefill_tier(launch, stories_engine, signal.SIGKILL)
+
+
+def test_a_hung_prefill_worker_falls_back_to_prefill_on_the_decode_worker(launch, stories_engine):
+    _lose_the_prefill_tier(launch, stories_engine, signal.SIGSTOP)
+
+
+def test_a_killed_decode_worker_costs_no_request_a_500(launch, stories_engine):
+    """kill -9 of the only decode worker under load: no worker of the decode tier exists until it restarts, so
+    requests in the gap get 503 + Retry-After (or succeed after the front's retry), never 500; the restarted
+    worker serves again."""
+    launcher = launch(stories_engine, prefill_workers=1, decode_workers=1,
+                      kv=KvTransferOptions(max_local_prefill_tokens=0))  # fmt: skip
+    with Load(launcher) as load:
+        wait_until(lambda: load.ok() >= 6, timeout_s=120)
+        dec = next(i for i in range(launcher.spec.workers) if launcher.spec.worker_role(i) == "decode")
+        proc = launcher.workers[dec]
         assert proc.pid is not None
         os.killpg(proc.pid, signal.SIGKILL)
         wait_until(lambda: proc.restarts == 1 and proc.alive(), timeout_s=60)
         wait_until(lambda: launcher.ready_instances() == 2, timeout_s=180)
-        ok_before = sum(1 for s, _ in results if s == 200)
-        wait_until(
-            lambda: sum(1 for s, _ in results if s == 200) >= ok_before + 6, timeout_s=120
-        )  # serves again
-    finally:
-        done.set()
-        for t in clients:
-            t.join(130)
-        sup.join(10)
-    statuses = [s for s, _ in results]
-    assert 500 not in statuses, statuses
-    assert all(s == 200 or (s == 503 and retry == "1") for s, retry in results), results
+        ok = load.ok()
+        wait_until(lambda: load.ok() >= ok + 6, timeout_s=120)  # serves again
+    assert launcher.standin_active_since is None  # the prefill tier was never down
+    odd = [r for r in load.results if not (r[0] == 200 or (r[0] == 503 and r[1] == "1"))]
+    assert not odd, odd

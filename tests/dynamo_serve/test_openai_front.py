@@ -15,7 +15,7 @@ import pytest
 import requests
 from aiohttp import web
 
-from llmkiln.dynamo.openai_front import OpenAIFront
+from llmkiln.dynamo.openai_front import NO_WORKER_MESSAGE, OpenAIFront
 from llmkiln.serve.server import free_ports
 
 
@@ -61,6 +61,13 @@ class Upstream:
             await resp.write(f"data: {json.dumps(err)}\n\ndata: [DONE]\n\n".encode())
             await resp.write_eof()
             return resp
+        if body.get("model") != "llmkiln" or (key.startswith("gone") and self.tries[key] <= 2):
+            # Dynamo's frontend once the last worker serving a model is gone (or for a model never served)
+            return web.json_response(
+                {"message": f"Model not found: {body.get('model')}", "code": 404}, status=404
+            )
+        if key.startswith("noworker") and self.tries[key] <= 2:  # a tier without workers, for a moment
+            return web.json_response({"message": NO_WORKER_MESSAGE, "code": 503}, status=503)
         if prompt == "slow":  # a long non-streaming generation
             try:
                 await asyncio.sleep(30)
@@ -100,10 +107,10 @@ def front(upstream: Upstream):
     f.stop()
 
 
-def _post(front: OpenAIFront, prompt: str, stream: bool) -> requests.Response:
+def _post(front: OpenAIFront, prompt: str, stream: bool, model: str = "llmkiln") -> requests.Response:
     return requests.post(
         f"http://127.0.0.1:{front.port}/v1/completions",
-        json={"model": "llmkiln", "prompt": prompt, "stream": stream},
+        json={"model": model, "prompt": prompt, "stream": stream},
         timeout=10,
     )
 
@@ -277,3 +284,32 @@ def test_a_lasting_failure_is_the_upstreams_answer(front, upstream):
     before = upstream.tries.get("broken", 0)
     r = _post(front, "broken", False)
     assert r.status_code == 500 and upstream.tries["broken"] - before > 2  # tried again, then gave its answer
+
+
+def test_the_launchs_model_gone_is_503_and_sent_again_other_models_404(upstream):
+    """The frontend forgets a model whose last worker died (404 "model not found") until the restarted worker
+    registers: for the launch's own model the front sends the request again (503 + Retry-After if it lasts); a
+    model the launch does not serve stays a 404 at once. The frontend's "no worker" 503 is sent again only in a
+    launch that covers a missing tier (prefill/decode)."""
+    front = OpenAIFront(
+        "127.0.0.1", free_ports(1)[0], f"127.0.0.1:{upstream.port}", models=("llmkiln",), retry_no_worker=True
+    )
+    front.start()
+    try:
+        for stream in (False, True):
+            r = _post(front, f"gone-{stream}", stream)
+            assert r.status_code == 200 and upstream.tries[f"gone-{stream}"] == 3, r.text
+            r = _post(front, f"noworker-{stream}", stream)
+            assert r.status_code == 200 and upstream.tries[f"noworker-{stream}"] == 3, r.text
+        r = _post(front, "other-model", False, model="other")
+        assert r.status_code == 404 and upstream.tries["other-model"] == 1
+    finally:
+        front.stop()
+
+
+def test_without_a_covered_tier_no_worker_is_503_at_once(front, upstream):
+    r = _post(front, "noworker-plain", False)
+    assert r.status_code == 503 and r.headers["Retry-After"] == "1" and upstream.tries["noworker-plain"] == 1
+    assert r.json()["error"]["message"] == NO_WORKER_MESSAGE
+    r = _post(front, "gone-plain", False)  # no served model given: the upstream's 404 stands
+    assert r.status_code == 404 and upstream.tries["gone-plain"] == 1

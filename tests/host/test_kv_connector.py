@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from llmkiln.host.disaggregated_params import LocalPrefill
+from llmkiln.host.disaggregated_params import HandoffInvalid, LocalPrefill, params_from_json
 from llmkiln.host.engine_host import EngineHost
 from llmkiln.host.kv_transfer_options import KvTransferOptions
 from llmkiln.host.roles import WorkerRole
@@ -87,6 +87,21 @@ def test_a_short_prompt_is_prefilled_on_the_decode_engine(hosts) -> None:
     assert dplan.local_prefill and out == reference_generate(ids, 6)
     assert dec_runner.prefill_tokens == 6
     assert dec.metrics.values["kv_local_prefills"] == 1 and dec.metrics.values["kv_local_prefill_tokens"] == 6
+
+
+def test_the_stand_ins_hand_back_is_prefilled_here_as_a_fallback(hosts) -> None:
+    """While no prefill worker is up the launcher's stand-in answers every prefill call with a LocalPrefill marked
+    `fallback`: the decode engine prefills the whole prompt and counts a fallback, not a chosen local prefill."""
+    _, (dec, dec_runner) = hosts
+    ids = [int(3 + (i * 11) % 90) for i in range(23)]  # longer than max_local_prefill_tokens (8)
+    back = LocalPrefill(len(ids), len(ids), 0, fallback=True).to_json()
+    assert params_from_json(back) == LocalPrefill(len(ids), len(ids), 0, True)
+    dplan, (_, out), _ = asyncio.run(_serve(dec, ids, back))
+    assert dplan.handoff is None and not dplan.local_prefill and out == reference_generate(ids, 6)
+    assert dec_runner.prefill_tokens == len(ids)
+    assert dec.metrics.values["kv_fallbacks"] == 1 and dec.metrics.values["kv_local_prefills"] == 0
+    with pytest.raises(HandoffInvalid, match="fallback"):
+        params_from_json({**back, "fallback": "yes"})
 
 
 def test_a_bad_hand_off_falls_back_to_prefilling_here(hosts) -> None:
