@@ -477,6 +477,8 @@ class LLMEngine:
                 stopping = self._stop
                 idle = not self._inbox and not self._cancels and not self._calls
                 if not stopping and idle and not self.scheduler.has_work():
+                    if self.profiler is not None:
+                        self.profiler.flush()  # idle: write the buffered records (the last request's too)
                     self._lock.wait()
                     continue
             if stopping:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -192,6 +193,28 @@ def test_step_profile_records_every_step_and_request(tmp_path):
         assert r["reason"] == "length" and r["prompt"] == len(shared) + len(_prompt(1 if rid == "a" else 2))
         for key in ("arrival", "scheduled", "first_token", "finish"):
             assert isinstance(r[key], int) and r[key] > 0, (rid, key)
+
+
+def test_an_idle_engine_has_written_its_profile_records(tmp_path):
+    """The engine thread writes the buffered records when it goes idle, not only at shutdown: a served engine
+    whose process is stopped without a clean shutdown (kiln profile on a loaded CI machine) lost its last
+    request's records, and the level's profile missed that request."""
+    eng = make_engine(max_batch_size=2).start()
+    prof = eng.enable_profile(tmp_path / "profile.jsonl")
+    try:
+        handle = eng.submit(_prompt(3), SamplingParams(max_tokens=4), request_id="last")
+        assert handle.wait(10)
+        deadline = time.monotonic() + 10
+        while True:
+            text = prof.path.read_text()
+            if '"id":"last"' in text:
+                break
+            assert time.monotonic() < deadline, "the finished request's record is still buffered"
+            time.sleep(0.01)
+        records = [json.loads(line) for line in text.splitlines()]
+        assert sum(1 for r in records if r["kind"] == "step") >= 4  # its steps are written with it
+    finally:
+        eng.shutdown()
 
 
 def test_scheduler_thread_exception_fails_requests_and_marks_unhealthy():
