@@ -125,8 +125,11 @@ def test_a_dead_stub_stops_the_server_and_serve_forever_reports_it(tmp_path: Pat
 
 @pytest.mark.parametrize("grpc_front", [False, True], ids=["direct", "grpc-front"])
 def test_sigterm_under_load_drains_busy_streams_and_exits_cleanly(tmp_path: Path, grpc_front: bool):
-    # eight busy streams: each sends its next request as soon as the previous one ends, through SIGTERM;
-    # with the gRPC front (kiln serve), the drain's last final errors still reach their clients
+    # eight busy streams through SIGTERM: four send one request each that would outlive the exit timeout (it must
+    # end with the drain's final error), four send short ones, each as soon as the previous one ended, until after
+    # the drain began (refused). Not every 4th request of each stream long: streams started together keep in step,
+    # and on a slow machine all eight were in their long request at SIGTERM (CI: nothing sent during the drain).
+    # With the gRPC front (kiln serve), the drain's last final errors still reach their clients.
     server = _server(tmp_path, exit_timeout_s=4, grpc_front=grpc_front)
     outcomes: list[tuple[str, float, float]] = []  # (kind, sent, done) per request
     lock = threading.Lock()
@@ -134,19 +137,19 @@ def test_sigterm_under_load_drains_busy_streams_and_exits_cleanly(tmp_path: Path
 
     def scenario(s: TritonServer) -> None:
         def client(i: int) -> None:
+            long = i % 2 == 1
             stream = Stream(s.url_grpc)
             try:
                 n = 0
                 while True:
                     sent = time.monotonic()
-                    # every 4th request would outlive the exit timeout: it must end with a final error
-                    stream.send(f"c{i} ", 100_000 if n % 4 == 3 else 40, f"{i}-{n}")
+                    stream.send(f"c{i} ", 100_000 if long else 40, f"{i}-{n}")
                     done, result, error = stream.final(timeout=30)
                     kind = "ok" if error is None else str(error)
                     with lock:
                         outcomes.append((kind, sent, done))
                     n += 1
-                    if sigterm_at and sent > sigterm_at[0] + 0.5:
+                    if long or (sigterm_at and sent > sigterm_at[0] + 0.5):
                         return
             finally:
                 stream.close()
@@ -172,10 +175,10 @@ def test_sigterm_under_load_drains_busy_streams_and_exits_cleanly(tmp_path: Path
     assert any(k == "ok" for k, _, _ in before)
     # refused by the draining model, or — sent once the drain was complete and the server stopped (at once when
     # nothing long was in flight) — UNAVAILABLE from the transport; never anything else
-    assert after and all(_retryable(k) for k, _, _ in after), after[:3]
+    assert after and all(_retryable(k) for k, _, _ in after), (after[:3], outcomes)
     # the long requests in flight got the drain's final error (and the server was not killed: forced_exit above)
     ended = [o for o in outcomes if "did not finish within the exit timeout" in o[0]]
-    assert ended and all(done > t_sig for _, _, done in ended)
+    assert len(ended) == 4 and all(done > t_sig for _, _, done in ended), outcomes
     assert all(k == "ok" or _retryable(k) for k, _, _ in outcomes), outcomes
 
 
