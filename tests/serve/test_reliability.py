@@ -16,6 +16,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from llmkiln.serve.launch import serve_forever
+from llmkiln.serve.repository import spec_from_engine, write_repository
 from llmkiln.serve.server import (
     ADMIN_HEADER,
     ServerConfig,
@@ -52,14 +53,15 @@ def _server(
 class Stream:
     """One gRPC stream; every response or error goes into a queue with its arrival time."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, model: str = "fake") -> None:
+        self.model = model
         self.q: queue.Queue = queue.Queue()
         self.client = grpcclient.InferenceServerClient(url)
         self.client.start_stream(callback=lambda result, error: self.q.put((time.monotonic(), result, error)))
 
     def send(self, prompt: str, max_tokens: int, rid: str) -> None:
         inputs = grpc_inputs(prompt, max_tokens, stream=True)
-        self.client.async_stream_infer("fake", inputs, request_id=rid, enable_empty_final_response=True)
+        self.client.async_stream_infer(self.model, inputs, request_id=rid, enable_empty_final_response=True)
 
     def final(self, timeout: float = 30) -> tuple[float, object, object]:
         """The next final response or error (skipping partial responses)."""
@@ -180,6 +182,12 @@ def test_sigterm_under_load_drains_busy_streams_and_exits_cleanly(tmp_path: Path
     ended = [o for o in outcomes if "did not finish within the exit timeout" in o[0]]
     assert len(ended) == 4 and all(done > t_sig for _, _, done in ended), outcomes
     assert all(k == "ok" or _retryable(k) for k, _, _ in outcomes), outcomes
+    # the refusals finished no sooner than the stub had recorded them (handler.EXECUTE_FLOOR_S): no KeyError logged
+    assert server.log_path is not None
+    log = server.log_path.read_text(errors="replace")
+    assert "Cannot remove future from background" not in log, [
+        ln for ln in log.splitlines() if "Cannot remove" in ln
+    ]
 
 
 def _retryable(kind: str) -> bool:
@@ -213,3 +221,67 @@ def test_admin_apis_need_the_operators_key(tmp_path: Path):
         assert exc.value.code == 403 and b"s3cret" not in exc.value.read()
     finally:
         server.stop()
+
+
+def test_requests_refused_while_draining_log_no_stub_error(tmp_path: Path, engine_factory):
+    """Triton 2.51's stub records an async execute()'s future after scheduling it; one refused at once (draining)
+    could be done first, and the stub logged "Cannot remove future from background; KeyError" (a drain under load
+    on stories-ov-bf16: 6 in 434 refusals). On the real OpenVINO engine, kept busy by 4 long streams, 8 clients
+    each send 120 requests into the drain: all refused, and no such line (handler.EXECUTE_FLOOR_S)."""
+    engine = engine_factory("stories-ov-fp32")
+    spec = spec_from_engine(engine)
+    spec.drain_file = tmp_path / "drain"
+    write_repository(spec, tmp_path / "repo")
+    http, grpc, metrics = free_ports(3)
+    server = TritonServer(
+        ServerConfig(
+            tmp_path / "repo",
+            http_port=http,
+            grpc_port=grpc,
+            metrics_port=metrics,
+            exit_timeout_s=5,
+            workdir=tmp_path / "work",
+            drain_file=spec.drain_file,
+        )  # fmt: skip
+    )
+    server.start()
+    streams: list[Stream] = []
+    try:
+        server.wait_ready(300)
+        for i in range(4):  # the engine busy meanwhile, as in a drain under load
+            streams.append(Stream(server.url_grpc, spec.model_name))
+            streams[-1].send(f"Once upon a time {i}", 400, f"busy-{i}")
+        time.sleep(0.3)
+        spec.drain_file.write_text(
+            f"{time.time() + 60:.3f}\n"
+        )  # refusing from the next poll on, ending nothing
+        time.sleep(0.3)
+        refused: list[str] = []
+        lock = threading.Lock()
+
+        def client(i: int) -> None:
+            stream = Stream(server.url_grpc, spec.model_name)
+            try:
+                for n in range(120):
+                    stream.send(f"Once {i} {n}", 8, f"{i}-{n}")
+                    _, _, error = stream.final(timeout=30)
+                    with lock:
+                        refused.append(str(error))
+            finally:
+                stream.close()
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert len(refused) == 960 and all("shutting down" in e for e in refused), refused[:3]
+    finally:
+        for s in streams:
+            s.close()
+        server.stop()
+    assert server.log_path is not None
+    log = server.log_path.read_text(errors="replace")
+    assert "Cannot remove future from background" not in log, [
+        ln for ln in log.splitlines() if "Cannot remove" in ln
+    ]
