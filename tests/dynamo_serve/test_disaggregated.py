@@ -324,8 +324,9 @@ class Load:
     """Clients sending short completions in a loop through the launch, each answer's status recorded, with the
     launcher supervised as serve_forever does (every 0.5 s)."""
 
-    def __init__(self, launcher, clients: int = 3) -> None:
+    def __init__(self, launcher, clients: int = 3, max_tokens: int = 8) -> None:
         self.launcher = launcher
+        self.max_tokens = max_tokens
         self.done = threading.Event()
         self.supervised = threading.Event()
         self.results: list[tuple[int, str | None, float]] = []  # status, Retry-After, seconds
@@ -343,7 +344,7 @@ class Load:
         n = 0
         while not self.done.is_set():
             n += 1
-            body = {"model": MODEL, "prompt": f"{STORY} {i} {n}", "max_tokens": 8}
+            body = {"model": MODEL, "prompt": f"{STORY} {i} {n}", "max_tokens": self.max_tokens}
             t0 = time.monotonic()
             r = requests.post(f"{self.launcher.url}/completions", json=body, timeout=120)
             with self.lock:
@@ -450,3 +451,23 @@ def test_a_killed_decode_worker_costs_no_request_a_500(launch, stories_engine):
     assert launcher.standin_active_since is None  # the prefill tier was never down
     odd = [r for r in load.results if not (r[0] == 200 or (r[0] == 503 and r[1] == "1"))]
     assert not odd, odd
+
+
+def test_a_killed_decode_worker_of_two_costs_no_request(launch, stories_engine):
+    """kill -9 of one of two decode workers under load (4 clients, 48-token answers: requests are decoding on it):
+    its streams move to the other decode worker (Dynamo's migration, --migration-limit) or are sent again by the
+    front; every request is a 200, and the restarted worker serves again."""
+    launcher = launch(stories_engine, prefill_workers=1, decode_workers=2,
+                      kv=KvTransferOptions(max_local_prefill_tokens=0))  # fmt: skip
+    with Load(launcher, clients=4, max_tokens=48) as load:
+        wait_until(lambda: load.ok() >= 8, timeout_s=120)
+        dec = next(i for i in range(launcher.spec.workers) if launcher.spec.worker_role(i) == "decode")
+        proc = launcher.workers[dec]
+        assert proc.pid is not None
+        wait_until(lambda: launcher.worker_metrics(dec).get("requests_active", 0.0) >= 1, timeout_s=60)
+        os.killpg(proc.pid, signal.SIGKILL)  # with requests decoding on it
+        wait_until(lambda: proc.restarts == 1 and proc.alive(), timeout_s=60)
+        wait_until(lambda: launcher.ready_instances() == 3, timeout_s=180)
+        ok = load.ok()
+        wait_until(lambda: load.ok() >= ok + 8, timeout_s=120)
+    assert all(r[0] == 200 for r in load.results), [r for r in load.results if r[0] != 200]
