@@ -190,6 +190,8 @@ class DynamoLauncher:
         # _cover_prefill_tier)
         self._pending_cards: list[Path] = []
         self.tier_log: list[str] = []  # what happened to the prefill tier's cover, in order
+        self._standin_live: float | None = None  # when the active stand-in's status port last answered
+        self._next_standin_probe = 0.0
 
     @property
     def procs(self) -> list[Proc]:
@@ -461,13 +463,19 @@ class DynamoLauncher:
         assert self.standin is not None
         self._retired = [p for p in self._retired if p.alive()]
         now = time.monotonic()
+        if self.standin_active_since is not None and self.standin.alive() and self._standin_stuck(now):
+            bound = self.spec.stall_timeout_s
+            self._note(f"llmkiln: the prefill stand-in is stuck (its status port does not answer; "
+                       f"serve.stall_timeout_s = {bound:g}): killed")  # fmt: skip
+            self.standin.signal(signal.SIGKILL)
+            self.standin.wait(5.0)
         if (
             not self.standin.alive()
         ):  # it died: forget its registration, start another (activated below if due)
-            self._note(
-                f"llmkiln: the prefill stand-in exited ({describe_exit(self.standin.returncode())}): restarting it"
-            )
-            self._forget_record(self.spec.standin_instance_file())
+            self._note(f"llmkiln: the prefill stand-in exited ({describe_exit(self.standin.returncode())}): "
+                       "restarting it")  # fmt: skip
+            # its instance goes at once, its card once another prefill instance holds the set (as a worker's)
+            self._forget_record(self.spec.standin_instance_file(), keep_cards=True)
             self.standin_active_since = None
             self._replace_standin()
         prefill = [i for i, _ in enumerate(self.workers) if self.spec.worker_role(i) is WorkerRole.PREFILL]
@@ -498,6 +506,7 @@ class DynamoLauncher:
             # configuration of a tier and rejects a worker registering another one
             write_text_atomic(trigger, json.dumps(self._prefill_registration or {}))
             self.standin_active_since = now
+            self._standin_live = None  # judged once its status port has answered
             if self.front is not None:
                 self.front.hold_unavailable(STANDIN_HOLD_S)
             self._note(
@@ -520,6 +529,27 @@ class DynamoLauncher:
         self._note(
             f"llmkiln: a prefill worker is registered again after {covered:.1f} s: the prefill stand-in left"
         )
+
+    def _standin_stuck(self, now: float) -> bool:
+        """Liveness of the active stand-in, as a worker's: its status port silent for longer than the stall bound
+        since it last answered (not judged before its first answer: the registration is under way)."""
+        if now < self._next_standin_probe:
+            return False
+        self._next_standin_probe = now + LIVENESS_PROBE_S
+        host = f"[{self.spec.host}]" if ":" in self.spec.host else self.spec.host
+        url = f"http://{host}:{self.spec.standin_status_port}/health"
+        try:
+            with urllib.request.urlopen(url, timeout=LIVENESS_PROBE_TIMEOUT_S) as r:
+                r.read()
+            answered = True
+        except urllib.error.HTTPError:
+            answered = True  # it answered (not healthy yet, say): the process runs
+        except (urllib.error.URLError, OSError):
+            answered = False
+        if answered:
+            self._standin_live = now
+            return False
+        return self._standin_live is not None and now - self._standin_live > self.spec.stall_timeout_s
 
     def _read_prefill_registration(self, prefill: list[int]) -> dict[str, Any] | None:
         """The runtime configuration a prefill worker registered (its model card in discovery), or None."""

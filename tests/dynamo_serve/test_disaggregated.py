@@ -471,3 +471,42 @@ def test_a_killed_decode_worker_of_two_costs_no_request(launch, stories_engine):
         ok = load.ok()
         wait_until(lambda: load.ok() >= ok + 8, timeout_s=120)
     assert all(r[0] == 200 for r in load.results), [r for r in load.results if r[0] != 200]
+
+
+def test_a_hung_stand_in_is_killed_and_replaced(launch, stories_engine):
+    """Liveness of the stand-in itself: the prefill worker SIGKILLed and its restart held (SIGSTOP before it
+    registers), so the stand-in covers; then the stand-in is stopped too. Past serve.stall_timeout_s the launcher
+    kills it and activates a fresh one; requests go on (200, or 503 + Retry-After while none can take them — never
+    a 500); once the prefill worker runs again (SIGCONT) it takes the tier back."""
+    from dataclasses import replace
+
+    launcher = launch(stories_engine, prefill_workers=1, decode_workers=1,
+                      kv=KvTransferOptions(max_local_prefill_tokens=0))  # fmt: skip
+    launcher.spec = replace(launcher.spec, stall_timeout_s=3.0)
+    with Load(launcher) as load:
+        wait_until(lambda: load.ok() >= 6, timeout_s=120)
+        proc = launcher.workers[_prefill_index(launcher)]
+        assert proc.pid is not None
+        os.killpg(proc.pid, signal.SIGKILL)
+        wait_until(lambda: proc.restarts == 1 and proc.alive(), timeout_s=60)
+        assert proc.pid is not None
+        os.killpg(proc.pid, signal.SIGSTOP)  # the restarted worker never registers while stopped
+        wait_until(lambda: launcher.standin_active_since is not None, timeout_s=60)
+        ok = load.ok()
+        wait_until(lambda: load.ok() >= ok + 6, timeout_s=60)  # covered
+        first = launcher.standin
+        assert first is not None and first.pid is not None
+        wait_until(lambda: launcher._standin_live is not None, timeout_s=30)  # its status port answered once
+        os.killpg(first.pid, signal.SIGSTOP)
+        wait_until(lambda: launcher.standin is not first and launcher.standin_active_since is not None, 60)
+        assert any("the prefill stand-in is stuck" in m for m in launcher.tier_log), launcher.tier_log
+        ok = load.ok()
+        wait_until(lambda: load.ok() >= ok + 6, timeout_s=60)  # covered by the fresh stand-in
+        os.killpg(proc.pid, signal.SIGCONT)
+        wait_until(lambda: launcher.standin_active_since is None, timeout_s=120)  # the worker took it back
+        ok = load.ok()
+        wait_until(lambda: load.ok() >= ok + 6, timeout_s=60)
+    odd = [r for r in load.results if not (r[0] == 200 or (r[0] == 503 and r[1] == "1"))]
+    assert not odd, odd
+    print(f"{len(load.results)} requests, {sum(1 for r in load.results if r[0] == 503)} × 503, slowest "
+          f"{max(t for _, _, t in load.results):.2f} s; {launcher.tier_log}")  # fmt: skip
