@@ -1,8 +1,9 @@
 """Scale-out serving on NVIDIA Dynamo: an OpenAI-compatible frontend with a KV-aware router in front of N llmkiln
 workers (each one runs the CPU runtime in-process), plus the Kubernetes deployment written from a recipe.
 
-- `worker`: the Dynamo engine class (`python -m llmkiln.dynamo.worker`); imports `dynamo`, so only worker
-  processes load it.
+- `worker`: the Dynamo engine class (`python -m llmkiln.dynamo.worker`); `prefill_standin`: the prefill tier's
+  stand-in while no prefill worker is up; `registration`: what both register. These three import `dynamo`, so
+  only worker processes load them.
 - `kv_events`: the prefix block store's stored/removed blocks → Dynamo KV events (for the KV router).
 - `options`: what a launch is asked for (`LaunchOptions`, shared by `kiln serve --dynamo` and `kiln deploy dynamo`;
   `DynamoOptions` for a local launch), checked in one place; `worker_options`: one worker's command line

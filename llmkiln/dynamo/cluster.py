@@ -118,6 +118,10 @@ class ClusterSpec:
     def worker_role(self, index: int) -> WorkerRole:
         return self.options.worker_role(index)
 
+    def prefill_indices(self) -> list[int]:
+        """The indices of the prefill workers (none in an aggregated launch)."""
+        return [i for i in range(self.workers) if self.worker_role(i) is WorkerRole.PREFILL]
+
     @property
     def host(self) -> str:
         return self.options.host
@@ -148,16 +152,19 @@ class ClusterSpec:
         return self.state_dir / LOG_DIR
 
     @property
+    def url_host(self) -> str:
+        """The host as a URL names it (an IPv6 address in brackets)."""
+        return f"[{self.host}]" if ":" in self.host else self.host
+
+    @property
     def url(self) -> str:
         """The OpenAI base URL (…/v1)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.http_port}/v1"
+        return f"http://{self.url_host}:{self.http_port}/v1"
 
     @property
     def frontend_address(self) -> str:
         """host:port of Dynamo's own frontend (behind the front when frontend_port is set)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.frontend_port or self.http_port}"
+        return f"{self.url_host}:{self.frontend_port or self.http_port}"
 
     # -- environment and commands ----------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -283,12 +290,14 @@ class ClusterSpec:
     # -- the prefill tier's stand-in (llmkiln.dynamo.prefill_standin) ---------------------------------------
     def standin_commandline(self) -> list[str]:
         """The stand-in's command: the first prefill worker's arguments, to the stand-in module."""
-        first = next(i for i in range(self.workers) if self.worker_role(i) is WorkerRole.PREFILL)
-        return [self.python, "-m", STANDIN_MODULE, *self.worker_args(first)]
+        return [self.python, "-m", STANDIN_MODULE, *self.worker_args(self.prefill_indices()[0])]
 
     def standin_trigger(self, generation: int) -> Path:
         """The file whose creation activates stand-in number `generation` (each one waits for its own)."""
         return self.state_dir / "standin" / f"activate-{generation}"
+
+    def standin_status_url(self) -> str:
+        return f"http://{self.url_host}:{self.standin_status_port}"
 
     def standin_instance_file(self) -> Path:
         return self.state_dir / "instances" / "prefill-standin.json"
@@ -302,5 +311,4 @@ class ClusterSpec:
         return env
 
     def status_url(self, index: int) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.status_ports[index]}"
+        return f"http://{self.url_host}:{self.status_ports[index]}"

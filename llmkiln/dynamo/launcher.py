@@ -263,10 +263,7 @@ class DynamoLauncher:
                 }  # registered: up, judged from now
                 self._frontend_live = now
                 if self.standin is not None:
-                    prefill = [
-                        i for i in range(self.spec.workers) if self.spec.worker_role(i) is WorkerRole.PREFILL
-                    ]
-                    self._prefill_registration = self._read_prefill_registration(prefill)
+                    self._prefill_registration = self._read_prefill_registration(self.spec.prefill_indices())
                 return now - t0
             if time.monotonic() - t0 > timeout_s:
                 raise LaunchFailed(
@@ -469,25 +466,22 @@ class DynamoLauncher:
                        f"serve.stall_timeout_s = {bound:g}): killed")  # fmt: skip
             self.standin.signal(signal.SIGKILL)
             self.standin.wait(5.0)
-        if (
-            not self.standin.alive()
-        ):  # it died: forget its registration, start another (activated below if due)
+        # it died: forget its registration, start another (activated below if due)
+        if not self.standin.alive():
             self._note(f"llmkiln: the prefill stand-in exited ({describe_exit(self.standin.returncode())}): "
                        "restarting it")  # fmt: skip
             # its instance goes at once, its card once another prefill instance holds the set (as a worker's)
             self._forget_record(self.spec.standin_instance_file(), keep_cards=True)
             self.standin_active_since = None
             self._replace_standin()
-        prefill = [i for i, _ in enumerate(self.workers) if self.spec.worker_role(i) is WorkerRole.PREFILL]
+        prefill = self.spec.prefill_indices()
         if self.standin_active_since is None and not self._pending_cards:
             if all(self.workers[i].alive() for i in prefill):
                 return  # the usual case: the tier is whole, nothing to ask
         registered = self._registered(PREFILL_COMPONENT)
         if registered is None:
             return  # the frontend did not answer: decide at the next probe
-        if (
-            self._pending_cards and registered
-        ):  # another prefill instance holds the set: the dead cards can go
+        if self._pending_cards and registered:  # another prefill instance holds the set: the dead cards go
             for card in self._pending_cards:
                 card.unlink(missing_ok=True)
             self._pending_cards = []
@@ -495,9 +489,8 @@ class DynamoLauncher:
         if self.standin_active_since is None:
             if workers_up:
                 return  # another prefill worker serves
-            for (
-                old
-            ) in self._retired:  # a stand-in still unregistering holds the status port the next one needs
+            # a stand-in still unregistering holds the status port the next one needs
+            for old in self._retired:
                 old.signal(signal.SIGKILL)
                 old.wait(2.0)
             trigger = self.spec.standin_trigger(self._standin_generation)
@@ -536,8 +529,7 @@ class DynamoLauncher:
         if now < self._next_standin_probe:
             return False
         self._next_standin_probe = now + LIVENESS_PROBE_S
-        host = f"[{self.spec.host}]" if ":" in self.spec.host else self.spec.host
-        url = f"http://{host}:{self.spec.standin_status_port}/health"
+        url = f"{self.spec.standin_status_url()}/health"
         try:
             with urllib.request.urlopen(url, timeout=LIVENESS_PROBE_TIMEOUT_S) as r:
                 r.read()
@@ -554,10 +546,10 @@ class DynamoLauncher:
     def _read_prefill_registration(self, prefill: list[int]) -> dict[str, Any] | None:
         """The runtime configuration a prefill worker registered (its model card in discovery), or None."""
         for i in prefill:
-            try:
-                tag = format(int(json.loads(self.spec.instance_file(i).read_text())["instance_id"]), "x")
-            except (OSError, ValueError, KeyError, TypeError):
+            instance_id = _instance_id(self.spec.instance_file(i))
+            if instance_id is None:
                 continue
+            tag = format(instance_id, "x")
             for card in (self.spec.discovery_dir / "v1" / "mdc").glob(f"*%2F{PREFILL_COMPONENT}%2F*%2F{tag}"):
                 try:
                     runtime = json.loads(card.read_text())["card_json"]["runtime_config"]
@@ -572,11 +564,8 @@ class DynamoLauncher:
         for i in prefill:
             if not self.workers[i].alive():
                 continue
-            try:
-                instance_id = int(json.loads(self.spec.instance_file(i).read_text())["instance_id"])
-            except (OSError, ValueError, KeyError, TypeError):
-                continue  # (re)starting: no instance yet
-            if instance_id in registered:
+            instance_id = _instance_id(self.spec.instance_file(i))  # None while (re)starting: no instance yet
+            if instance_id is not None and instance_id in registered:
                 return True
         return False
 
@@ -611,9 +600,8 @@ class DynamoLauncher:
     def _forget_record(self, record: Path, keep_cards: bool = False) -> int:
         """The registrations of the instance `record` names, removed from discovery (see _forget_instance);
         `keep_cards`: its model cards are left for _cover_prefill_tier to remove."""
-        try:
-            instance_id = int(json.loads(record.read_text())["instance_id"])
-        except (OSError, ValueError, KeyError, TypeError):
+        instance_id = _instance_id(record)
+        if instance_id is None:
             return 0
         record.unlink(missing_ok=True)
         tag = format(instance_id, "x")
@@ -680,6 +668,14 @@ def _get_json(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=2) as r:
         data = json.loads(r.read())
     return data if isinstance(data, dict) else {}
+
+
+def _instance_id(record: Path) -> int | None:
+    """The Dynamo instance id a process wrote in its instance file (registration.record_instance), or None."""
+    try:
+        return int(json.loads(record.read_text())["instance_id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def make_spec(engine: str | Path, opts: DynamoOptions, state_dir: Path) -> ClusterSpec:

@@ -267,9 +267,8 @@ class OpenAIFront(ProxyFront):
             if isinstance(checked, web.Response):
                 return checked
             body = checked
-        deadline: float | None = (
-            None  # RETRY_FAILED_S after the first failure (a request may wait on a hung worker)
-        )
+        # RETRY_FAILED_S after the first failure (a request may wait on a hung worker before it fails)
+        deadline: float | None = None
         unavailable: web.Response | None = None  # a 503 met on the way: the answer that says "retry later"
         while True:
             answer = await self._forward(request, body)

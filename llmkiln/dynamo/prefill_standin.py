@@ -36,8 +36,8 @@ from dynamo.common.backend.publisher import KvEventSource
 from dynamo.common.backend.run import run
 from dynamo.common.constants import DisaggregationMode
 
-from llmkiln.atomic import write_text_atomic
-from llmkiln.dynamo.cluster import INSTANCE_FILE_ENV, STANDIN_TRIGGER_ENV
+from llmkiln.dynamo.cluster import STANDIN_TRIGGER_ENV
+from llmkiln.dynamo.registration import record_instance, worker_config
 from llmkiln.dynamo.worker_options import WorkerOptions
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
@@ -61,9 +61,8 @@ class PrefillStandIn(DynamoEngine):
         self.folder = resolve_engine(args.engine).require()
         self.recipe = self.folder.recipe(args.engine_overrides(self.folder.recipe().backend))
         self.handoffs = 0
-        self.registration: dict[
-            str, Any
-        ] = {}  # the prefill workers' (from the trigger file): registered as is
+        # the prefill workers' registration (from the trigger file): registered as is
+        self.registration: dict[str, Any] = {}
 
     @classmethod
     async def from_args(cls, argv: list[str] | None = None) -> tuple[PrefillStandIn, WorkerConfig]:
@@ -78,27 +77,15 @@ class PrefillStandIn(DynamoEngine):
             log.info(
                 "prefill stand-in activated: the decode workers prefill every prompt until a prefill worker is up"
             )
-        config = WorkerConfig(
-            namespace=args.namespace,
-            component=args.component_name,
-            endpoint=args.endpoint,
-            model_name=str(standin.folder.path),
-            served_model_name=args.served_model_name or standin.recipe.serve.model_name,
-            endpoint_types="chat,completions",
-            discovery_backend=os.environ.get("DYN_DISCOVERY_BACKEND", "file"),
-            request_plane="tcp",
-            event_plane="zmq",
-            enable_kv_routing=args.kv_events,
-            disaggregation_mode=DisaggregationMode.PREFILL,
+        config = worker_config(
+            args, standin.folder.path, standin.recipe.serve.model_name, DisaggregationMode.PREFILL
         )
         return standin, config
 
     async def start(self, worker_id: int) -> EngineConfig:
-        record = os.environ.get(INSTANCE_FILE_ENV)
-        if record:  # the launcher tells this instance apart from the prefill workers by its id
-            write_text_atomic(
-                Path(record), json.dumps({"instance_id": worker_id, "pid": os.getpid()}), mode=0o600
-            )
+        record_instance(
+            worker_id
+        )  # the launcher tells this instance apart from the prefill workers by its id
         r = self.recipe
         got = self.registration
         per_seq = -(-r.limits.max_seq_len // r.kv_cache.tokens_per_block)

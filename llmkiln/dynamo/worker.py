@@ -34,20 +34,19 @@ runtime ends with an error. When the engine's scheduler thread dies the engine i
 flight fails at once, /health on the worker's status port turns unhealthy (health_check_payload canaries fail)
 and the worker stops itself, which unregisters it, so the router sends nothing more to it.
 
-This module imports `dynamo`; nothing else in llmkiln imports it (the launcher only starts processes).
+This module imports `dynamo`, as do the prefill stand-in and llmkiln.dynamo.registration, which both share;
+nothing else in llmkiln imports it (the launcher only starts processes).
 """
 
 from __future__ import annotations
 
 import asyncio
 import faulthandler
-import json
 import logging
 import os
 import signal
 import time
 from collections.abc import AsyncGenerator
-from pathlib import Path
 from typing import Any
 
 from dynamo._core import Context
@@ -60,9 +59,8 @@ from dynamo.common.backend.run import run
 from dynamo.common.constants import DisaggregationMode
 from dynamo.llm.exceptions import EngineShutdown, HttpError, InvalidArgument, Unknown
 
-from llmkiln.atomic import write_text_atomic
-from llmkiln.dynamo.cluster import INSTANCE_FILE_ENV
 from llmkiln.dynamo.kv_events import KvEventBridge
+from llmkiln.dynamo.registration import record_instance, worker_config
 from llmkiln.dynamo.worker_options import WorkerOptions
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import KilnError
@@ -124,30 +122,12 @@ class KilnWorker(DynamoEngine):
         args = WorkerOptions.from_argv(argv)
         worker = cls(args)
         recipe = worker.folder.recipe(worker.engine_overrides())
-        config = WorkerConfig(
-            namespace=args.namespace,
-            component=args.component_name,
-            endpoint=args.endpoint,
-            model_name=str(worker.folder.path),
-            served_model_name=args.served_model_name or recipe.serve.model_name,
-            endpoint_types="chat,completions",
-            discovery_backend=os.environ.get("DYN_DISCOVERY_BACKEND", "file"),
-            request_plane="tcp",
-            event_plane="zmq",
-            enable_kv_routing=args.kv_events,
-            disaggregation_mode=DISAGGREGATION_MODES[args.role],
-        )
-        return worker, config
+        mode = DISAGGREGATION_MODES[args.role]
+        return worker, worker_config(args, worker.folder.path, recipe.serve.model_name, mode)
 
     async def start(self, worker_id: int) -> EngineConfig:
         """Load and warm the engine; registration (and so the first request) only follows once this returns."""
-        record = os.environ.get(INSTANCE_FILE_ENV)
-        if (
-            record
-        ):  # the launcher's: which discovery entries are this process's (cluster.ClusterSpec.instance_file)
-            write_text_atomic(
-                Path(record), json.dumps({"instance_id": worker_id, "pid": os.getpid()}), mode=0o600
-            )
+        record_instance(worker_id)
         if self.folder.hf_config_file() is None:
             raise KilnError(
                 f"{self.folder.path}: no config.json; engines built before Dynamo support lack it: rebuild with "

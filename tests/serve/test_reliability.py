@@ -242,7 +242,7 @@ def test_requests_refused_while_draining_log_no_stub_error(tmp_path: Path, engin
             exit_timeout_s=5,
             workdir=tmp_path / "work",
             drain_file=spec.drain_file,
-        )  # fmt: skip
+        )
     )
     server.start()
     streams: list[Stream] = []
