@@ -33,7 +33,8 @@ def _submit(engine: Any, ids: list[int], params: Any, **handoff: Any) -> Any:
 
 
 def _host(folder: Path, role: Any) -> Any:
-    from llmkiln.host.engine_host import EngineHost, HostOptions
+    from llmkiln.host.engine_host import EngineHost
+    from llmkiln.host.host_options import HostOptions
 
     try:
         from llmkiln.host.kv_transfer_options import KvTransferOptions

@@ -21,6 +21,9 @@ from llmkiln.dynamo.launcher import DynamoLauncher, serve_dynamo
 from llmkiln.dynamo.options import DynamoOptions
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.errors import BadInput
+from llmkiln.host.host_options import HostOptions
+from llmkiln.host.kv_transfer_options import KvTransferOptions
+from llmkiln.host.roles import WorkerRole
 from llmkiln.serve.backend_env import check_triton_python
 from llmkiln.serve.launch import ServeOptions, serve_engine
 from llmkiln.serve.repository import check_repository, spec_from_engine, write_repository
@@ -39,6 +42,13 @@ PORT = click.IntRange(1, 65535)
     "--model-name", default=None, help="Triton model name (default: the recipe's serve.model_name)."
 )
 @click.option("--force", is_flag=True, help="Replace a non-empty --out folder.")
+@click.option(
+    "--role",
+    type=click.Choice([r.value for r in WorkerRole]),
+    default=WorkerRole.AGGREGATED.value,
+    show_default=True,
+    help="The model's role (as `kiln serve --role`; the KV transfer options at their defaults).",
+)
 @click.option(
     "--check", "check_dir", type=click.Path(path_type=Path), help="Parse and validate an existing repository."
 )
@@ -62,6 +72,7 @@ def repo(
     out: Path | None,
     model_name: str | None,
     force: bool,
+    role: str,
     check_dir: Path | None,
     upstream_models: Path | None,
     take_model_files: bool,
@@ -83,7 +94,7 @@ def repo(
             return
     if engine is None or out is None:
         raise BadInput("give ENGINE and -o OUT to write a repository, or --check DIR to validate one")
-    spec = spec_from_engine(resolve_engine(engine, engines_dir).require(), model_name)
+    spec = spec_from_engine(resolve_engine(engine, engines_dir).require(), model_name, role=WorkerRole(role))
     model_dir = write_repository(spec, out, overwrite=force)
     click.echo(
         f"wrote {model_dir} (config.pbtxt, 1/model.py, {len(spec.warmup.prefixes)} warmup prefix(es), {len(spec.warmup.prompts)} prompt(s))"
@@ -128,6 +139,16 @@ _DYNAMO = DynamoOptions()
     is_flag=True,
     hidden=True,
     help="Kept for old scripts: every engine file is re-hashed before serving anyway.",
+)
+@click.option(
+    "--role",
+    type=click.Choice([r.value for r in WorkerRole]),
+    default=WorkerRole.AGGREGATED.value,
+    show_default=True,
+    help="Triton: the part of a request's life this server's model serves. prefill: runs the prompt to its first "
+    "token and answers with its hand-off (output disaggregated_params); decode: takes that hand-off (input "
+    "disaggregated_params), pulls the prompt's KV from the prefill server with NIXL and decodes. With --dynamo "
+    "the roles come from --prefill-workers / --decode-workers.",
 )
 @click.option(
     "--dynamo",
@@ -178,6 +199,7 @@ def serve(
     exit_timeout: int | None,
     log_verbose: int,
     verify_full: bool,
+    role: str,
     dynamo: bool,
     prefill_sets: tuple[str, ...],
     decode_first: bool,
@@ -200,19 +222,24 @@ def serve(
     --max-local-prefill-tokens is prefilled on the decode worker instead; --prefill-set tunes the prefill workers;
     --decode-first gives the decode tier every core and the prefill tier's compute idle priority).
 
-    A flag of the other front door is refused (exit 2): --grpc-port, --metrics-port and --log-verbose are
-    Triton's; --workers, --prefill-workers, --decode-workers, --kv-export-timeout, --max-local-prefill-tokens,
-    --prefill-set, --decode-first, --router-mode, --migration-limit, --threads-per-worker, --grace-period and
-    --state-dir are Dynamo's. With --dynamo, the flags of prefill/decode separation without --prefill-workers and
+    --role prefill / decode (Triton): this server hosts one tier of prefill/decode separation; a client (or router)
+    sends the prompt to the prefill server, then the same prompt with that answer's disaggregated_params output to
+    the decode server (docs/serve.md, "Prefill and decode on Triton"); --kv-export-timeout and
+    --max-local-prefill-tokens apply.
+
+    A flag of the other front door is refused (exit 2): --grpc-port, --metrics-port, --log-verbose and --role are
+    Triton's; --workers, --prefill-workers, --decode-workers, --prefill-set, --decode-first, --router-mode,
+    --migration-limit, --threads-per-worker, --grace-period and --state-dir are Dynamo's. With --dynamo, the flags of prefill/decode separation without --prefill-workers and
     --decode-workers are refused as `kiln deploy dynamo` refuses them (llmkiln.dynamo.options).
     """
     _refuse_other_front_door(dynamo)
     del verify_full  # every start re-hashes every engine file
+    fields = launch_fields(launch)
     if dynamo:
         return _serve_dynamo(
             engine,
             DynamoOptions(
-                **launch_fields(launch),
+                **fields,
                 prefill_overrides=recipe_sets(prefill_sets, "--prefill-set"),
                 decode_first=decode_first,
                 host=host,
@@ -225,11 +252,14 @@ def serve(
             ),
         )
 
+    # the role and its KV options checked together (BadInput naming the flag), before anything is started
+    host_options = HostOptions(role=WorkerRole(role), kv=fields["kv"])
     check_triton_python()  # before anything is built or started: one message, exit 2
 
     def ready(server: TritonServer, model_name: str) -> None:
         ep = server.endpoints()
-        click.secho(f"ready: model {model_name!r}", fg="green", err=True)
+        as_role = "" if host_options.role is WorkerRole.AGGREGATED else f" ({host_options.role.value} role)"
+        click.secho(f"ready: model {model_name!r}{as_role}", fg="green", err=True)
         click.echo(f"  HTTP    {ep['http']}   (POST {ep['http']}/v2/models/{model_name}/generate)", err=True)
         click.echo(f"  gRPC    {ep['grpc']}", err=True)
         click.echo(f"  metrics {ep['metrics']}", err=True)
@@ -243,15 +273,20 @@ def serve(
         log_verbose,
         admin_key=os.environ.get(ADMIN_KEY_ENV) or None,
         engines_root=engines_dir,
+        role=host_options.role,
+        kv=host_options.kv,
     )
     code = serve_engine(engine, opts, on_ready=ready)
     click.echo("stopped (clean shutdown)", err=True)
     return code
 
 
-TRITON_ONLY = ("--grpc-port", "--metrics-port", "--log-verbose")
+TRITON_ONLY = ("--grpc-port", "--metrics-port", "--log-verbose", "--role")
+# the KV transfer flags serve both: Dynamo's prefill/decode workers and Triton's --role prefill / decode (an
+# aggregated Triton model refuses them: HostOptions)
+KV_FLAGS = tuple(KvTransferOptions.FLAGS.values())
 DYNAMO_ONLY = (
-    *("--" + name.replace("_", "-") for name in LAUNCH_PARAMS),
+    *(flag for flag in ("--" + name.replace("_", "-") for name in LAUNCH_PARAMS) if flag not in KV_FLAGS),
     "--prefill-set",
     "--decode-first",
     "--threads-per-worker",

@@ -95,26 +95,10 @@ class KilnWorker(DynamoEngine):
         self._watch: asyncio.Task[None] | None = None
 
     def engine_overrides(self) -> dict[str, Any]:
-        """The recipe overrides this worker's engine runs with: the command line's, and on a decode worker with
-        local prefills on, its prefill runs capped to --max-local-prefill-tokens while sequences decode
-        (scheduler.max_prefill_tokens_decoding, unless --overrides sets it or max_prefill_tokens): short prompts
-        arriving together are then prefilled in runs of at most that many tokens, so they stall the running
-        decodes no longer than one such prompt does (without the cap the TTFT-first scheduler batches them up to
-        the recipe's chunk, 512 tokens in bench-optimized); with nothing decoding — a burst of prompts reaching
-        an idle decode worker — they run together in the recipe's chunk."""
+        """The recipe overrides this worker's engine runs with: the command line's, with the role's own
+        (HostOptions.engine_overrides: a decode worker's local-prefill cap)."""
         recipe = self.folder.recipe()
-        out = self.args.engine_overrides(recipe.backend)
-        limit = self.args.kv.max_local_prefill_tokens
-        if self.args.role is not WorkerRole.DECODE or limit <= 0:
-            return out
-        sched = out.get("scheduler")
-        if isinstance(sched, dict) and (
-            "max_prefill_tokens" in sched or "max_prefill_tokens_decoding" in sched
-        ):
-            return out
-        if recipe.scheduler.max_prefill_tokens > limit:  # the overrides leave the chunk as the recipe has it
-            out.setdefault("scheduler", {})["max_prefill_tokens_decoding"] = limit
-        return out
+        return self.args.host_options(self.args.engine_overrides(recipe.backend)).engine_overrides(recipe)
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod

@@ -22,7 +22,7 @@ from typing import Any
 from llmkiln.capabilities import Backend
 from llmkiln.dynamo.options import field_default
 from llmkiln.errors import BadInput
-from llmkiln.host.engine_host import HostOptions
+from llmkiln.host.host_options import HostOptions
 from llmkiln.host.kv_transfer_options import KvTransferOptions
 from llmkiln.host.roles import WorkerRole
 from llmkiln.runtime.compute_priority import COMPUTE_PRIORITIES, ComputePriority

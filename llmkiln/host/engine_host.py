@@ -25,14 +25,14 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from llmkiln.cpu_features import SETTING_PREFIX, detect
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.host.check import check_engine
+from llmkiln.host.host_options import HostOptions
 from llmkiln.host.kv_connector import KvConnector
 from llmkiln.host.kv_transfer import KvTransfer
 from llmkiln.host.kv_transfer_options import KvTransferOptions
@@ -41,8 +41,6 @@ from llmkiln.host.request_life import Refused, RequestLife
 from llmkiln.host.roles import WorkerRole
 from llmkiln.host.warmup import WarmupResult, run_warmup
 from llmkiln.recipe import Warmup
-from llmkiln.runtime.compute_priority import ComputePriority
-from llmkiln.runtime.compute_priority import check as check_priority
 from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.loader import load_engine
 from llmkiln.runtime.profile import PROFILE_ENV
@@ -59,32 +57,6 @@ class HostLog(Protocol):
     def warning(self, msg: str) -> None: ...
 
     def error(self, msg: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class HostOptions:
-    """How to open an engine, in which role: recipe overrides (nested fields, validated like the recipe when the
-    engine loads), the role, its KV transfer options (`kv`: prefill and decode roles only; an aggregated host
-    moves no KV, so anything but the defaults there is refused), the CPU priority of the engine's scheduler
-    thread (runtime.compute_priority), a step-profile file (default: $LLMKILN_PROFILE, set by `kiln profile`)
-    and the engines root a recipe name is looked up in. Checked when made (BadInput naming the flag)."""
-
-    overrides: Mapping[str, Any] | None = None
-    role: WorkerRole = WorkerRole.AGGREGATED
-    kv: KvTransferOptions = field(default_factory=KvTransferOptions)
-    compute_priority: ComputePriority = "normal"
-    profile: str | None = None
-    engines_root: Path | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "role", WorkerRole(self.role))  # a role's value string becomes the member
-        check_priority(self.compute_priority)
-        changed = self.kv.flags_changed()
-        if changed and not self.role.moves_kv:
-            raise BadInput(
-                f"{', '.join(changed)}: KV transfer option(s) of the prefill and decode roles; this host is "
-                f"{self.role.value}: give --role prefill or decode, or remove them"
-            )
 
 
 DEFAULT_STALL_TIMEOUT_S = 30.0  # the recipe's serve.stall_timeout_s default, for engines without a recipe
@@ -143,7 +115,7 @@ class EngineHost:
         opts = options or HostOptions()
         t0 = time.perf_counter()
         folder = check_engine(engine, opts.engines_root)
-        overrides = {k: dict(v) if isinstance(v, Mapping) else v for k, v in (opts.overrides or {}).items()}
+        overrides = opts.engine_overrides(folder.recipe())
         # the last line before native code runs: a worker that dies loading says what it was loading, where
         cpu = detect()
         log = log if log is not None else logging.getLogger("llmkiln.host")

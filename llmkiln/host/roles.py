@@ -3,9 +3,10 @@
 AGGREGATED: prefill and decode in one engine. PREFILL: runs a prompt to its first token and exports the prompt's
 KV blocks (llmkiln.host.kv_transfer, NIXL), or — a prompt whose uncached part is short — hands it back at once
 for the decode side to prefill; DECODE: imports the exported blocks into its prefix store before it admits the
-request (or prefills a handed-back prompt itself), then decodes. The Dynamo worker takes the role as `--role`
-and registers with the matching Dynamo disaggregation mode (WorkerConfig.disaggregation_mode); the Triton front
-door hosts only AGGREGATED engines.
+request (or prefills a handed-back prompt itself), then decodes. Both front doors host every role: the Dynamo
+worker takes it as `--role` and registers with the matching Dynamo disaggregation mode
+(WorkerConfig.disaggregation_mode); the Triton model as its `role` parameter (`kiln serve --role`), the hand-off
+as its `disaggregated_params` input and output.
 
 Every role in llmkiln is a WorkerRole: launch options, worker command lines and deployments hold these members,
 and their `str` value is what a command line carries.

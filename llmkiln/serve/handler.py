@@ -22,16 +22,20 @@ Metrics: the host's (llmkiln.host.metrics), published through pb_utils every sec
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmkiln.host.engine_host import SHUTTING_DOWN, EngineHost, HostOptions
+from llmkiln.host.engine_host import SHUTTING_DOWN, EngineHost
+from llmkiln.host.host_options import HostOptions
+from llmkiln.host.kv_connector import ConnectorPlan
 from llmkiln.host.request_life import Refused, RequestLife
+from llmkiln.host.roles import WorkerRole
 from llmkiln.recipe import Warmup
 from llmkiln.runtime.detokenizer import IncrementalDetokenizer
 from llmkiln.runtime.protocol import ServingHandle
@@ -39,6 +43,7 @@ from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, Sa
 from llmkiln.serve.heartbeat import Heartbeat
 from llmkiln.serve.http_checks import prompt_byte_bound
 from llmkiln.serve.metrics import TritonMetrics
+from llmkiln.serve.repository import role_options
 from llmkiln.serve.response_stream import CancelBook, InvalidCancel, ResponseStream, cancel_target
 from llmkiln.serve.triton_io import (
     InvalidRequest,
@@ -70,12 +75,14 @@ class ServeSettings:
 
     model_name: str
     engine_dir: Path
-    engine_overrides: dict[str, Any] | None = None
     warmup: Warmup | None = None  # None: the engine recipe's warmup section
     exclude_input_in_output: bool = False
     drain_file: Path | None = None
     heartbeat_file: Path | None = None  # written every second for the launcher's liveness check
     limits: RequestLimits = RequestLimits()
+    # how the engine host opens: recipe overrides (parameter engine_overrides), the role and its KV transfer
+    # options (parameters role, kv_transfer)
+    host: HostOptions = HostOptions()
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> ServeSettings:
@@ -86,14 +93,15 @@ class ServeSettings:
         drain = params.get("drain_file")
         beat = params.get("heartbeat_file")
         warmup = params.get("warmup")
+        host = role_options(params)
         return cls(
             model_name=cfg.get("name", "llmkiln"),
             engine_dir=Path(params["engine_dir"]),
-            engine_overrides=json.loads(overrides) if overrides else None,
             warmup=Warmup.model_validate_json(warmup) if warmup else None,
             exclude_input_in_output=params.get("exclude_input_in_output", "false").lower() == "true",
             drain_file=Path(drain) if drain else None,
             heartbeat_file=Path(beat) if beat else None,
+            host=dataclasses.replace(host, overrides=json.loads(overrides) if overrides else None),
         )
 
 
@@ -148,9 +156,7 @@ class ServeCore:
     def from_args(cls, args: dict[str, Any], pb: Any) -> ServeCore:
         """initialize() of the python-backend model: open the engine host, warm it; READY follows."""
         settings = ServeSettings.from_args(args)
-        host = EngineHost.open(
-            settings.engine_dir, HostOptions(overrides=settings.engine_overrides), log=StubLog(pb)
-        )
+        host = EngineHost.open(settings.engine_dir, settings.host, log=StubLog(pb))
         core = cls(pb, host, settings)
         core.warm()
         return core
@@ -232,8 +238,16 @@ class ServeCore:
         err = err_cls(message, code) if code is not None else err_cls(message)
         sender.send(self.pb.InferenceResponse(error=err), flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
-    def _send(self, sender: Any, text: str, final: bool, perf: PerfFields | None = None) -> None:
-        tensors = [self.pb.Tensor(name, arr) for name, arr in response_arrays(text, perf).items()]
+    def _send(
+        self,
+        sender: Any,
+        text: str,
+        final: bool,
+        perf: PerfFields | None = None,
+        handoff: Mapping[str, Any] | None = None,
+    ) -> None:
+        arrays = response_arrays(text, perf, handoff)
+        tensors = [self.pb.Tensor(name, arr) for name, arr in arrays.items()]
         flags = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
         sender.send(self.pb.InferenceResponse(output_tensors=tensors), flags=flags)
 
@@ -311,11 +325,37 @@ class ServeCore:
                     f"limits.max_input_len ({self.engine.config.limits.max_input_len} tokens): shorten the prompt",
                 )
                 return
+        role = self.host.role
+        if req.disaggregated_params is not None and role is not WorkerRole.DECODE:
+            life.rejected()
+            self._error(
+                sender,
+                f"llmkiln: bad request: input 'disaggregated_params' is the hand-off a decode-role model takes; "
+                f"this model is {role.value} (send it to the decode model, or leave it out)",
+            )
+            return
+        if (
+            role is WorkerRole.PREFILL
+        ):  # the prompt to its first token, and the hand-off (Dynamo's prefill rule)
+            params = dataclasses.replace(params, max_tokens=1)
         submit_ns = time.time_ns()
         try:
             prompt = await self._encode(req.prompt)
+            plan = ConnectorPlan()
+            if isinstance(prompt, list):
+                plan = await self.host.connector.before(prompt, _received(req.disaggregated_params))
+            if (
+                plan.answer is not None
+            ):  # a short prompt: the decode model prefills it, this engine is not used
+                text = "" if req.exclude_input_in_output else req.prompt
+                self._send(sender, text, final=True, handoff=plan.answer.to_json())
+                return
             handle = life.submit(
-                prompt, params, priority=req.priority, request_id=request.request_id() or None
+                prompt,
+                params,
+                priority=req.priority,
+                request_id=request.request_id() or None,
+                handoff=plan.handoff,
             )
         except RequestRejected as exc:  # counted by life.submit (a tokenizer refusal: here)
             life.rejected()
@@ -328,7 +368,7 @@ class ServeCore:
                 handle.cancel()
                 life.cancelled()
         try:
-            await self._stream(request, sender, req, handle, life, (received_ns, submit_ns))
+            await self._stream(request, sender, req, handle, life, plan, (received_ns, submit_ns))
         finally:
             if request_id and self.by_id.get(request_id) is handle:
                 del self.by_id[request_id]
@@ -340,6 +380,7 @@ class ServeCore:
         req: ParsedRequest,
         handle: ServingHandle,
         life: RequestLife,
+        plan: ConnectorPlan,
         stamps: tuple[int, int] = (0, 0),
     ) -> None:
         # The prompt is context only: the first generated word keeps its leading space.
@@ -348,6 +389,7 @@ class ServeCore:
         pieces: list[str] = []
         n_tokens = 0
         stopped = recorded = False
+        handoff: dict[str, Any] | None = None
         first_seen_ns = first_sent_ns = send_ns = sends = 0
         async for ev in handle.aiter():
             if not first_seen_ns:
@@ -375,6 +417,10 @@ class ServeCore:
             if ev.finished and not stopped:
                 text += stops.finish()
             final = ev.finished or stopped
+            if (
+                ev.finished and not stopped
+            ):  # ended normally: the prefill role's hand-off for the decode model
+                handoff = await self.host.connector.after(handle, plan)
             if req.stream and (text or final):
                 if not first_sent_ns:
                     first_sent_ns = time.time_ns()
@@ -383,7 +429,8 @@ class ServeCore:
                     self._profile(handle, stamps, (first_seen_ns, first_sent_ns), (send_ns, sends), n_tokens)
                     recorded = True
                 t_send = time.perf_counter_ns()
-                self._send(sender, text, final=final and not req.return_perf_metrics)
+                last = final and not req.return_perf_metrics
+                self._send(sender, text, final=last, handoff=handoff if last else None)
                 send_ns += time.perf_counter_ns() - t_send
                 sends += 1
             pieces.append(text)
@@ -405,12 +452,12 @@ class ServeCore:
             self._profile(handle, stamps, (first_seen_ns, first_sent_ns), (send_ns, sends), n_tokens)
         if req.stream:
             if req.return_perf_metrics:
-                self._send(sender, "", final=True, perf=perf)
+                self._send(sender, "", final=True, perf=perf, handoff=handoff)
             return
         text = "".join(pieces)
         if not req.exclude_input_in_output:
             text = req.prompt + text
-        self._send(sender, text, final=True, perf=perf if req.return_perf_metrics else None)
+        self._send(sender, text, final=True, perf=perf if req.return_perf_metrics else None, handoff=handoff)
 
     def _profile(
         self,
@@ -462,3 +509,14 @@ class ServeCore:
             self.host.shutdown(timeout_s)
         finally:
             self.published.close()
+
+
+def _received(text: str | None) -> object:
+    """A decode-role request's hand-off: the prefill model's `disaggregated_params` JSON, parsed (None: none). Text
+    that is not JSON goes on as it is: the connector counts it as a fallback and prefills the prompt here."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

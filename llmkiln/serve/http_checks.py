@@ -41,6 +41,7 @@ GENERATE_INPUTS: dict[str, str] = {
     "priority": "INT32",
     "return_perf_metrics": "BOOL",
     "num_speculative_tokens": "INT32",
+    "disaggregated_params": "BYTES",
 }
 LIST_INPUTS = {"stop_words"}
 REQUEST_ID = "id"  # Triton's generate request id: a JSON string or Triton answers 500

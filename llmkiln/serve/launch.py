@@ -8,12 +8,14 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from llmkiln.engine_dir import EngineDir
 from llmkiln.host.check import check_engine
+from llmkiln.host.kv_transfer_options import KvTransferOptions
+from llmkiln.host.roles import WorkerRole
 from llmkiln.serve.processes import new_workdir, remove_dead_workdirs
 from llmkiln.serve.repository import spec_from_engine, write_repository
 from llmkiln.serve.server import ServerConfig, ServerFailed, TritonServer
@@ -36,6 +38,8 @@ class ServeOptions:
         None  # where a recipe name is looked up (default: $LLMKILN_ENGINES or ./engines)
     )
     admin_key: str | None = None  # the key admin API calls must send (None: admin APIs closed)
+    role: WorkerRole = WorkerRole.AGGREGATED  # --role: a prefill or decode model (llmkiln.host.roles)
+    kv: KvTransferOptions = field(default_factory=KvTransferOptions)  # --kv-export-timeout, ...
 
 
 def server_config(engine: EngineDir, repo: Path, opts: ServeOptions) -> ServerConfig:
@@ -69,7 +73,7 @@ def serve_engine(
     """Serve `engine` until SIGINT/SIGTERM; 0 after a clean stop, ServerFailed (exit 1) otherwise."""
     # a corrupted engine is never served (IntegrityError, exit 1); the model's engine host checks it again
     folder = check_engine(engine, opts.engines_root)
-    spec = spec_from_engine(folder)
+    spec = spec_from_engine(folder, role=opts.role, kv=opts.kv)
     remove_dead_workdirs()  # temp folders of killed `kiln serve` processes
     work = new_workdir()
     try:

@@ -13,6 +13,7 @@ genai-perf (`--backend tensorrtllm`) work unchanged. `check_repository` parses a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -27,6 +28,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from llmkiln.engine_dir import RESOLVED_RECIPE, EngineDir
 from llmkiln.errors import BadInput
+from llmkiln.host.host_options import HostOptions
+from llmkiln.host.kv_transfer_options import KvTransferOptions
+from llmkiln.host.roles import WorkerRole
 from llmkiln.recipe import MODEL_NAME_PATTERN, Warmup
 
 MODEL_FILE = Path(__file__).with_name("model.py")
@@ -49,6 +53,8 @@ INPUTS: dict[str, tuple[int, list[int], bool]] = {
     "priority": (T.TYPE_INT32, [1], True),
     "return_perf_metrics": (T.TYPE_BOOL, [1], True),
     "num_speculative_tokens": (T.TYPE_INT32, [1], True),
+    # a decode-role model: the prefill-role model's hand-off (its `disaggregated_params` output, as sent)
+    "disaggregated_params": (T.TYPE_STRING, [1], True),
 }
 OUTPUTS: dict[str, tuple[int, list[int]]] = {
     "text_output": (T.TYPE_STRING, [-1]),
@@ -60,6 +66,8 @@ OUTPUTS: dict[str, tuple[int, list[int]]] = {
     "kv_cache_reused_tokens": (T.TYPE_INT32, [1]),
     "num_input_tokens": (T.TYPE_INT32, [1]),
     "num_output_tokens": (T.TYPE_INT32, [1]),
+    # a prefill-role model's final response: the hand-off for the decode-role model (JSON, llmkiln.host)
+    "disaggregated_params": (T.TYPE_STRING, [1]),
 }
 REQUIRED_PARAMETERS = ("engine_dir",)
 
@@ -80,9 +88,14 @@ class RepoSpec:
     heartbeat_file: Path | None = (
         None  # the stub's heartbeat (llmkiln.serve.heartbeat); None: no liveness check
     )
+    # the part of a request's life the model serves (llmkiln.host.roles) and, for prefill and decode, how its
+    # KV moves (checked together by HostOptions before anything is written)
+    role: WorkerRole = WorkerRole.AGGREGATED
+    kv: KvTransferOptions = field(default_factory=KvTransferOptions)
 
     def __post_init__(self) -> None:
         check_model_name(self.model_name)
+        HostOptions(role=self.role, kv=self.kv)  # BadInput naming the flag: KV options on an aggregated model
 
 
 def check_model_name(name: str) -> str:
@@ -97,14 +110,22 @@ def check_model_name(name: str) -> str:
     return name
 
 
-def spec_from_engine(engine: EngineDir | Path, model_name: str | None = None) -> RepoSpec:
-    """The engine's resolved recipe turned into a RepoSpec (its warmup and serve sections)."""
+def spec_from_engine(
+    engine: EngineDir | Path,
+    model_name: str | None = None,
+    role: WorkerRole = WorkerRole.AGGREGATED,
+    kv: KvTransferOptions | None = None,
+) -> RepoSpec:
+    """The engine's resolved recipe turned into a RepoSpec (its warmup and serve sections), in `role` (the warmup
+    runs on the engine itself in every role: it exports and imports nothing)."""
     folder = engine if isinstance(engine, EngineDir) else EngineDir(Path(engine))
     recipe = folder.runtime_recipe()
     return RepoSpec(
         model_name=model_name or recipe.serve.model_name,
         engine_dir=folder.path.resolve(),
         warmup=recipe.warmup,
+        role=role,
+        kv=kv or KvTransferOptions(),
     )
 
 
@@ -128,9 +149,36 @@ def build_model_config(spec: RepoSpec) -> mc.ModelConfig:
         params["drain_file"] = str(spec.drain_file)
     if spec.heartbeat_file is not None:
         params["heartbeat_file"] = str(spec.heartbeat_file)
+    params["role"] = spec.role.value
+    if spec.role.moves_kv:
+        params["kv_transfer"] = json.dumps(dataclasses.asdict(spec.kv), sort_keys=True)
     for key, value in params.items():
         cfg.parameters[key].string_value = value
     return cfg
+
+
+def role_options(params: dict[str, str]) -> HostOptions:
+    """The role and KV transfer options a model's parameters give (`role`, `kv_transfer` JSON; none: aggregated),
+    checked as HostOptions checks them; BadInput or ValueError naming the parameter."""
+    raw_role = params.get("role") or WorkerRole.AGGREGATED.value
+    try:
+        role = WorkerRole(raw_role)
+    except ValueError:
+        raise BadInput(
+            f"parameter role={raw_role!r}: give one of {', '.join(r.value for r in WorkerRole)}"
+        ) from None
+    raw_kv = params.get("kv_transfer")
+    if not raw_kv:
+        return HostOptions(role=role)
+    try:
+        fields = json.loads(raw_kv)
+        kv = KvTransferOptions(**fields)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise BadInput(
+            f"parameter kv_transfer is not a JSON object of KV transfer options "
+            f"({', '.join(f.name for f in dataclasses.fields(KvTransferOptions))}): {exc}"
+        ) from None
+    return HostOptions(role=role, kv=kv)
 
 
 def config_text(cfg: mc.ModelConfig) -> str:
@@ -268,6 +316,10 @@ def _problems(model_dir: Path, cfg: mc.ModelConfig) -> list[str]:
             json.loads(cfg.parameters["engine_overrides"].string_value)
         except json.JSONDecodeError as exc:
             out.append(f"{where}: parameter engine_overrides is not JSON: {exc}")
+    try:
+        role_options({k: v.string_value for k, v in cfg.parameters.items()})
+    except (BadInput, ValueError) as exc:
+        out.append(f"{where}: {exc}")
     if not (model_dir / VERSION / "model.py").is_file():
         out.append(f"{model_dir / VERSION / 'model.py'}: missing (the python-backend model)")
     if cfg.model_warmup:

@@ -7,7 +7,8 @@ message naming the input, the bad value and what is allowed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -20,6 +21,8 @@ class InvalidRequest(ValueError):
 
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# a hand-off's JSON: the prefill engine's NIXL agent metadata (a few KiB) and one block id per prompt block
+MAX_HANDOFF_BYTES = 1 << 20
 UINT64_MAX = 2**64 - 1
 
 
@@ -61,6 +64,8 @@ class ParsedRequest:
     exclude_input_in_output: bool = False
     return_perf_metrics: bool = False
     num_speculative_tokens: int | None = None  # drafts per step (an engine with speculation); 0: none
+    # a decode-role model: the prefill-role model's hand-off, the text of its `disaggregated_params` output
+    disaggregated_params: str | None = None
 
     def sampling_kwargs(self) -> SamplingKwargs:
         """Keyword arguments for llmkiln.runtime.request.SamplingParams."""
@@ -201,6 +206,10 @@ def parse_request(
             _text("stop_words", v, limits.max_stop_word_bytes, "serve.max_stop_word_bytes") for v in flat
         )
         kw["stop_words"] = tuple(w for w in words if w)
+    arr = get("disaggregated_params")
+    if arr is not None:
+        name = "disaggregated_params"
+        kw[name] = _text(name, _scalar(name, arr), MAX_HANDOFF_BYTES, "a hand-off's limit")
     return ParsedRequest(**kw)
 
 
@@ -276,9 +285,14 @@ def perf_arrays(perf: PerfFields) -> dict[str, np.ndarray]:
     return out
 
 
-def response_arrays(text: str, perf: PerfFields | None = None) -> dict[str, np.ndarray]:
-    """Output tensors of one response: text_output, plus the perf fields on the final response when asked."""
+def response_arrays(
+    text: str, perf: PerfFields | None = None, disaggregated_params: Mapping[str, Any] | None = None
+) -> dict[str, np.ndarray]:
+    """Output tensors of one response: text_output, plus the perf fields on the final response when asked, plus
+    a prefill-role model's hand-off (JSON text: the decode-role model's `disaggregated_params` input)."""
     out = {"text_output": text_array(text)}
     if perf is not None:
         out.update(perf_arrays(perf))
+    if disaggregated_params is not None:
+        out["disaggregated_params"] = text_array(json.dumps(disaggregated_params, separators=(",", ":")))
     return out

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from llmkiln.host.disaggregated_params import KvHandle, LocalPrefill, params_from_json
-from llmkiln.host.engine_host import EngineHost, HostOptions
+from llmkiln.host.engine_host import EngineHost
+from llmkiln.host.host_options import HostOptions
 from llmkiln.host.kv_transfer import TransferFailed
 from llmkiln.host.kv_transfer_options import KvTransferOptions
 from llmkiln.host.roles import WorkerRole

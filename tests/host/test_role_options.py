@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llmkiln.errors import BadInput
-from llmkiln.host.engine_host import HostOptions
+from llmkiln.host.host_options import HostOptions
 from llmkiln.host.kv_transfer_options import KvTransferOptions
 from llmkiln.host.roles import TIERS, WorkerRole
 

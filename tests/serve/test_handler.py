@@ -18,7 +18,7 @@ from .fake_engine import ByteTokenizer, FakeEngine
 
 
 def core(warmup: Warmup | None = None, exclude_input_default: bool = False) -> ServeCore:
-    settings = ServeSettings("fake", Path("/nonexistent"), None, warmup, exclude_input_default)
+    settings = ServeSettings("fake", Path("/nonexistent"), warmup, exclude_input_default)
     c = ServeCore(pb, EngineHost(FakeEngine().start(), log=StubLog(pb)), settings)
     c.warm()
     return c

@@ -12,12 +12,16 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from llmkiln.errors import BadInput, RecipeError
+from llmkiln.host.kv_transfer_options import KvTransferOptions
+from llmkiln.host.roles import WorkerRole
 from llmkiln.recipe import Warmup, load_recipe
+from llmkiln.serve.http_checks import GENERATE_INPUTS
 from llmkiln.serve.repository import (
     INPUTS,
     RepoSpec,
     build_model_config,
     check_repository,
+    role_options,
     spec_from_engine,
     write_repository,
 )
@@ -203,3 +207,44 @@ def test_a_failed_write_leaves_nothing(recipe_engine_dir: Path, tmp_path: Path, 
     again = write_repository(spec, tmp_path / "kept", overwrite=True)
     assert again == old and sorted(p.name for p in (tmp_path / "kept").iterdir()) == [spec.model_name]
     assert not (old / "stale-file").exists()
+
+
+def test_a_role_and_its_kv_options_travel_as_parameters_and_come_back(
+    recipe_engine_dir: Path, tmp_path: Path
+):
+    kv = KvTransferOptions(export_timeout_s=5.0, max_local_prefill_tokens=0)
+    spec = spec_from_engine(recipe_engine_dir, role=WorkerRole.DECODE, kv=kv)
+    model_dir = write_repository(spec, tmp_path / "repo")
+    [m] = check_repository(tmp_path / "repo")
+    params = {k: v.string_value for k, v in m.config.parameters.items()}
+    assert params["role"] == "decode"
+    back = role_options(params)
+    assert back.role is WorkerRole.DECODE and back.kv == kv
+    # an aggregated model writes its role and no KV options; its parameters give the default host options
+    agg = build_model_config(spec_from_engine(recipe_engine_dir))
+    agg_params = {k: v.string_value for k, v in agg.parameters.items()}
+    assert agg_params["role"] == "aggregated" and "kv_transfer" not in agg_params
+    assert role_options(agg_params) == role_options({})
+    # a hand-off input and output on every model: a decode model takes it, a prefill model answers with it
+    assert {i.name for i in agg.input} >= {"disaggregated_params"}
+    assert {o.name for o in agg.output} >= {"disaggregated_params"}
+    _break(model_dir / "config.pbtxt", 'string_value: "decode"', 'string_value: "encode"')
+    with pytest.raises(BadInput, match="parameter role='encode': give one of aggregated, prefill, decode"):
+        check_repository(tmp_path / "repo")
+
+
+def test_kv_options_on_an_aggregated_model_are_refused_naming_the_flag(recipe_engine_dir: Path):
+    with pytest.raises(
+        BadInput, match="--kv-export-timeout: KV transfer option.s. of the prefill and decode"
+    ):
+        spec_from_engine(recipe_engine_dir, kv=KvTransferOptions(export_timeout_s=5.0))
+    with pytest.raises(BadInput, match="parameter kv_transfer is not a JSON object"):
+        role_options({"role": "prefill", "kv_transfer": '{"export_timeout": 5}'})
+    with pytest.raises(BadInput, match="--max-local-prefill-tokens must be >= 0"):
+        role_options({"role": "prefill", "kv_transfer": '{"max_local_prefill_tokens": -1}'})
+
+
+def test_the_http_fronts_generate_inputs_are_the_models_inputs():
+    wire = {mc.TYPE_STRING: "BYTES", mc.TYPE_INT32: "INT32", mc.TYPE_BOOL: "BOOL", mc.TYPE_FP32: "FP32"}
+    wire[mc.TYPE_UINT64] = "UINT64"
+    assert GENERATE_INPUTS == {name: wire[dtype] for name, (dtype, _dims, _opt) in INPUTS.items()}

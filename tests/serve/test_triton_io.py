@@ -211,3 +211,19 @@ def test_a_request_sets_its_speculative_tokens():
         )
     )
     assert r.sampling_kwargs()["num_speculative_tokens"] == 0
+
+
+def test_a_hand_off_arrives_as_text_and_leaves_as_json():
+    mt = np.array([[4]], dtype=np.int32)
+    r = parse_request(
+        getter(text_input=text("hi"), max_tokens=mt, disaggregated_params=text('{"kind": "x"}'))
+    )
+    assert r.disaggregated_params == '{"kind": "x"}'
+    assert parse_request(getter(text_input=text("hi"), max_tokens=mt)).disaggregated_params is None
+    with pytest.raises(InvalidRequest, match="input 'disaggregated_params': .* bytes is more than"):
+        parse_request(
+            getter(text_input=text("hi"), max_tokens=mt, disaggregated_params=text("x" * (2 << 20)))
+        )
+    out = response_arrays("", disaggregated_params={"kind": "llmkiln.local/1", "limit": 8})
+    assert out["disaggregated_params"].reshape(-1)[0] == b'{"kind":"llmkiln.local/1","limit":8}'
+    assert "disaggregated_params" not in response_arrays("a")
