@@ -23,7 +23,12 @@ SHM_DIR = Path("/dev/shm")
 SHM_BASE_PREFIX = "triton_python_backend_shm_region"
 LLMKILN_SHM_PREFIX = f"{SHM_BASE_PREFIX}_llmkiln_"
 WORKDIR_PREFIX = "llmkiln-serve-"
-_PREFIX_RE = re.compile(re.escape(LLMKILN_SHM_PREFIX) + r"[0-9a-f]+")
+SHM_ID_LEN = 8  # hex digits after LLMKILN_SHM_PREFIX: one server's id (TritonServer.shm_prefix)
+# a server's prefix exactly: its stubs' region names go on with more hex digits (a uuid), so a greedy match would
+# name a prefix no process carries, and a server starting beside another would remove the region the other's
+# tritonserver just made before its stub opened it (seen: three servers started together, a stub dying on "Unable
+# to initialize shared memory key ... No such file or directory", then "double free", its server never ready)
+_PREFIX_RE = re.compile(re.escape(LLMKILN_SHM_PREFIX) + f"[0-9a-f]{{{SHM_ID_LEN}}}")
 
 
 def _cmdline(pid: int) -> list[str]:

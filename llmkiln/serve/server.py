@@ -55,6 +55,7 @@ from llmkiln.serve.ports import free_ports, port_free
 from llmkiln.serve.processes import (
     LLMKILN_SHM_PREFIX,
     SHM_DIR,
+    SHM_ID_LEN,
     alive,
     children,
     new_workdir,
@@ -116,7 +117,7 @@ class TritonServer:
     def __init__(self, cfg: ServerConfig, echo: IO[str] | None = None) -> None:
         self.cfg = cfg
         self.echo = echo
-        self.shm_prefix = f"{LLMKILN_SHM_PREFIX}{uuid.uuid4().hex[:8]}"
+        self.shm_prefix = f"{LLMKILN_SHM_PREFIX}{uuid.uuid4().hex[:SHM_ID_LEN]}"
         self.admin_key = cfg.admin_key or secrets.token_urlsafe(24)
         self.proc: subprocess.Popen[bytes] | None = None
         self.lines: collections.deque[str] = collections.deque(maxlen=400)

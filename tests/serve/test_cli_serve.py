@@ -16,7 +16,7 @@ import pytest
 
 from llmkiln.errors import BadInput
 from llmkiln.serve.backend_env import assemble_backend_dir, server_env
-from llmkiln.serve.processes import remove_dead_workdirs, remove_orphan_shm
+from llmkiln.serve.processes import LLMKILN_SHM_PREFIX, SHM_DIR, remove_dead_workdirs, remove_orphan_shm
 from llmkiln.serve.server import ServerConfig, TritonServer, free_ports, port_free
 from tests.proc_tree import descendants as _descendants
 
@@ -183,3 +183,26 @@ def test_a_failed_start_leaves_no_temp_folder(engine_factory, tmp_path: Path):
     assert proc.returncode == 2 and f"--http-port {busy}" in err and "already in use" in err, err
     assert "Traceback" not in err
     assert list(tmpdir.iterdir()) == []
+
+
+def test_a_live_servers_stub_region_is_kept_by_another_servers_start(tmp_path: Path):
+    # The stub's region names are the server's prefix plus a uuid (more hex digits): the orphan sweep must judge
+    # them by the server's prefix, which the live tritonserver's command line carries, not by the longer name.
+    prefix = f"{LLMKILN_SHM_PREFIX}a1b2c3d4"
+    live = SHM_DIR / f"{prefix}67c4f4a8-c61d-4e35-afaf-f2df906f460b"
+    dead = SHM_DIR / f"{LLMKILN_SHM_PREFIX}0badc0de9f8e7d6c-0000-4e35-afaf-f2df906f460b"
+    # a process whose command line carries the prefix, as a running tritonserver's does
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", f"shm-region-prefix-name={prefix}"]
+    )
+    try:
+        live.write_bytes(b"x")
+        dead.write_bytes(b"x")
+        removed = remove_orphan_shm()
+        assert dead in removed and not dead.exists()
+        assert live.exists(), "a live server's stub region was removed"
+    finally:
+        proc.kill()
+        proc.wait()
+        live.unlink(missing_ok=True)
+        dead.unlink(missing_ok=True)
