@@ -98,7 +98,7 @@ class KvConnector:
         except asyncio.CancelledError:  # the client left: release the pins once they arrive
             engine = self.engine
             pinning.add_done_callback(
-                lambda f: f.cancelled() or f.exception() is not None or engine.release_blocks(f.result())
+                lambda f: f.cancelled() or f.exception() is not None or engine.kv.release_blocks(f.result())
             )
             raise
         exported = self.transfer.open_export(pinned)
@@ -117,7 +117,7 @@ class KvConnector:
 
             def give_back(f: asyncio.Future[Any]) -> None:
                 if not f.cancelled() and f.exception() is None:
-                    engine.end_import(f.result()[0], filled=False)
+                    engine.kv.end_import(f.result()[0], filled=False)
 
             pulling.add_done_callback(give_back)
             raise

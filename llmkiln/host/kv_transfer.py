@@ -21,7 +21,7 @@ Life of an export (prefill side): the blocks are pinned on the scheduler thread 
 `handoff.export_prefix` gets them pinned right after its last step) and `open_export` opens an export; it is released — the blocks unpinned — when the decode side's READ completes (its NIXL
 notification `release:<id>` arrives with the data), when the decode side says it gave up (`failed:<id>`), or after
 `export_timeout_s` (a decode worker that died mid-transfer never says anything). The release notifications are
-polled by one thread every POLL_S. The decode side reserves its blocks (LLMEngine.reserve_import, pinned, not
+polled by one thread every POLL_S. The decode side reserves its blocks (EngineKv.reserve_import, pinned, not
 visible), reads, and hands the reservation to `submit`; if the read fails or times out it gives the blocks back,
 tells the peer, and the caller prefills the prompt itself (counted as a fallback).
 
@@ -106,7 +106,7 @@ class KvTransfer:
     ) -> None:
         if role is WorkerRole.AGGREGATED:
             raise ValueError("an aggregated host moves no KV")
-        store, data = engine.block_store, engine.block_memory
+        store, data = engine.block_store, engine.kv.block_memory
         if store is None or data is None:
             raise BadInput(
                 f"the {role.value} role moves prompt KV through the prefix store: this engine has none "
@@ -147,14 +147,14 @@ class KvTransfer:
     # ------------------------------------------------------------------ prefill side
     def local_handoff(self, token_ids: Sequence[int]) -> LocalPrefill | None:
         """The hand-off of a prompt whose uncached part (here: the prompt less the prefix this host's store holds,
-        `LLMEngine.cached_prefix_estimate`, read without the scheduler thread) is at most
+        `EngineKv.cached_prefix_estimate`, read without the scheduler thread) is at most
         `max_local_prefill_tokens`: JSON telling the decode worker to prefill it itself — the request never waits
         at this engine —; None (0: off) when this host should prefill it and export its KV. Counted."""
         limit = self.max_local_prefill_tokens
         n = len(token_ids)
         if limit <= 0:
             return None
-        uncached = n if n <= limit else n - self.engine.cached_prefix_estimate(token_ids)
+        uncached = n if n <= limit else n - self.engine.kv.cached_prefix_estimate(token_ids)
         if uncached > limit:
             return None
         self.metrics.add("kv_local_handoffs")
@@ -169,7 +169,7 @@ class KvTransfer:
         export = Export(uuid.uuid4().hex, list(ids), time.monotonic())
         with self._lock:
             if self._closed.is_set():
-                self.engine.release_blocks(ids)
+                self.engine.kv.release_blocks(ids)
                 return None
             self._exports[export.export_id] = export
         self.metrics.add("kv_exports")
@@ -199,7 +199,7 @@ class KvTransfer:
                 self._releasing.pop(export_id, None)
             self._publish_open()
 
-        fut = self.engine.release_blocks(
+        fut = self.engine.kv.release_blocks(
             export.block_ids
         )  # EngineClosed in it: the pins went with the engine
         fut.add_done_callback(done)
@@ -261,7 +261,7 @@ class KvTransfer:
             self._tell(peer_name, metadata, f"failed:{export_id}")
             raise TransferFailed("the prefill worker's blocks have another size")
         try:
-            res = self.engine.reserve_import(token_ids, len(remote_ids)).result(ENGINE_CALL_S)
+            res = self.engine.kv.reserve_import(token_ids, len(remote_ids)).result(ENGINE_CALL_S)
         except KilnError as exc:
             self._tell(peer_name, metadata, f"failed:{export_id}")
             raise TransferFailed(f"no room for the blocks: {exc}") from None
@@ -270,7 +270,7 @@ class KvTransfer:
         try:
             nbytes, read_s = self._read(peer_name, metadata, export_id, res, fill, remote_ids, arrays)
         except Exception as exc:
-            self.engine.end_import(res, filled=False)
+            self.engine.kv.end_import(res, filled=False)
             self._tell(peer_name, metadata, f"failed:{export_id}")
             self._forget_peer(peer_name)
             raise TransferFailed(f"the KV read from {peer_name} failed: {exc}") from None

@@ -22,9 +22,9 @@ from llmkiln.errors import BadInput, KilnError
 from llmkiln.recipe import Recipe
 from llmkiln.runtime import compute_priority
 from llmkiln.runtime import metrics as metrics_mod
-from llmkiln.runtime.block_memory import BlockMemory
 from llmkiln.runtime.compute_priority import ComputePriority
 from llmkiln.runtime.draft_acceptance import accept_drafts
+from llmkiln.runtime.engine_kv import EngineKv
 from llmkiln.runtime.handle import RequestHandle, push_events
 from llmkiln.runtime.handoff import KvHandoff
 from llmkiln.runtime.kv_blocks import BlockStore, Reservation
@@ -33,13 +33,13 @@ from llmkiln.runtime.profile import Profiler, StepTrace, now_ns
 from llmkiln.runtime.request import (
     BadRequestParams,
     FinishReason,
-    PromptTooLong,
     QueueFull,
     Request,
     RequestTimings,
     SamplingParams,
     TokenEvent,
 )
+from llmkiln.runtime.request_check import check_request, prompt_token_ids
 from llmkiln.runtime.sampling import make_rng, sample_token
 from llmkiln.runtime.scheduler import Scheduler, SchedulerConfig
 
@@ -103,11 +103,12 @@ class LLMEngine:
         self.scheduler = Scheduler(config, manager, paged=runner.paged_kv)
         self.scheduler.batch_past_prefills = runner.batches_prefills_with_past
         self.scheduler.mix_decodes = runner.mixes_decodes_with_prefills
+        # the KV hand-off (runtime.engine_kv): reservations, exports, the routing hint, for host.kv_transfer
+        self.kv = EngineKv(self.block_store, runner.block_memory, self.call)
         self.stats = metrics_mod.StepStats()
         self._lock = threading.Condition()
         self._inbox: list[tuple[Request, RequestHandle, Reservation | None]] = []
         self._calls: list[tuple[Callable[[], object], Future[object]]] = []
-        self._exports: dict[str, Future[list[int]]] = {}  # submit(export_prefix=True), until the request ends
         self._cancels: list[str] = []
         self._handles: dict[str, RequestHandle] = {}
         self._rngs: dict[str, np.random.Generator] = {}
@@ -249,30 +250,30 @@ class LLMEngine:
     ) -> RequestHandle:
         """Queue a request; raises QueueFull / PromptTooLong / BadRequestParams at once. Never blocks.
 
-        handoff.kv_import: blocks of this prompt filled from another engine (`reserve_import`): the scheduler
+        handoff.kv_import: blocks of this prompt filled from another engine (`kv.reserve_import`): the scheduler
         thread publishes them right before it queues the request, so its admission finds them as a cached prefix.
         A submission refused here gives them back.
         handoff.export_prefix: when the request ends normally, the scheduler thread pins the prompt's stored
         blocks right after its last step published them (no extra step): `handle.exported` gives their ids
-        (release them with `release_blocks`); [] when it ended otherwise."""
+        (release them with `kv.release_blocks`); [] when it ended otherwise."""
         kv_import = handoff.kv_import if handoff is not None else None
         export_prefix = handoff.export_prefix if handoff is not None else False
         arrival = time.time_ns()
         params = params if params is not None else SamplingParams()
         try:
-            prompt_ids = self._prompt_ids(prompt)
-            self._check(prompt_ids, params, priority)
+            prompt_ids = prompt_token_ids(prompt, self.encode, self.vocab_size)
+            check_request(self.config, self.vocab_size, prompt_ids, params, priority)
         except Exception:
             with self._lock:
                 self.stats.requests_rejected += 1
             if kv_import is not None:
-                self.end_import(kv_import, filled=False)
+                self.kv.end_import(kv_import, filled=False)
             raise
         try:
             return self._submit(prompt_ids, params, priority, request_id, arrival, kv_import, export_prefix)
         except Exception:
             if kv_import is not None:
-                self.end_import(kv_import, filled=False)
+                self.kv.end_import(kv_import, filled=False)
             raise
 
     def _submit(
@@ -307,9 +308,8 @@ class LLMEngine:
             handle = RequestHandle(request, self.cancel)
             if not self._handles:
                 self._progress_ns = time.monotonic_ns()  # idle until now: the stall clock starts here
-            if export_prefix and self.block_store is not None:
-                handle.exported = Future()
-                self._exports[rid] = handle.exported
+            if export_prefix:
+                handle.exported = self.kv.open_export(rid)
             self._handles[rid] = handle
             self._rngs[rid] = make_rng(params.seed)
             self._inbox.append((request, handle, kv_import))
@@ -326,7 +326,7 @@ class LLMEngine:
         handles = [self.submit(p, params) for p in prompts]
         return [h.result() for h in handles]
 
-    # ------------------------------------------------------------------ scheduler-thread calls (KV hand-off)
+    # ------------------------------------------------------------------ scheduler-thread calls
     def call(self, fn: Callable[[], T]) -> Future[T]:
         """Run fn on the scheduler thread between two steps (the thread that owns the scheduler and the block
         store); its result or exception arrives in the future. After shutdown or a failure the future holds
@@ -344,99 +344,11 @@ class LLMEngine:
     def runtime_settings(self) -> Mapping[str, str]:
         return self.runner.runtime_settings
 
-    @property
-    def block_memory(self) -> BlockMemory | None:
-        """Where the prefix store's blocks live (None: no store, or a runner without one)."""
-        return self.runner.block_memory if self.block_store is not None else None
-
-    def _handoff_keys(self, token_ids: Sequence[int]) -> tuple[list[int], list[int]]:
-        store = self.block_store
-        if store is None:
-            raise EngineClosed("this engine has no prefix store (kv_cache.prefix_reuse is off)")
-        ids = [int(t) for t in token_ids]
-        usable = max(0, len(ids) - 1) // store.tokens_per_block  # a request computes at least its last token
-        return store.block_keys(ids, usable), ids
-
-    def cached_prefix_estimate(self, token_ids: Sequence[int]) -> int:
-        """Tokens of this prompt's longest stored prefix that a request for it could use (whole blocks, at most
-        len - 1), read from any thread WITHOUT the scheduler thread: the store's index is read as it is (dict
-        and attribute reads, atomic under the GIL), nothing pinned, no statistics. So it may be a step stale — a
-        block evicted or stored meanwhile —: a routing hint (the prefill role's local hand-off decision), never
-        a reservation. 0 without a prefix store."""
-        store = self.block_store
-        if store is None:
-            return 0
-        ids = [int(t) for t in token_ids]
-        try:
-            found = store.lookup(ids, max(0, len(ids) - 1), record=False)
-        except (IndexError, KeyError, RuntimeError):  # a concurrent change met mid-walk: no hint
-            return 0
-        return len(found) * store.tokens_per_block
-
-    def release_blocks(self, block_ids: Sequence[int]) -> Future[None]:
-        """Unpin blocks pinned for an export (a request's `handle.exported`)."""
-        store = self.block_store
-        assert store is not None
-        return self.call(lambda: store.unpin(list(block_ids)))
-
-    def reserve_import(self, token_ids: Sequence[int], num_blocks: int) -> Future[Reservation]:
-        """Hold room for the first `num_blocks` blocks of this prompt, to be filled from another engine
-        (BlockStore.reserve_chain); then `submit(..., handoff=KvHandoff(kv_import=reservation))`, or `end_import(res, False)`."""
-        keys, ids = self._handoff_keys(token_ids)
-        store = self.block_store
-        assert store is not None
-        return self.call(lambda: store.reserve_chain(keys[:num_blocks], ids))
-
-    def end_import(self, reservation: Reservation, filled: bool) -> Future[None]:
-        """Publish (filled) or give back a reservation's blocks, without a request."""
-        store = self.block_store
-        assert store is not None
-        return self.call(lambda: store.end_reservation(reservation, filled))
-
     def cancel(self, request_id: str) -> None:
         """Cancel a request: it finishes with reason 'cancelled'; its slot and blocks are freed next step."""
         with self._lock:
             self._cancels.append(request_id)
             self._lock.notify_all()
-
-    def _prompt_ids(self, prompt: str | Sequence[int]) -> list[int]:
-        if isinstance(prompt, str):
-            return self.encode(prompt)
-        try:
-            ids = [int(t) for t in prompt]
-        except (TypeError, ValueError):
-            raise BadRequestParams(
-                f"prompt must be text or a sequence of token ids, got {type(prompt)}"
-            ) from None
-        bad = [t for t in ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise BadRequestParams(f"prompt token ids out of range [0, {self.vocab_size}): {bad[:5]}")
-        return ids
-
-    def _check(self, prompt_ids: list[int], params: SamplingParams, priority: int) -> None:
-        limits = self.config.limits
-        if not isinstance(params, SamplingParams):
-            raise BadRequestParams(f"params must be SamplingParams, got {type(params).__name__}")
-        params.check(self.vocab_size)
-        if params.num_speculative_tokens and self.config.speculative is None:
-            raise BadRequestParams(
-                "num_speculative_tokens: this engine does not speculate (its recipe has no speculative section); "
-                "leave it out or set it to 0"
-            )
-        if not isinstance(priority, int):
-            raise BadRequestParams(f"priority must be an integer, got {priority!r}")
-        n = len(prompt_ids)
-        if n == 0:
-            raise BadRequestParams("the prompt is empty")
-        if n > limits.max_input_len:
-            raise PromptTooLong(
-                f"prompt has {n} tokens; limits.max_input_len is {limits.max_input_len}: shorten the prompt"
-            )
-        if n + params.max_tokens > limits.max_seq_len:
-            raise PromptTooLong(
-                f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) = {n + params.max_tokens} exceeds "
-                f"limits.max_seq_len ({limits.max_seq_len}): lower max_tokens to {max(limits.max_seq_len - n, 0)}"
-            )
 
     # ------------------------------------------------------------------ the scheduler thread
     def _loop(self) -> None:
@@ -459,9 +371,7 @@ class LLMEngine:
             calls, self._calls = self._calls, []
         for _fn, fut in calls:
             fut.set_exception(EngineClosed(f"the engine failed: {reason}"))
-        exports, self._exports = self._exports, {}
-        for export in exports.values():
-            export.set_result([])
+        self.kv.drop_all()
         with self._lock:
             handles = list(self._handles.values())
             self._handles.clear()
@@ -532,18 +442,14 @@ class LLMEngine:
             return True
         t_update = now_ns()
         elapsed = t_update - t0
-        self._learn_costs(plan, elapsed)
+        self.costs = self.costs.learned(plan, elapsed, _EMA)
+        if self.config.speculative is not None and plan.decodes and not plan.prefills:
+            self.scheduler.draft_cost.update(len(plan.decodes), plan.num_tokens - len(plan.decodes), elapsed)
         events = self.scheduler.update_from_output(plan, sampled, time.time_ns())
         t_emit = now_ns()
         with self._lock:
             self.stats.record_step(plan, elapsed, sum(len(t) for t in sampled.values()))
-        exports = [
-            (request, fut)
-            for request, event in events
-            if event.finished
-            and event.finish_reason in (FinishReason.STOP.value, FinishReason.LENGTH.value)
-            and (fut := self._exports.pop(request.request_id, None)) is not None
-        ]
+        exports = self.kv.take_exports(events)
         batch: list[tuple[RequestHandle, TokenEvent]] = []
         finished: list[tuple[Request, TokenEvent]] = []
         for request, event in events:
@@ -559,7 +465,7 @@ class LLMEngine:
         if saves:
             self._save(saves, trace)
         for request, fut in exports:  # after the save: the prompt's last blocks are published now
-            fut.set_result(self._pin_prompt(request.prompt_ids))
+            fut.set_result(self.kv.pin_prompt(request.prompt_ids))
         if trace is not None and prof is not None:
             t_end = now_ns()
             trace.schedule_ns = t0 - t_start
@@ -589,22 +495,6 @@ class LLMEngine:
         if trace is not None:
             trace.saves, trace.save_ns = len(saves), now_ns() - t
 
-    def _learn_costs(self, plan: SchedulerOutput, elapsed_ns: int) -> None:
-        """Exponential averages of a prefill step's time per token and a decode step's time (pure steps only)."""
-        c = self.costs
-        if plan.prefills and not plan.decodes:
-            per_token = elapsed_ns / plan.num_tokens
-            old = c.prefill_ns_per_token
-            self.costs = StepCosts(per_token if not old else old + _EMA * (per_token - old), c.decode_ns)
-        elif plan.decodes and not plan.prefills:
-            drafted = plan.num_tokens - len(plan.decodes)
-            if self.config.speculative is not None:
-                self.scheduler.draft_cost.update(len(plan.decodes), drafted, elapsed_ns)
-            old = c.decode_ns
-            self.costs = StepCosts(
-                c.prefill_ns_per_token, elapsed_ns if not old else old + _EMA * (elapsed_ns - old)
-            )
-
     def _sample(self, request_id: str, row: np.ndarray, drafts: tuple[int, ...] = ()) -> list[int]:
         """The request's next token, or for a decode with drafts the verification's tokens (1 to k+1)."""
         p = self.scheduler.requests[request_id].params
@@ -624,8 +514,8 @@ class LLMEngine:
             except Exception as exc:  # the caller's to handle; the scheduler thread goes on
                 fut.set_exception(exc)
         for request, _handle, kv_import in inbox:
-            if kv_import is not None and self.block_store is not None:  # visible to this request's admission
-                self.block_store.end_reservation(kv_import, filled=True)
+            if kv_import is not None:  # visible to this request's admission
+                self.kv.publish_import(kv_import)
             self.scheduler.add_request(request)
         for rid in cancels:
             self._cancel_now(rid)
@@ -642,15 +532,8 @@ class LLMEngine:
             request_id, TokenEvent(None, len(request.output_ids), True, FinishReason.CANCELLED.value)
         )
 
-    def _pin_prompt(self, prompt_ids: Sequence[int]) -> list[int]:
-        keys, ids = self._handoff_keys(prompt_ids)
-        assert self.block_store is not None
-        return self.block_store.pin_prefix(keys, ids, len(ids) - 1)
-
     def _finish_handle(self, request_id: str, event: TokenEvent, error: str | None = None) -> None:
-        fut = self._exports.pop(request_id, None)
-        if fut is not None:  # it did not end normally (the normal end is taken in step()): nothing to export
-            fut.set_result([])
+        self.kv.drop_export(request_id)  # it did not end normally (the normal end is taken in step())
         with self._lock:
             handle = self._handles.pop(request_id, None)
             self._rngs.pop(request_id, None)

@@ -78,6 +78,20 @@ class StepCosts:
     prefill_ns_per_token: float = 0.0
     decode_ns: float = 0.0
 
+    def learned(self, plan: SchedulerOutput, elapsed_ns: int, weight: float = 0.25) -> StepCosts:
+        """These estimates after a step that ran `plan` in `elapsed_ns`: exponential averages (`weight`: the
+        newest step's) of a prefill step's time per token and a decode step's time, from pure steps only."""
+        if plan.prefills and not plan.decodes:
+            per_token = elapsed_ns / plan.num_tokens
+            old = self.prefill_ns_per_token
+            return StepCosts(per_token if not old else old + weight * (per_token - old), self.decode_ns)
+        if plan.decodes and not plan.prefills:
+            old = self.decode_ns
+            return StepCosts(
+                self.prefill_ns_per_token, elapsed_ns if not old else old + weight * (elapsed_ns - old)
+            )
+        return self
+
 
 @dataclass
 class SchedulerOutput:

@@ -154,9 +154,9 @@ class ServingEngine(Protocol):
     def shutdown(self, timeout_s: float = 5.0) -> None: ...
 
 
-class KvEngine(ServingEngine, Protocol):
-    """A ServingEngine whose prompt KV moves to and from another engine's (what host.kv_transfer drives). Every
-    call that changes the KV cache manager runs on the engine's scheduler thread (a Future of its result)."""
+class KvPort(Protocol):
+    """An engine's KV hand-off (runtime.engine_kv.EngineKv): every call that changes the KV cache manager runs on
+    the engine's scheduler thread (a Future of its result)."""
 
     @property
     def block_memory(self) -> BlockMemory | None:
@@ -172,3 +172,10 @@ class KvEngine(ServingEngine, Protocol):
     def reserve_import(self, token_ids: Sequence[int], num_blocks: int) -> Future[Reservation]: ...
 
     def end_import(self, reservation: Reservation, filled: bool) -> Future[None]: ...
+
+
+class KvEngine(ServingEngine, Protocol):
+    """A ServingEngine whose prompt KV moves to and from another engine's (what host.kv_transfer drives)."""
+
+    @property
+    def kv(self) -> KvPort: ...

@@ -139,12 +139,12 @@ def test_local_handoff_decides_on_the_uncached_part(hosts) -> None:
     assert local.uncached_tokens == len(short)
     assert pinned(pre) == 0 and kv.num_open_exports == 0
     assert kv.local_handoff(long) is None  # nothing of it stored here: prefilled on the prefill tier
-    assert pre.engine.cached_prefix_estimate(long) == 0
+    assert pre.engine.kv.cached_prefix_estimate(long) == 0
     params = prefill(pre, long)
     kv.release(params.export_id, "test", wait=True)
     bs = pre.engine.block_store.tokens_per_block
     whole = (len(long) - 1) // bs * bs
-    assert pre.engine.cached_prefix_estimate(long) == len(params.block_ids) * bs == whole
+    assert pre.engine.kv.cached_prefix_estimate(long) == len(params.block_ids) * bs == whole
     again = kv.local_handoff(long)  # its prefix is stored here now: only the last partial block is uncached
     assert again is not None and again.uncached_tokens == len(long) - whole
     assert pre.metrics.values["kv_local_handoffs"] == before + 2

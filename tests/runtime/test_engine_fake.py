@@ -274,9 +274,9 @@ def test_call_runs_on_the_scheduler_thread_and_import_feeds_admission():
         assert exporting.exported is not None
         store_ids = exporting.exported.result(5)
         assert len(store_ids) == 3 and store.num_pinned == 3
-        eng.release_blocks(store_ids).result(5)
+        eng.kv.release_blocks(store_ids).result(5)
         assert store.num_pinned == 0
-        res = eng.reserve_import(prompt, 3).result(5)
+        res = eng.kv.reserve_import(prompt, 3).result(5)
         assert res.fill == ()  # all stored here already
         h = eng.submit(prompt, SamplingParams(max_tokens=5), handoff=KvHandoff(kv_import=res))
         assert h.result() == expected and h.num_cached_tokens == 12
