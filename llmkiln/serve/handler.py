@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from llmkiln.host.engine_host import SHUTTING_DOWN, EngineHost
 from llmkiln.host.host_options import HostOptions
 from llmkiln.host.kv_connector import ConnectorPlan
@@ -54,6 +56,7 @@ from llmkiln.serve.triton_io import (
     parse_request,
     response_arrays,
 )
+from llmkiln.serve.triton_pb import ResponseSender, TritonPb, TritonRequest
 
 CANCEL_CHECK_EVERY = 4  # tokens between request.is_cancelled() checks (each one is an IPC round trip)
 ENGINE_METRICS_PERIOD_S = 1.0
@@ -108,7 +111,7 @@ class ServeSettings:
 class StubLog:
     """The host's log lines through the stub's logger (they appear in tritonserver's log)."""
 
-    def __init__(self, pb: Any) -> None:
+    def __init__(self, pb: TritonPb) -> None:
         self.logger = pb.Logger
 
     def info(self, msg: str) -> None:
@@ -124,7 +127,7 @@ class StubLog:
 class ServeCore:
     """Hosts one started engine inside the python backend; `pb` is triton_python_backend_utils."""
 
-    def __init__(self, pb: Any, host: EngineHost, settings: ServeSettings) -> None:
+    def __init__(self, pb: TritonPb, host: EngineHost, settings: ServeSettings) -> None:
         self.pb = pb
         self.host = host
         self.engine = host.engine
@@ -153,7 +156,7 @@ class ServeCore:
         self.heartbeat: Heartbeat | None = None
 
     @classmethod
-    def from_args(cls, args: dict[str, Any], pb: Any) -> ServeCore:
+    def from_args(cls, args: dict[str, Any], pb: TritonPb) -> ServeCore:
         """initialize() of the python-backend model: open the engine host, warm it; READY follows."""
         settings = ServeSettings.from_args(args)
         host = EngineHost.open(settings.engine_dir, settings.host, log=StubLog(pb))
@@ -181,7 +184,7 @@ class ServeCore:
 
     # -- execute -------------------------------------------------------------------------------------------
 
-    async def execute(self, requests: list[Any]) -> None:
+    async def execute(self, requests: list[TritonRequest]) -> None:
         if self._refresher is None:
             self._loop = asyncio.get_running_loop()
             self._refresher = self._loop.create_task(self._refresh_engine_metrics())
@@ -232,7 +235,7 @@ class ServeCore:
         encoded = await asyncio.to_thread(tokenizer.encode_batch, [prompt], add_special_tokens=True)
         return list(encoded[0].ids)
 
-    def _error(self, sender: Any, message: str, unavailable: bool = False) -> None:
+    def _error(self, sender: ResponseSender, message: str, unavailable: bool = False) -> None:
         err_cls = self.pb.TritonError
         code = getattr(err_cls, "UNAVAILABLE" if unavailable else "INVALID_ARG", None)
         err = err_cls(message, code) if code is not None else err_cls(message)
@@ -240,18 +243,18 @@ class ServeCore:
 
     def _send(
         self,
-        sender: Any,
+        sender: ResponseSender,
         text: str,
         final: bool,
         perf: PerfFields | None = None,
-        handoff: Mapping[str, Any] | None = None,
+        handoff: Mapping[str, object] | None = None,
     ) -> None:
         arrays = response_arrays(text, perf, handoff)
         tensors = [self.pb.Tensor(name, arr) for name, arr in arrays.items()]
         flags = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
         sender.send(self.pb.InferenceResponse(output_tensors=tensors), flags=flags)
 
-    async def handle(self, request: Any) -> None:
+    async def handle(self, request: TritonRequest) -> None:
         """Serve one request to completion; never raises."""
         received_ns = time.time_ns()
         final = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -299,14 +302,16 @@ class ServeCore:
         handle.cancel()
         self.metrics.add("cancelled")
 
-    def _get_array(self, request: Any) -> Callable[[str], Any]:
-        def get(name: str) -> Any:
+    def _get_array(self, request: TritonRequest) -> Callable[[str], np.ndarray | None]:
+        def get(name: str) -> np.ndarray | None:
             t = self.pb.get_input_tensor_by_name(request, name)
             return None if t is None else t.as_numpy()
 
         return get
 
-    async def _run(self, request: Any, sender: Any, received_ns: int, life: RequestLife) -> None:
+    async def _run(
+        self, request: TritonRequest, sender: ResponseSender, received_ns: int, life: RequestLife
+    ) -> None:
         try:
             req = parse_request(self._get_array(request), self.exclude_input_default, self.limits)
             params = SamplingParams(**req.sampling_kwargs())
@@ -375,8 +380,8 @@ class ServeCore:
 
     async def _stream(
         self,
-        request: Any,
-        sender: Any,
+        request: TritonRequest,
+        sender: ResponseSender,
         req: ParsedRequest,
         handle: ServingHandle,
         life: RequestLife,
@@ -389,7 +394,7 @@ class ServeCore:
         pieces: list[str] = []
         n_tokens = 0
         stopped = recorded = False
-        handoff: dict[str, Any] | None = None
+        handoff: Mapping[str, object] | None = None
         first_seen_ns = first_sent_ns = send_ns = sends = 0
         async for ev in handle.aiter():
             if not first_seen_ns:

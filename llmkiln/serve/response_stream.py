@@ -18,7 +18,8 @@ import hmac
 import json
 import os
 from collections import OrderedDict
-from typing import Any
+
+from llmkiln.serve.triton_pb import ResponseSender
 
 CANCEL_PARAM = "llmkiln_cancel"  # value: the upstream id of the request to cancel
 CANCEL_KEY_PARAM = "llmkiln_cancel_key"  # value: the server's cancel key
@@ -29,13 +30,13 @@ EARLY_CANCELS_KEPT = 4096
 class ResponseStream:
     """One request's response sender: at most one FINAL response, nothing after it."""
 
-    def __init__(self, sender: Any, final_flag: int) -> None:
+    def __init__(self, sender: ResponseSender, final_flag: int) -> None:
         self.sender = sender
         self.final_flag = final_flag
         self.finished = False
         self.dropped = 0  # sends refused because the final response had gone out
 
-    def send(self, response: Any = None, flags: int = 0) -> None:
+    def send(self, response: object | None = None, flags: int = 0) -> None:
         if self.finished:
             self.dropped += 1
             return
@@ -56,7 +57,7 @@ class InvalidCancel(Exception):
     """A request carrying the cancel parameter without this server's key."""
 
 
-def cancel_target(request: Any, key: str | None = None) -> str | None:
+def cancel_target(request: object, key: str | None = None) -> str | None:
     """The request id an in-band cancel names, or None for an ordinary request (raises InvalidCancel)."""
     get = getattr(request, "parameters", None)
     if get is None:

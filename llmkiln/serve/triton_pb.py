@@ -2,10 +2,10 @@
 types): the module itself (`TritonPb`: logger, metric families, errors, responses, tensors, inputs by name), a
 request (`TritonRequest`), its response sender and an input tensor. Nothing here runs; it only types.
 
-`serve.metrics.TritonMetrics` takes the module typed as `TritonPb`, and mypy checks the unit tests' stand-in
-(tests/serve/pb_stub.py, its module and its request) against `TritonPb` and `TritonRequest`. The serving core
-(`serve.handler.ServeCore`) still takes the module and its requests as `Any`. Responses, output tensors and errors
-stay opaque (`object`): llmkiln builds them with the stub's constructors and hands them back to the stub.
+`serve.metrics.TritonMetrics` and the serving core (`serve.handler.ServeCore`, `serve.response_stream`) take the
+module typed as `TritonPb`, its requests as `TritonRequest` and their senders as `ResponseSender`; mypy checks the
+unit tests' stand-in (tests/serve/pb_stub.py, its module and its request) against them. Responses, output tensors
+and errors stay opaque (`object`): llmkiln builds them with the stub's constructors and hands them back to the stub.
 """
 
 from __future__ import annotations
