@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from llmkiln.engine_dir import EngineDir
 from llmkiln.recipe import Warmup, load_recipe
 from llmkiln.serve.repository import VERSION, RepoSpec, write_repository
+from llmkiln.serve.server import ServerConfig, TritonServer, free_ports
 
 FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")
 FAKE_MODEL = Path(__file__).with_name("fake_model.py")
@@ -47,3 +49,17 @@ def fake_repository(
         shutil.copyfile(FAKE_MODEL, version / "model.py")
         shutil.copyfile(FAKE_ENGINE, version / "fake_engine.py")
     return tmp / "repo"
+
+
+def engine_server(spec: RepoSpec, tmp: Path, **config: Any) -> TritonServer:
+    """A tritonserver (not started) on `spec`'s repository, written to tmp/repo, with free ports and tmp/work as
+    its workdir; `config`: other ServerConfig fields (exit_timeout_s, http_front, drain_file, ...). The model name
+    is `server.model`."""
+    write_repository(spec, tmp / "repo")
+    http, grpc, metrics = free_ports(3)
+    fields = {"exit_timeout_s": 20, "workdir": tmp / "work", **config}
+    server = TritonServer(
+        ServerConfig(tmp / "repo", http_port=http, grpc_port=grpc, metrics_port=metrics, **fields)
+    )
+    server.model = spec.model_name  # type: ignore[attr-defined]  # the tests read the model name off the server
+    return server

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from llmkiln.serve.repository import spec_from_engine, write_repository
-from llmkiln.serve.server import ServerConfig, TritonServer, free_ports
+from llmkiln.serve.repository import spec_from_engine
+from llmkiln.serve.server import TritonServer
 
 from .client import cancel_storm, metric, scrape, stream_many
+from .conftest import engine_server
 
 pytestmark = pytest.mark.slow
 
@@ -37,22 +38,9 @@ FD_MARGIN = 8  # open descriptors of tritonserver + stub within 8 of before it
 def served(engine_factory, tmp_path_factory: pytest.TempPathFactory):
     engine = engine_factory("stories-fp32")
     tmp = tmp_path_factory.mktemp("storm")
-    spec = spec_from_engine(engine)
-    write_repository(spec, tmp / "repo")
-    http, grpc, metrics = free_ports(3)
-    cfg = ServerConfig(
-        tmp / "repo",
-        http_port=http,
-        grpc_port=grpc,
-        metrics_port=metrics,
-        exit_timeout_s=20,
-        workdir=tmp / "work",
-        grpc_front=True,  # as `kiln serve` runs it
-    )
-    server = TritonServer(cfg)
+    server = engine_server(spec_from_engine(engine), tmp, grpc_front=True)  # as `kiln serve` runs it
     server.start()
     server.wait_ready(300)
-    server.model = spec.model_name  # type: ignore[attr-defined]
     yield server
     server.stop()
 

@@ -16,7 +16,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from llmkiln.serve.launch import serve_forever
-from llmkiln.serve.repository import spec_from_engine, write_repository
+from llmkiln.serve.repository import spec_from_engine
 from llmkiln.serve.server import (
     ADMIN_HEADER,
     ServerConfig,
@@ -26,7 +26,7 @@ from llmkiln.serve.server import (
 )
 
 from .client import grpc_inputs
-from .conftest import fake_repository
+from .conftest import engine_server, fake_repository
 
 pytestmark = pytest.mark.slow
 
@@ -231,19 +231,7 @@ def test_requests_refused_while_draining_log_no_stub_error(tmp_path: Path, engin
     engine = engine_factory("stories-ov-fp32")
     spec = spec_from_engine(engine)
     spec.drain_file = tmp_path / "drain"
-    write_repository(spec, tmp_path / "repo")
-    http, grpc, metrics = free_ports(3)
-    server = TritonServer(
-        ServerConfig(
-            tmp_path / "repo",
-            http_port=http,
-            grpc_port=grpc,
-            metrics_port=metrics,
-            exit_timeout_s=5,
-            workdir=tmp_path / "work",
-            drain_file=spec.drain_file,
-        )
-    )
+    server = engine_server(spec, tmp_path, exit_timeout_s=5, drain_file=spec.drain_file)
     server.start()
     streams: list[Stream] = []
     try:

@@ -12,10 +12,11 @@ import pytest
 
 from llmkiln.cpu_features import detect
 from llmkiln.recipe import Warmup
-from llmkiln.serve.repository import spec_from_engine, write_repository
-from llmkiln.serve.server import ServerConfig, TritonServer, free_ports
+from llmkiln.serve.repository import spec_from_engine
+from llmkiln.serve.server import TritonServer
 
 from .client import http_generate, metric, scrape, stream_many
+from .conftest import engine_server
 
 pytestmark = pytest.mark.slow
 
@@ -24,11 +25,6 @@ SYSTEM = (
     "Every story has a beginning, a middle and an end.\n"
 )
 WARMUP = Warmup(prompts=[SYSTEM, "Once upon a time"], count=2, max_tokens=4)
-
-
-def _ports() -> dict[str, int]:
-    http, grpc, metrics = free_ports(3)
-    return {"http_port": http, "grpc_port": grpc, "metrics_port": metrics}
 
 
 @pytest.fixture(scope="module", params=["stories-fp32", "stories-ov-fp32"])
@@ -41,11 +37,9 @@ def served(engine: Path, tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("serve")
     spec = spec_from_engine(engine)
     spec.warmup = WARMUP  # the recipe's warmup section, with a shared system prompt to prime the prefix cache
-    write_repository(spec, tmp / "repo")
-    server = TritonServer(ServerConfig(tmp / "repo", **_ports(), exit_timeout_s=20, workdir=tmp))
+    server = engine_server(spec, tmp, workdir=tmp)
     server.start()
     server.wait_ready(300)
-    server.model = spec.model_name  # type: ignore[attr-defined]  # the tests read the model name off the fixture
     yield server
     server.stop()
 
@@ -185,8 +179,7 @@ def test_overload_is_refused_with_queue_full(engine: Path, tmp_path: Path):
     # a server of its own whose runtime runs one sequence and queues one more (engine_overrides)
     spec = spec_from_engine(engine)
     spec.engine_overrides = {"scheduler": {"max_batch_size": 1, "max_queue_size": 1}}
-    write_repository(spec, tmp_path / "repo")
-    server = TritonServer(ServerConfig(tmp_path / "repo", **_ports(), exit_timeout_s=20, workdir=tmp_path))
+    server = engine_server(spec, tmp_path, workdir=tmp_path)
     server.start()
     try:
         server.wait_ready(300)

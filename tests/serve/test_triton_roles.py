@@ -21,10 +21,11 @@ import tritonclient.grpc as grpcclient
 from llmkiln.host.kv_transfer_options import KvTransferOptions
 from llmkiln.host.roles import WorkerRole
 from llmkiln.recipe import Warmup
-from llmkiln.serve.repository import spec_from_engine, write_repository
-from llmkiln.serve.server import ServerConfig, TritonServer, free_ports
+from llmkiln.serve.repository import spec_from_engine
+from llmkiln.serve.server import TritonServer
 
 from .client import http_generate, metric, scrape
+from .conftest import engine_server
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("nixl_cu12")
@@ -49,21 +50,8 @@ def servers(engine_factory, request, tmp_path_factory):
             )
             spec = spec_from_engine(folder, role=role, kv=kv)
             spec.warmup = Warmup(count=0)
-            write_repository(spec, tmp / "repo")
-            http, grpc, metrics = free_ports(3)
-            server = TritonServer(
-                ServerConfig(
-                    tmp / "repo",
-                    http_port=http,
-                    grpc_port=grpc,
-                    metrics_port=metrics,
-                    exit_timeout_s=20,
-                    workdir=tmp,
-                    http_front=True,
-                )
-            )
+            server = engine_server(spec, tmp, http_front=True)
             server.start()
-            server.model = spec.model_name  # type: ignore[attr-defined]
             started[role] = server
         for server in started.values():
             server.wait_ready(300)
