@@ -9,6 +9,12 @@ engine keeps its last WINDOW pure decode steps, (verified draft rows, run time),
 per_row` by least squares. A draft at depth i of a sequence whose drafts are accepted with probability p is worth
 verifying when p**i >= `threshold(seqs)`: MARGIN times the row's cost in tokens of that batch,
 per_row / (base / seqs).
+
+The fit prices a row; it cannot see what else a verification costs (the logits of 1 + k rows, acceptance in
+Python, the events of the accepted tokens) nor what the step does beside it. So each batch size also keeps the
+yield of both kinds of pure decode step — time per token out, an exponential average over steps that verified
+drafts and over steps that did not — and drafting stands aside at a batch size whose drafting steps yield less
+than its plain ones (`speculates`). A look now and then at the kind not in use (EXPLORE_EVERY) keeps both fresh.
 """
 
 from __future__ import annotations
@@ -24,6 +30,27 @@ MARGIN = 2.0  # a draft must be expected to bring twice its fitted cost: the fit
 # underestimates what a verification costs in a busy batch (mixed prefill runs, more events per step; measured:
 # open chat at c = 4 and 8 lost 10% with the bare fit)
 MAX_THRESHOLD = 1.0
+YIELD_WEIGHT = 0.1  # the newest step's weight in the time-per-token averages
+# steps at a batch size between two looks at the kind of step it does not use: drafting again soon after it stood
+# aside (the traffic may have turned repetitive), a plain step rarely while drafting pays (each one gives up a gain)
+EXPLORE_EVERY = {True: 16, False: 64}  # keyed by the kind looked at: drafting (True), plain (False)
+
+
+class _Yield:
+    """One batch size's time per token out, for steps that verified drafts and for plain steps (ns, None: none
+    seen), and the steps since each kind last ran."""
+
+    def __init__(self) -> None:
+        self.ns_per_token: dict[bool, float | None] = {True: None, False: None}
+        self.since: dict[bool, int] = {True: 0, False: 0}
+
+    def add(self, drafted: bool, ns_per_token: float) -> None:
+        old = self.ns_per_token[drafted]
+        self.ns_per_token[drafted] = (
+            ns_per_token if old is None else old + YIELD_WEIGHT * (ns_per_token - old)
+        )
+        self.since[drafted] = 0
+        self.since[not drafted] += 1
 
 
 class DraftCost:
@@ -32,12 +59,31 @@ class DraftCost:
     def __init__(self) -> None:
         self._steps: dict[int, deque[tuple[int, float]]] = {}
         self._fits: dict[int, tuple[float, float] | None] = {}  # batch size -> (base ns, ns per row), cached
+        self._yields: dict[int, _Yield] = {}
 
-    def update(self, seqs: int, rows: int, ns: float) -> None:
-        """One pure decode step: `seqs` sequences, `rows` drafted tokens verified, `ns` its run time."""
+    def update(self, seqs: int, rows: int, ns: float, emitted: int | None = None) -> None:
+        """One pure decode step: `seqs` sequences, `rows` drafted tokens verified, `ns` its run time, `emitted`
+        the tokens it gave (seqs + accepted drafts; None: not counted, the yields are left as they are)."""
         window = self._steps.setdefault(seqs, deque(maxlen=WINDOW))
         window.append((rows, float(ns)))
         self._fits.pop(seqs, None)
+        if emitted is not None and emitted > 0:
+            self._yields.setdefault(seqs, _Yield()).add(rows > 0, float(ns) / emitted)
+
+    def speculates(self, seqs: int) -> bool:
+        """Whether a step of `seqs` sequences may draft: yes until both kinds of step were timed at that batch
+        size, then while drafting steps take less time per token out than plain ones — and now and then
+        (EXPLORE_EVERY) the kind not in use, so that its average follows the traffic."""
+        y = self._yields.get(seqs)
+        if y is None:
+            return True
+        spec, plain = y.ns_per_token[True], y.ns_per_token[False]
+        if spec is None or plain is None:
+            return True
+        pays = spec < plain
+        if y.since[not pays] >= EXPLORE_EVERY[not pays] - 1:  # one step in EXPLORE_EVERY
+            return not pays
+        return pays
 
     def fit(self, seqs: int) -> tuple[float, float] | None:
         """(base ns, ns per verified row) at this batch size; None until MIN_STEPS steps with at least two

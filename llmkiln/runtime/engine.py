@@ -443,12 +443,14 @@ class LLMEngine:
         t_update = now_ns()
         elapsed = t_update - t0
         self.costs = self.costs.learned(plan, elapsed, _EMA)
+        emitted = sum(len(t) for t in sampled.values())
         if self.config.speculative is not None and plan.decodes and not plan.prefills:
-            self.scheduler.draft_cost.update(len(plan.decodes), plan.num_tokens - len(plan.decodes), elapsed)
+            drafted = plan.num_tokens - len(plan.decodes)
+            self.scheduler.draft_cost.update(len(plan.decodes), drafted, elapsed, emitted)
         events = self.scheduler.update_from_output(plan, sampled, time.time_ns())
         t_emit = now_ns()
         with self._lock:
-            self.stats.record_step(plan, elapsed, sum(len(t) for t in sampled.values()))
+            self.stats.record_step(plan, elapsed, emitted)
         exports = self.kv.take_exports(events)
         batch: list[tuple[RequestHandle, TokenEvent]] = []
         finished: list[tuple[Request, TokenEvent]] = []

@@ -426,7 +426,11 @@ class Scheduler:
         leaves room for them (decodes of earlier arrivals draft first)."""
         spec = self.config.speculative
         spare = 0
-        if spec is not None and (spec.max_concurrency is None or len(decoding) <= spec.max_concurrency):
+        if (
+            spec is not None
+            and (spec.max_concurrency is None or len(decoding) <= spec.max_concurrency)
+            and self.draft_cost.speculates(len(decoding))
+        ):
             spare = max(0, self.config.scheduler.max_num_tokens - len(decoding))
         worth = self.draft_cost.threshold(len(decoding)) if spare else 1.0
         for r in decoding:
