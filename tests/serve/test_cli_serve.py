@@ -196,6 +196,10 @@ def test_a_live_servers_stub_region_is_kept_by_another_servers_start(tmp_path: P
         [sys.executable, "-c", "import time; time.sleep(60)", f"shm-region-prefix-name={prefix}"]
     )
     try:
+        deadline = time.monotonic() + 10
+        while prefix.encode() not in _cmd(proc.pid):  # exec'd: its command line is its own, not this process's
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         live.write_bytes(b"x")
         dead.write_bytes(b"x")
         removed = remove_orphan_shm()
