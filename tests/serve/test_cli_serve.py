@@ -197,7 +197,9 @@ def test_a_live_servers_stub_region_is_kept_by_another_servers_start(tmp_path: P
     )
     try:
         deadline = time.monotonic() + 10
-        while prefix.encode() not in _cmd(proc.pid):  # exec'd: its command line is its own, not this process's
+        while prefix.encode() not in _cmd(
+            proc.pid
+        ):  # exec'd: its command line is its own, not this process's
             assert time.monotonic() < deadline
             time.sleep(0.01)
         live.write_bytes(b"x")
