@@ -272,7 +272,7 @@ class Config:
     max_tokens: int = 128
     draft_len: int = 4
     ngram: int = 3
-    ngram_min: int = 1  # llmkiln only: speculative.min_matching_ngram_size
+    ngram_min: int = 2  # llmkiln only: speculative.min_matching_ngram_size (the bundled recipe's)
     seed: int = 0
     systems: tuple[str, ...] = SYSTEMS
     workloads: tuple[str, ...] = WORKLOADS
@@ -1000,7 +1000,7 @@ _ARGV: list[str] = []
 @click.option(
     "--ngram-min",
     type=int,
-    default=1,
+    default=2,
     show_default=True,
     help="llmkiln-ngram: the shortest n-gram looked up (speculative.min_matching_ngram_size).",
 )
