@@ -229,8 +229,9 @@ def serve(
 
     A flag of the other front door is refused (exit 2): --grpc-port, --metrics-port, --log-verbose and --role are
     Triton's; --workers, --prefill-workers, --decode-workers, --prefill-set, --decode-first, --router-mode,
-    --migration-limit, --threads-per-worker, --grace-period and --state-dir are Dynamo's. With --dynamo, the flags of prefill/decode separation without --prefill-workers and
-    --decode-workers are refused as `kiln deploy dynamo` refuses them (llmkiln.dynamo.options).
+    --migration-limit, --threads-per-worker, --grace-period and --state-dir are Dynamo's. With --dynamo, the flags
+    of prefill/decode separation without --prefill-workers and --decode-workers are refused as `kiln deploy
+    dynamo` refuses them (llmkiln.dynamo.options).
     """
     _refuse_other_front_door(dynamo)
     del verify_full  # every start re-hashes every engine file

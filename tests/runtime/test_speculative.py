@@ -384,20 +384,25 @@ def test_drafting_stands_aside_where_its_steps_yield_less_than_plain_ones():
     cost.update(8, 2, 10e6, emitted=10)
     assert cost.speculates(8)  # plain steps not timed yet
     cost.update(8, 0, 6e6, emitted=8)
-    decisions = []
-    for _ in range(3 * EXPLORE_EVERY[True]):
-        drafts = cost.speculates(8)
-        decisions.append(drafts)
-        cost.update(8, 2 if drafts else 0, 10e6 if drafts else 6e6, emitted=10 if drafts else 8)
+
+    def run(
+        seqs: int, steps: int, drafting: tuple[int, float, int], plain: tuple[int, float, int]
+    ) -> list[bool]:
+        """`steps` steps as the cost model decides them, each timed as (rows, ns, tokens out) of its kind."""
+        decisions = []
+        for _ in range(steps):
+            drafts = cost.speculates(seqs)
+            decisions.append(drafts)
+            rows, ns, emitted = drafting if drafts else plain
+            cost.update(seqs, rows, ns, emitted=emitted)
+        return decisions
+
+    decisions = run(8, 3 * EXPLORE_EVERY[True], (2, 10e6, 10), (0, 6e6, 8))
     assert sum(decisions) == 3  # one look at drafting in each EXPLORE_EVERY steps
     for _ in range(4):
         cost.update(1, 3, 2e6, emitted=4)
         cost.update(1, 0, 1e6, emitted=1)
-    decisions = []
-    for _ in range(2 * EXPLORE_EVERY[False]):
-        drafts = cost.speculates(1)
-        decisions.append(drafts)
-        cost.update(1, 3 if drafts else 0, 2e6 if drafts else 1e6, emitted=4 if drafts else 1)
+    decisions = run(1, 2 * EXPLORE_EVERY[False], (3, 2e6, 4), (0, 1e6, 1))
     assert decisions.count(False) == 2
     blind = DraftCost()
     blind.update(8, 2, 10e6)
