@@ -63,11 +63,17 @@ Launch = Callable[..., DynamoLauncher]
 
 @pytest.fixture(scope="module")
 def launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
-    """launch(engine, workers=2, faulty=False, state_dir=None, **DynamoOptions fields) -> a ready launcher."""
+    """launch(engine, workers=2, faulty=False, state_dir=None, step_delay_s=None, **DynamoOptions fields) -> a
+    ready launcher. `faulty` runs tests/dynamo_serve/faulty_worker.py, whose steps each sleep `step_delay_s`."""
     started: list[DynamoLauncher] = []
 
     def start(
-        engine: Path, workers: int = 2, faulty: bool = False, state_dir: Path | None = None, **opts: Any
+        engine: Path,
+        workers: int = 2,
+        faulty: bool = False,
+        state_dir: Path | None = None,
+        step_delay_s: float | None = None,
+        **opts: Any,
     ) -> DynamoLauncher:
         state = state_dir or tmp_path_factory.mktemp("dynamo")
         options = DynamoOptions(
@@ -79,10 +85,13 @@ def launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
         )
         spec = make_spec(engine, options, state)
         if faulty:
+            env = {"LLMKILN_TEST_FAULT_DIR": str(state)}
+            if step_delay_s is not None:
+                env["LLMKILN_TEST_STEP_DELAY_S"] = str(step_delay_s)
             spec = replace(
                 spec,
                 worker_command=(sys.executable, str(FAULTY_WORKER)),
-                options=replace(spec.options, extra_env={"LLMKILN_TEST_FAULT_DIR": str(state)}),
+                options=replace(spec.options, extra_env=env),
             )
         launcher = DynamoLauncher(spec)
         started.append(launcher)

@@ -99,12 +99,14 @@ def test_a_stop_under_load_is_503_with_retry_after_never_500(launch, stories_eng
 def test_a_client_leaving_a_non_streaming_request_cancels_it_on_the_worker(launch, stories_engine):
     """Clients that give up on non-streaming completions of the longest length: none of them runs to its end on
     the worker, which counts them cancelled (through llmkiln's front, Dynamo's frontend and the worker's abort;
-    before: 30 of 30 ran to the end)."""
+    before: 30 of 30 ran to the end). The worker's steps are slowed (the test worker, 10 ms a step, no fault): the
+    tiny model would otherwise finish the whole length (~0.3 s) before a loaded machine carries the cancel over
+    (seen in CI: one of four)."""
     import time
 
     from llmkiln.engine_dir import EngineDir
 
-    cluster = launch(stories_engine, workers=1)
+    cluster = launch(stories_engine, workers=1, faulty=True, step_delay_s=0.01)  # ~5 s for the whole length
     longest = EngineDir(stories_engine).recipe().limits.max_seq_len - 16  # the longest generation it allows
     body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": longest, "ignore_eos": True}
     for _ in range(4):
