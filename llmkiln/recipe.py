@@ -400,6 +400,16 @@ class Recipe(Strict):
     model: ModelSource
     backend: Backend = Backend.ONNX_CPU
     precision: Precision = "fp32"
+    weights: Literal["checkpoint", "int8"] = Field(
+        "checkpoint",
+        description="openvino-cpu: the engine's weights. checkpoint: the checkpoint's, as they are; int8: linear "
+        "layers compressed to 8 bits per output channel by NNCF (llmkiln.build.openvino_weights), computed in "
+        "`precision`, and gated by quality_budget like every quantized recipe.",
+        json_schema_extra=honoured_by(
+            Backend.OPENVINO_CPU,
+            why="onnx-cpu and onnx-gpu take 8-bit weights as precision: int8 (the builder's MatMulNBits)",
+        ),
+    )
     limits: Limits = Field(default_factory=Limits)
     kv_cache: KvCache = Field(default_factory=KvCache)
     scheduler: Scheduler = Field(default_factory=Scheduler)

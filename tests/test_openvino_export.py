@@ -112,3 +112,61 @@ def test_fp32_and_bf16_share_one_export(tmp_path: Path) -> None:
     second = build_engine("stories-ov-bf16", engines)
     stages = {s["name"]: s for s in second.manifest["stages"]}
     assert stages["export"]["cached"], stages
+
+
+def test_int8_weights_are_compressed_after_the_bit_for_bit_check_and_gated(
+    tmp_path: Path, stories_dir: Path
+) -> None:
+    """`weights: int8` (fp32 compute: every CPU): the export checks the fp32 IR against the checkpoint, then NNCF
+    compresses the linear layers to u8 (the token embedding kept); the quality gate scores the result; the
+    engine generates; the checkpoint is not touched."""
+    import openvino as ov
+
+    before = {p.name: p.read_bytes() for p in stories_dir.iterdir() if p.is_file()}
+    recipe = write_variant(
+        tmp_path,
+        "stories-ov-int8w",
+        stories_dir,
+        base="stories-ov-fp32",
+        weights="int8",
+        quality_budget={"max_ppl_delta_pct": 100.0, "min_top1_agreement": 0.5, "max_mean_kl": 1.0},
+    )
+    engines = tmp_path / "engines"
+    fp32 = build_engine("stories-ov-fp32", engines)
+    res = build_engine(str(recipe), engines)
+    manifest = res.manifest
+    stages = {s["name"]: s for s in manifest["stages"]}
+    assert not stages["export"]["cached"], "an int8 IR is not the fp32 recipe's export"
+    export = manifest["export"]
+    assert export["weights"]["bit_identical"] == 47  # checked before compression
+    comp = export["weight_compression"]
+    assert (
+        comp["weights"] == "int8" and comp["compressed_tensors"] == 35
+    )  # 5 layers x (q, k, v, o, gate, up, down)
+    assert comp["kept_as_exported"] and any("embedding" in n for n in comp["kept_as_exported"])
+    assert comp["ir_bytes"] < comp["ir_bytes_before"] == fp32.manifest["export"]["ir_bytes"]
+    model = ov.Core().read_model(str(EngineDir(res.engine_dir).openvino_model()))
+    u8 = [
+        op
+        for op in model.get_ordered_ops()
+        if op.get_type_name() == "Constant" and op.get_element_type() == ov.Type.u8
+    ]
+    assert len(u8) == 2 * 35  # each weight and its zero point
+    quality = manifest["calibration"]["quality"]
+    assert quality["passed"] and quality["summary"]["top1_agreement"] < 1.0, quality  # it ran on the int8 IR
+    assert _kiln("verify", str(res.engine_dir)).returncode == 0
+
+    from llmkiln.runtime.loader import load_engine
+
+    with load_engine(res.engine_dir) as eng:
+        out = eng.generate(["Once upon a time"])[0]
+    assert len(out) > 0
+    assert {p.name: p.read_bytes() for p in stories_dir.iterdir() if p.is_file()} == before
+
+
+def test_int8_weights_on_onnx_are_refused_naming_the_field(tmp_path: Path, stories_dir: Path) -> None:
+    recipe = write_variant(tmp_path, "onnx-int8w", stories_dir, base="stories-fp32", weights="int8")
+    r = _kiln("build", str(recipe), "--engines-dir", str(tmp_path / "engines"))
+    assert r.returncode == 2, r.stderr
+    assert "weights: not used by backend onnx-cpu" in r.stderr and "precision: int8" in r.stderr
+    assert not (tmp_path / "engines" / "onnx-int8w").exists()

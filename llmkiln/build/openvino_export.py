@@ -292,15 +292,25 @@ class OpenVinoExportStage:
             )
 
     def cache_key(self, ctx: BuildContext) -> dict[str, Any]:
-        # the IR does not depend on the precision (chosen at load): fp32 and bf16 recipes share one export
-        return {"source": ctx.source_hashes, "tools": package_versions(_TOOLS)}
+        # the IR does not depend on the precision (chosen at load): fp32 and bf16 recipes share one export;
+        # it does on `weights` (int8: compressed here, by NNCF)
+        key: dict[str, Any] = {"source": ctx.source_hashes, "tools": package_versions(_TOOLS)}
+        if ctx.recipe.weights != "checkpoint":
+            key["weights"] = {"mode": ctx.recipe.weights, "tools": package_versions(("nncf",))}
+        return key
 
     def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:
         t0 = time.perf_counter()
         info = export_openvino(ctx.source.path, out_dir)
-        return {
+        part = {
             "tool": "openvino.convert_model (PyTorch frontend) + make_stateful",
             "inference_precision": ctx.recipe.precision,
             "export_seconds": round(time.perf_counter() - t0, 3),
             **info,
         }
+        if ctx.recipe.weights != "checkpoint":  # after check_weights: the fp32 IR was the checkpoint's first
+            from llmkiln.build.openvino_weights import compress_weights
+
+            part["weight_compression"] = compress_weights(out_dir, ctx.recipe.weights)
+            part["ir_bytes"] = part["weight_compression"]["ir_bytes"]
+        return part

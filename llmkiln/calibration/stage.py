@@ -53,7 +53,8 @@ def needs_kv_scales(recipe: Recipe) -> bool:
 
 
 def is_quantized(recipe: Recipe) -> bool:
-    return recipe.precision != "fp32"
+    """Anything but fp32 arithmetic on the checkpoint's weights: the quality gate runs."""
+    return recipe.precision != "fp32" or recipe.weights != "checkpoint"
 
 
 def engine_kv_scales(engine_dir: Path, recipe: Recipe, source_dir: Path | None = None) -> KvScales:

@@ -1,0 +1,94 @@
+"""int8 weights for backend openvino-cpu (recipe field `weights: int8`): NNCF's weight compression of the exported
+IR, the library OpenVINO ships for it (optimum-intel and openvino-genai's exports use the same call).
+
+`nncf.compress_weights(mode=INT8_ASYM)`: every linear layer's weight becomes uint8 with a zero point and one f16
+scale per output channel, in the graph as Constant(u8) → Convert → Subtract → Multiply, the decompression pattern
+the CPU plugin fuses into its FullyConnected kernel (weights read as int8, computed in the inference precision).
+The checkpoint is not touched: the export stage checked the fp32 IR bit for bit against it first, and this
+stage rewrites only the engine's copy.
+
+The token embedding is kept as exported (fp32): on a model with tied embeddings (SmolLM2) it is also the LM head,
+and compressing it moved the logits most (SmolLM2-135M, english-eval, bf16 compute: mean KL to fp32 8.5e-3 with
+it, 3.9e-3 without; docs/cpu-engine.md, "int8 weights"). Every other Gather / MatMul weight is compressed.
+
+The quality gate (calibration stage) then scores the compressed engine against the fp32 checkpoint, like every
+quantized recipe.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from llmkiln.engine_dir import OPENVINO_BIN, OPENVINO_XML
+from llmkiln.errors import BuildFailed
+
+log = logging.getLogger(__name__)
+
+WEIGHT_MODES = ("checkpoint", "int8")  # recipe field `weights` on openvino-cpu
+_NNCF_MODE = {"int8": "INT8_ASYM"}
+
+
+def _embedding_nodes(model: Any) -> list[str]:
+    """Names of the Gathers that read a constant [vocab, hidden] table (the token embedding), and of the
+    MatMuls that share that table (a tied LM head)."""
+    out: list[str] = []
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "Gather":
+            continue
+        table = op.input_value(0).get_node()
+        if table.get_type_name() != "Constant" or len(table.shape) != 2:
+            continue
+        out.append(op.get_friendly_name())
+        for target in table.output(0).get_target_inputs():
+            node = target.get_node()
+            if node.get_type_name() == "MatMul":
+                out.append(node.get_friendly_name())
+    return out
+
+
+def compress_weights(ir_dir: Path, mode: str) -> dict[str, Any]:
+    """Rewrite ir_dir's openvino_model.xml/.bin with `mode` weights (int8); returns what the manifest records.
+    BuildFailed when NNCF compresses nothing (an IR this stage does not understand)."""
+    if mode not in _NNCF_MODE:
+        raise ValueError(f"weights {mode!r}: compress_weights takes {', '.join(_NNCF_MODE)}")
+    import nncf
+    import openvino as ov
+
+    t0 = time.perf_counter()
+    xml = ir_dir / OPENVINO_XML
+    before = (ir_dir / OPENVINO_BIN).stat().st_size
+    model = ov.Core().read_model(str(xml))
+    keep = _embedding_nodes(model)
+    compressed = nncf.compress_weights(
+        model,
+        mode=getattr(nncf.CompressWeightsMode, _NNCF_MODE[mode]),
+        ignored_scope=nncf.IgnoredScope(names=keep, validate=False),
+    )
+    n = sum(
+        1
+        for op in compressed.get_ordered_ops()
+        if op.get_type_name() == "Constant" and op.get_element_type() == ov.Type.u8
+    )
+    if n == 0:
+        raise BuildFailed(f"{xml}: NNCF compressed no weight to {mode}; the IR is not an exported Llama")
+    tmp = ir_dir / f".{OPENVINO_XML}.int8"
+    tmp.mkdir(exist_ok=True)
+    ov.save_model(compressed, str(tmp / OPENVINO_XML), compress_to_fp16=False)
+    del model, compressed
+    for name in (OPENVINO_XML, OPENVINO_BIN):
+        (tmp / name).replace(ir_dir / name)
+    tmp.rmdir()
+    after = (ir_dir / OPENVINO_BIN).stat().st_size
+    log.info("weights %s: %d tensors, IR %.0f -> %.0f MB", mode, n // 2, before / 1e6, after / 1e6)
+    return {
+        "weights": mode,
+        "method": f"nncf.compress_weights {_NNCF_MODE[mode]}, per output channel, f16 scales",
+        "compressed_tensors": n // 2,  # a weight and its zero point are u8 constants each
+        "kept_as_exported": keep,
+        "ir_bytes_before": before,
+        "ir_bytes": after,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
