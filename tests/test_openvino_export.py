@@ -30,9 +30,8 @@ def test_the_ir_holds_the_source_weights_and_verify_covers_it(engine_factory) ->
     manifest = json.loads((folder.path / "manifest.json").read_text())
     assert manifest["backend"] == "openvino-cpu"
     weights = manifest["export"]["weights"]
-    assert (
-        weights["tensors"] == 47 and weights["bit_identical"] == 47
-    )  # stories260K: every tensor, no folding
+    # stories260K: every tensor, no folding
+    assert weights["tensors"] == 47 and weights["bit_identical"] == 47
     assert {"openvino_model.xml", "openvino_model.bin", "genai_config.json"} <= set(manifest["engine_files"])
     assert _kiln("verify", str(folder.path)).returncode == 0
 
@@ -140,9 +139,8 @@ def test_int8_weights_are_compressed_after_the_bit_for_bit_check_and_gated(
     export = manifest["export"]
     assert export["weights"]["bit_identical"] == 47  # checked before compression
     comp = export["weight_compression"]
-    assert (
-        comp["weights"] == "int8" and comp["compressed_tensors"] == 35
-    )  # 5 layers x (q, k, v, o, gate, up, down)
+    # 5 layers x (q, k, v, o, gate, up, down)
+    assert comp["weights"] == "int8" and comp["compressed_tensors"] == 35
     assert comp["kept_as_exported"] and any("embedding" in n for n in comp["kept_as_exported"])
     assert comp["ir_bytes"] < comp["ir_bytes_before"] == fp32.manifest["export"]["ir_bytes"]
     model = ov.Core().read_model(str(EngineDir(res.engine_dir).openvino_model()))

@@ -197,9 +197,8 @@ def test_a_live_servers_stub_region_is_kept_by_another_servers_start(tmp_path: P
     )
     try:
         deadline = time.monotonic() + 10
-        while prefix.encode() not in _cmd(
-            proc.pid
-        ):  # exec'd: its command line is its own, not this process's
+        # exec'd: its command line is its own, not this process's
+        while prefix.encode() not in _cmd(proc.pid):
             assert time.monotonic() < deadline
             time.sleep(0.01)
         live.write_bytes(b"x")
