@@ -296,7 +296,13 @@ class OpenVinoExportStage:
         # it does on `weights` (int8: compressed here, by NNCF)
         key: dict[str, Any] = {"source": ctx.source_hashes, "tools": package_versions(_TOOLS)}
         if ctx.recipe.weights != "checkpoint":
-            key["weights"] = {"mode": ctx.recipe.weights, "tools": package_versions(("nncf",))}
+            from llmkiln.build.openvino_weights import METHOD
+
+            key["weights"] = {
+                "mode": ctx.recipe.weights,
+                "method": METHOD,
+                "tools": package_versions(("nncf",)),
+            }
         return key
 
     def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:

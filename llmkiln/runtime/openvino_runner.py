@@ -52,6 +52,15 @@ def _last_rows_only(model: ov.Model) -> None:
     model.validate_nodes_and_infer_types()
 
 
+def ir_weights(model: ov.Model) -> str:
+    """What the IR's weights are: int8 where it holds u8 constants (NNCF's compression, recipe `weights: int8`;
+    llmkiln.build.openvino_weights), else checkpoint (the export's fp32, bit for bit the checkpoint's)."""
+    for op in model.get_ordered_ops():
+        if op.get_type_name() == "Constant" and op.get_element_type() == ov.Type.u8:
+            return "int8"
+    return "checkpoint"
+
+
 def _unfuse_mlp(model: ov.Model) -> int:
     """Give every one-input Swish its explicit beta of 1.0 (the same function), so the CPU plugin's AMX MLP fusion
     does not match (runtime.openvino_settings: it crashes with one thread). Returns how many it changed."""
@@ -126,10 +135,11 @@ class OpenVinoPagedRunner:
         precision: str = "fp32",
         threads: int = 0,
     ) -> None:
-        settings = choose(detect(), precision, threads)  # ValueError on an unknown precision
         core = ov.Core()
         require_precision(precision, core)
         model = core.read_model(str(model_xml))
+        # ValueError on an unknown precision
+        settings = choose(detect(), precision, threads, weights=ir_weights(model))
         paged_attention_transformation(model, False, False, False, False, False, False)
         _last_rows_only(model)
         if settings.unfuse_mlp:

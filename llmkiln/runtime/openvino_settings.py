@@ -51,6 +51,7 @@ class OpenVinoSettings:
     effective_threads: int  # the threads the plugin will use
     unfuse_mlp: bool  # give each Swish an explicit beta so the AMX MLP fusion does not match (see above)
     cpu: CpuFeatures
+    weights: str = "checkpoint"  # what the IR holds: checkpoint (as exported) | int8 (recipe `weights: int8`)
     reasons: tuple[str, ...] = ()
     in_force: dict[str, str] = field(default_factory=dict)  # read back from the compiled model
 
@@ -66,6 +67,7 @@ class OpenVinoSettings:
         """name -> value, everything in force (for the engine report and /metrics)."""
         out = self.cpu.settings()
         out["precision"] = self.precision
+        out["weights"] = self.weights
         out["mlp_fusion"] = (
             "off (one thread with AMX bf16: OpenVINO 2026.4 SIGFPE)" if self.unfuse_mlp else "auto"
         )
@@ -73,8 +75,9 @@ class OpenVinoSettings:
         return out
 
 
-def choose(cpu: CpuFeatures, precision: str, threads: int) -> OpenVinoSettings:
-    """The settings for a `precision` engine on `cpu` with `threads` intra-op threads (0: one per usable core)."""
+def choose(cpu: CpuFeatures, precision: str, threads: int, weights: str = "checkpoint") -> OpenVinoSettings:
+    """The settings for a `precision` engine on `cpu` with `threads` intra-op threads (0: one per usable core);
+    `weights`: what its IR holds (the runner reads it off the graph: int8 when it has compressed weights)."""
     if precision not in ELEMENT_TYPES:
         raise ValueError(f"precision {precision!r}: the OpenVINO runner runs {' or '.join(ELEMENT_TYPES)}")
     effective = threads or max(1, cpu.cores)
@@ -91,5 +94,6 @@ def choose(cpu: CpuFeatures, precision: str, threads: int) -> OpenVinoSettings:
         effective_threads=effective,
         unfuse_mlp=unfuse,
         cpu=cpu,
+        weights=weights,
         reasons=tuple(reasons),
     )

@@ -39,6 +39,11 @@ def test_precision_is_never_left_to_the_plugin(kind, precision, threads):
     d = s.describe()
     assert d["cpu_kind"] == str(kind) and d["precision"] == precision
     assert d["mlp_fusion"].startswith("off" if s.unfuse_mlp else "auto")
+    assert d["weights"] == "checkpoint"  # the runner passes what its IR holds
+
+
+def test_int8_weights_are_reported():
+    assert choose(KINDS[CpuKind.AVX512_BF16], "bf16", 0, weights="int8").describe()["weights"] == "int8"
 
 
 def test_one_usable_core_counts_as_one_thread():
