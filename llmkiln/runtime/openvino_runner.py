@@ -32,10 +32,12 @@ from openvino._offline_transformations import paged_attention_transformation
 
 from llmkiln.cpu_features import detect
 from llmkiln.errors import BadInput, CpuLacksFeature
+from llmkiln.runtime import run_padding
 from llmkiln.runtime.block_memory import PagedPools
 from llmkiln.runtime.openvino_settings import REPORTED_PROPERTIES, choose
 from llmkiln.runtime.plan import SchedulerOutput
 from llmkiln.runtime.profile import StepTrace, now_ns
+from llmkiln.runtime.run_padding import RunPadding
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +178,11 @@ class OpenVinoPagedRunner:
         block_bytes = 2 * self.num_layers * self.kv_heads * self.block_size * self.head_dim * itemsize
         # every slot's worst case (the scheduler reserves it at admission) plus the cached prefixes' budget
         self.num_blocks = num_slots * bps + store_max_bytes // block_bytes
-        shape = [self.num_blocks, self.kv_heads, self.block_size, self.head_dim]
+        # one block more than the manager's: where a run's padding (runtime.run_padding) writes its KV
+        self._pad_block = self.num_blocks
+        self.padding: RunPadding = run_padding.from_env()
+        self.runtime_settings["run_padding"] = f"up to {self.padding.limit} tokens"
+        shape = [self.num_blocks + 1, self.kv_heads, self.block_size, self.head_dim]
         self.k: list[np.ndarray] = []  # numpy views of the OpenVINO tensors (bf16 via ml_dtypes)
         self.v: list[np.ndarray] = []
         self._tensors: list[ov.Tensor] = []
@@ -189,8 +195,8 @@ class OpenVinoPagedRunner:
                 self.req.set_tensor(name, tensor)
                 self._tensors.append(tensor)
                 pools.append(arr)
-        self.block_memory: PagedPools | None = PagedPools(
-            [p for kv in zip(self.k, self.v, strict=True) for p in kv], precision
+        self.block_memory: PagedPools | None = PagedPools(  # the manager's blocks, not the padding's
+            [p[: self.num_blocks] for kv in zip(self.k, self.v, strict=True) for p in kv], precision
         )
         self.vocab_size = int(self.compiled.output("logits").get_partial_shape()[-1].get_length())
         # `prompt_logits` / `next_logits` outside an engine (the quality diff's scorer): the first blocks
@@ -253,8 +259,13 @@ class OpenVinoPagedRunner:
     def _run(
         self, seqs: list[tuple[str, tuple[int, ...], int, tuple[int, ...]]], rows: list[int]
     ) -> np.ndarray:
-        """One infer over the sequences; the logits of the last `rows[i]` tokens of each, in order."""
+        """One infer over the sequences; the logits of the last `rows[i]` tokens of each, in order. A run a few
+        tokens short of the recent ones gets them as padding (runtime.run_padding): a sequence of its own in the
+        padding block, no logits row."""
         bs = self.block_size
+        extra = self.padding.pad(sum(len(toks) for _, toks, _, _ in seqs))
+        if extra:
+            seqs, rows = [*seqs, ("", (0,) * extra, 0, (self._pad_block,))], [*rows, 0]
         ids = np.concatenate([np.asarray(toks, np.int64) for _, toks, _, _ in seqs])
         pos = np.concatenate([np.arange(p, p + len(toks), dtype=np.int64) for _, toks, p, _ in seqs])
         begins = np.cumsum([0] + [len(toks) for _, toks, _, _ in seqs]).astype(np.int32)

@@ -115,6 +115,32 @@ def test_batched_equals_one_at_a_time(xml, hf, precision):
     assert np.max(np.abs(second_b["f"] - _hf_last(hf, sufs[0]))) <= 1e-3
 
 
+def test_run_padding_leaves_the_sequences_logits_as_they_are(xml):
+    """A decode padded to the recent runs' token count (runtime/run_padding.py: a sequence of its own in the
+    block beyond the manager's) gives the logits an unpadded run gives, and writes no block a request owns."""
+    rng = np.random.default_rng(3)
+    prompt = tuple(rng.integers(3, 500, 40).tolist())
+    out = {}
+    for limit in (0, 4):
+        r = _runner(xml)
+        r.padding = ov_runner.RunPadding(limit=limit)
+        tables = _tables(r, "a")
+        r.execute(SchedulerOutput(prefills=[PrefillChunk("a", 0, 0, prompt, False)], block_tables=tables))
+        r.execute(
+            SchedulerOutput(decodes=[DecodeItem("a", 0, 7, 40, draft_ids=(8, 9, 10))], block_tables=tables)
+        )
+        before = [k.copy() for k in r.k]
+        out[limit] = r.execute(SchedulerOutput(decodes=[DecodeItem("a", 0, 11, 40)], block_tables=tables))[
+            "a"
+        ]
+        assert r.padding.padded_runs == (1 if limit else 0)
+        assert r._pad_block == r.num_blocks and r.block_memory.num_blocks == r.num_blocks
+        for b, a in zip(before, r.k, strict=True):  # only block 1 (position 40) and the padding block change
+            changed = {int(i) for i in np.flatnonzero((b != a).reshape(len(b), -1).any(axis=1))}
+            assert changed <= {1, r._pad_block}
+    assert np.max(np.abs(out[0] - out[4])) <= 1e-5
+
+
 SMALL = {"max_batch_size": 4, "max_num_tokens": 64, "max_prefill_tokens": 16, "max_queue_size": 32}
 
 

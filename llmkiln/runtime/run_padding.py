@@ -1,0 +1,63 @@
+"""Keep a small run's token count steady: OpenVINO's CPU plugin pays for every change of it.
+
+The OpenVINO runner's graph has dynamic shapes; an infer whose token count differs from the previous one's
+re-derives the shapes and buffers of every node first. Measured on an AMD EPYC Zen 5 (2 cores, SmolLM2-135M bf16,
+one sequence on a 143-token past; `python -m experiments.openvino_run_shapes`): 15.3 ms a step at a constant 1 or
+5 tokens, 18.7 ms when the count wanders between 1 and 5 as speculative drafts come and go (+22%); a separate infer
+request per shape did not help, and a change of the rows asked for (`logits_indices`) or of the number of
+sequences costs nothing. A few extra tokens do cost nothing on a memory-bound step (the weights are read once
+whatever the rows: 16.0 ms for 1 token, 16.3 for 4, 18.5 for 8), so a run a few tokens short of the recent ones
+is padded to their count: OpenVINO GenAI's prompt lookup pads its candidates to a constant count for the same
+reason ("avoid shape checking and increasing the amount of computation when the shape changes").
+
+`RunPadding.pad(n)` says how many tokens to add to a run of n: up to the largest count among the last WINDOW runs
+that is at most LIMIT more (a prefill run's hundreds are never reached by padding and do not stop it; once no run
+of WINDOW reached a count, it steps down). The runner adds them as a sequence of its own in a block no request owns, with no
+logits row: the real sequences' outputs are untouched (tests/runtime/test_openvino_runner.py checks the logits).
+`$LLMKILN_RUN_PADDING=N` sets the limit (0 turns it off), for measuring with and without.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+
+from llmkiln.errors import BadInput
+
+ENV = "LLMKILN_RUN_PADDING"  # tokens (0: off), for A/B measurements; unset: LIMIT
+LIMIT = (
+    4  # tokens: about the cost of one shape change (~3.5 ms) at ~0.6 ms a token once a step is compute-bound
+)
+WINDOW = 8  # runs
+
+
+class RunPadding:
+    """The token counts of the last WINDOW runs (before padding: a count not seen for WINDOW runs is let go)."""
+
+    def __init__(self, limit: int = LIMIT, window: int = WINDOW) -> None:
+        if limit < 0 or window < 1:
+            raise ValueError(f"limit must be >= 0 and window >= 1, got {limit}, {window}")
+        self.limit = limit
+        self._recent: deque[int] = deque(maxlen=window)
+        self.padded_runs = 0
+        self.padding_tokens = 0
+
+    def pad(self, n: int) -> int:
+        """Tokens to add to a run of n tokens (0: run as is); records the run."""
+        target = max((c for c in self._recent if n < c <= n + self.limit), default=n)
+        extra = target - n
+        self._recent.append(n)
+        if extra:
+            self.padded_runs += 1
+            self.padding_tokens += extra
+        return extra
+
+
+def from_env() -> RunPadding:
+    """RunPadding with $LLMKILN_RUN_PADDING's limit (unset: LIMIT); BadInput for anything but a count."""
+    raw = os.environ.get(ENV, "").strip()
+    if not raw:
+        return RunPadding()
+    if not raw.isdigit():
+        raise BadInput(f"${ENV}={raw!r}: give the most tokens a run may be padded by (0 turns padding off)")
+    return RunPadding(limit=int(raw))

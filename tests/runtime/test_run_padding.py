@@ -1,0 +1,54 @@
+"""runtime/run_padding.py: which runs get padding, and how much."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmkiln.errors import BadInput
+from llmkiln.runtime.run_padding import ENV, LIMIT, WINDOW, RunPadding, from_env
+
+
+def test_a_run_a_few_tokens_short_of_the_recent_ones_is_padded_to_their_count():
+    p = RunPadding()
+    assert p.pad(5) == 0  # the first run: nothing to match
+    assert [p.pad(n) for n in (1, 3, 5, 2)] == [4, 2, 0, 3]  # speculation's 1..5 tokens all run as 5
+    assert (p.padded_runs, p.padding_tokens) == (3, 9)
+
+
+def test_no_padding_beyond_the_limit_or_above_the_recent_counts():
+    p = RunPadding()
+    p.pad(512)  # a prefill run
+    assert p.pad(8) == 0  # 504 short: never padded
+    p.pad(10)
+    assert p.pad(8) == 2  # the prefill run among the recent ones does not stop the padding to 10
+    q = RunPadding()
+    q.pad(1)
+    assert q.pad(6) == 0  # a bigger run: runs as is
+    assert q.pad(6 - LIMIT - 1) == 0 and q.pad(6 - LIMIT) == LIMIT
+
+
+def test_a_count_not_seen_for_a_window_of_runs_is_let_go():
+    p = RunPadding()
+    p.pad(5)
+    assert [p.pad(1) for _ in range(WINDOW)] == [4] * WINDOW  # the 5 is among the last WINDOW runs
+    assert p.pad(1) == 0
+
+
+def test_limit_zero_turns_it_off_and_bad_settings_are_refused():
+    p = RunPadding(limit=0)
+    p.pad(5)
+    assert p.pad(1) == 0
+    with pytest.raises(ValueError):
+        RunPadding(limit=-1)
+    with pytest.raises(ValueError):
+        RunPadding(window=0)
+
+
+def test_the_environment_sets_the_limit(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    assert from_env().limit == LIMIT
+    monkeypatch.setenv(ENV, "0")
+    assert from_env().limit == 0
+    monkeypatch.setenv(ENV, "four")
+    with pytest.raises(BadInput, match="LLMKILN_RUN_PADDING"):
+        from_env()
