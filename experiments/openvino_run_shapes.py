@@ -34,7 +34,12 @@ def measure(engine: Path, precision: str, rounds: int, past: int = 143) -> list[
     r._run([("f", tuple(range(1, past + 58)), 0, table)], [1])
     rng = random.Random(1)
     wander = [rng.choice([1, 1, 1, 1, 1, 2, 3, 4, 5, 5]) for _ in range(60)]
-    patterns = {"constant 1": [1] * 60, "constant 5": [5] * 60, "wandering 1..5": wander, "1 and 5": [1, 5] * 30}
+    patterns = {
+        "constant 1": [1] * 60,
+        "constant 5": [5] * 60,
+        "wandering 1..5": wander,
+        "1 and 5": [1, 5] * 30,
+    }
 
     def mean_ms(ks: list[int], limit: int) -> float:
         r.padding = RunPadding(limit=limit)

@@ -11,8 +11,8 @@ is padded to their count: OpenVINO GenAI's prompt lookup pads its candidates to 
 reason ("avoid shape checking and increasing the amount of computation when the shape changes").
 
 `RunPadding.pad(n)` says how many tokens to add to a run of n: up to the largest count among the last WINDOW runs
-that is at most LIMIT more (a prefill run's hundreds are never reached by padding and do not stop it; once no run
-of WINDOW reached a count, it steps down). The runner adds them as a sequence of its own in a block no request owns, with no
+that is at most LIMIT more and at most MAX_TOKENS in all (small runs only: beyond that a token costs what a change
+does; a prefill run's hundreds never count; once no run of WINDOW reached a count, it steps down). The runner adds them as a sequence of its own in a block no request owns, with no
 logits row: the real sequences' outputs are untouched (tests/runtime/test_openvino_runner.py checks the logits).
 `$LLMKILN_RUN_PADDING=N` sets the limit (0 turns it off), for measuring with and without.
 """
@@ -25,26 +25,30 @@ from collections import deque
 from llmkiln.errors import BadInput
 
 ENV = "LLMKILN_RUN_PADDING"  # tokens (0: off), for A/B measurements; unset: LIMIT
-LIMIT = (
-    4  # tokens: about the cost of one shape change (~3.5 ms) at ~0.6 ms a token once a step is compute-bound
-)
+LIMIT = 4  # tokens added at most
+# the most tokens a padded run may have: up to here an extra token costs nothing (1 -> 15.6, 4 -> 16.6, 8 -> 19.6
+# ms), beyond it ~0.8 ms a token (16 -> 25.4, 24 -> 33.2), as much as the change it would spare; measured too: at
+# 8 sequences with drafts (16-40 tokens) padding made the drafting steps dearer and speculation stood aside
+MAX_TOKENS = 8
 WINDOW = 8  # runs
 
 
 class RunPadding:
     """The token counts of the last WINDOW runs (before padding: a count not seen for WINDOW runs is let go)."""
 
-    def __init__(self, limit: int = LIMIT, window: int = WINDOW) -> None:
+    def __init__(self, limit: int = LIMIT, window: int = WINDOW, max_tokens: int = MAX_TOKENS) -> None:
         if limit < 0 or window < 1:
             raise ValueError(f"limit must be >= 0 and window >= 1, got {limit}, {window}")
         self.limit = limit
+        self.max_tokens = max_tokens
         self._recent: deque[int] = deque(maxlen=window)
         self.padded_runs = 0
         self.padding_tokens = 0
 
     def pad(self, n: int) -> int:
         """Tokens to add to a run of n tokens (0: run as is); records the run."""
-        target = max((c for c in self._recent if n < c <= n + self.limit), default=n)
+        top = min(n + self.limit, self.max_tokens)
+        target = max((c for c in self._recent if n < c <= top), default=n)
         extra = target - n
         self._recent.append(n)
         if extra:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmkiln.errors import BadInput
-from llmkiln.runtime.run_padding import ENV, LIMIT, WINDOW, RunPadding, from_env
+from llmkiln.runtime.run_padding import ENV, LIMIT, MAX_TOKENS, WINDOW, RunPadding, from_env
 
 
 def test_a_run_a_few_tokens_short_of_the_recent_ones_is_padded_to_their_count():
@@ -19,12 +19,14 @@ def test_no_padding_beyond_the_limit_or_above_the_recent_counts():
     p = RunPadding()
     p.pad(512)  # a prefill run
     assert p.pad(8) == 0  # 504 short: never padded
-    p.pad(10)
-    assert p.pad(8) == 2  # the prefill run among the recent ones does not stop the padding to 10
+    p.pad(7)
+    assert p.pad(5) == 3  # to the 8 before it: the prefill run among the recent ones does not stop it
+    assert p.pad(12) == 0 and p.pad(10) == 0  # beyond MAX_TOKENS: extra tokens cost what a change does
     q = RunPadding()
     q.pad(1)
     assert q.pad(6) == 0  # a bigger run: runs as is
     assert q.pad(6 - LIMIT - 1) == 0 and q.pad(6 - LIMIT) == LIMIT
+    assert MAX_TOKENS >= 1 + LIMIT  # speculation's 1 + 4 drafts at one sequence stay padded
 
 
 def test_a_count_not_seen_for_a_window_of_runs_is_let_go():
