@@ -166,7 +166,8 @@ class Speculative(_Section):
     min_matching_ngram_size: PositiveInt = Field(
         1,
         description="ngram on openvino-cpu: the shortest suffix looked up (2: no drafts from a single token's "
-        "match, fewer and surer drafts).",
+        "match, fewer and surer drafts) where a verified row costs something; where it is free (one sequence) "
+        "one-token matches are drafted too.",
         json_schema_extra=honoured_by(
             Backend.OPENVINO_CPU,
             why="TensorRT-LLM's NGramDecodingConfig has no lower bound (it matches down to one token)",

@@ -28,6 +28,11 @@ MARGIN = 2.0  # a draft must be expected to bring twice its fitted cost: the fit
 # underestimates what a verification costs in a busy batch (mixed prefill runs, more events per step; measured:
 # open chat at c = 4 and 8 lost 10% with the bare fit)
 MAX_THRESHOLD = 1.0
+# a threshold at or below this prices a row as free (a fit of ~0 ns a row: one sequence, its runs padded to a
+# constant token count by runtime.run_padding): the scheduler then drafts from one-token matches too, whatever
+# min_matching_ngram_size says (measured on SmolLM2 bf16, grounded c=1: 2.97 tokens a step and 141-147 tok/s with
+# them, 2.36 and 115-129 without)
+FREE_ROW = 0.05
 YIELD_WEIGHT = 0.1  # the newest step's weight in the time-per-token averages
 # steps at a batch size between two looks at the kind of step it does not use: drafting again soon after it stood
 # aside (the traffic may have turned repetitive), a plain step rarely while drafting pays (each one gives up a gain)

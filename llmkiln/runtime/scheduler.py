@@ -29,7 +29,7 @@ decode token in each prefill run as well (mixed steps): decoding advances every 
 the TPOT bound still decides whether a run goes ahead.
 
 Speculative decoding (`config.speculative`, method ngram; a runner that `verifies_drafts`): a decoding
-sequence's item carries up to max_draft_len drafted tokens (runtime.ngram_drafts: what followed the latest
+sequence's item carries up to max_draft_len drafted tokens (runtime.ngram_drafts: what followed the first
 earlier occurrence of its suffix), verified in the same run; `update_from_output` then takes the accepted
 drafts and the model's next token (1 to k+1 tokens, runtime.draft_acceptance) and the KV of rejected drafts is
 simply overwritten by the next step (their positions lie past the sequence's computed tokens, in blocks of its
@@ -51,7 +51,7 @@ from typing import Any
 
 from llmkiln import recipe as recipe_schema
 from llmkiln.recipe_trtllm import Speculative
-from llmkiln.runtime.draft_cost import DraftCost
+from llmkiln.runtime.draft_cost import FREE_ROW, DraftCost
 from llmkiln.runtime.kv_blocks import BlockStore
 from llmkiln.runtime.ngram_drafts import NgramIndex, match_class
 from llmkiln.runtime.plan import BlockCopy, DecodeItem, PrefillChunk, SchedulerOutput, StepCosts
@@ -457,7 +457,10 @@ class Scheduler:
             index = request.drafter = NgramIndex(spec.max_matching_ngram_size)
             index.extend(request.prompt_ids)
         index.extend(request.output_ids[len(index) - request.num_prompt_tokens :])
-        drafts, n = index.match(k, spec.min_matching_ngram_size)
+        # where a verified row costs nothing (one padded sequence: runtime.run_padding), a one-token match is
+        # worth its row too, as GenAI's prompt lookup drafts at every step
+        shortest = 1 if worth <= FREE_ROW else spec.min_matching_ngram_size
+        drafts, n = index.match(k, shortest)
         if not drafts:
             return ()
         cls = match_class(n)

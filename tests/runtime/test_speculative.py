@@ -27,12 +27,12 @@ NGRAM = {"method": "ngram", "max_draft_len": 4, "max_matching_ngram_size": 3}
 
 
 # ---------------------------------------------------------------------------------------------- the drafter
-def test_the_drafts_follow_the_latest_earlier_occurrence_of_the_longest_suffix():
+def test_the_drafts_follow_the_first_earlier_occurrence_of_the_longest_suffix():
     idx = NgramIndex(3)
     idx.extend([5, 6, 7, 8, 9, 1, 6, 7, 3, 4, 6, 7])
-    # suffix (6, 7): earlier at 1-2 (then 8 9 1 6) and at 6-7 (then 3 4 6 7): the latest wins
-    assert idx.propose(4) == (3, 4, 6, 7)
-    assert idx.propose(2) == (3, 4)
+    # suffix (6, 7): earlier at 1-2 (then 8 9 1 6) and at 6-7 (then 3 4 6 7): the first wins
+    assert idx.propose(4) == (8, 9, 1, 6)
+    assert idx.propose(2) == (8, 9)
     idx.extend([8])  # suffix (6, 7, 8): only at 1-3, followed by 9 1 6 7
     assert idx.propose(3) == (9, 1, 6)
     idx.extend([2])  # (7, 8, 2), (8, 2), (2): never before
@@ -200,6 +200,27 @@ def test_a_sequence_whose_drafts_fail_backs_off():
 
     assert drafting_steps(0.15) <= 10  # (twice 0.15: 0.3 per row) of 59 decode steps, about 30 with a match
     assert drafting_steps(0.005) >= 25
+
+
+def test_one_token_matches_draft_where_a_verified_row_is_free():
+    """min_matching_ngram_size 2 keeps one-token matches out where a row costs something; where the fit prices a
+    row as free (runtime.draft_cost.FREE_ROW: one padded sequence) they draft too. The prompt ends in a token that
+    occurred before, its two-token suffix never did."""
+    from llmkiln.runtime.draft_cost import DraftCost
+
+    def first_decode_drafts(row_cost: float) -> tuple[int, ...]:
+        sched = make_paged_scheduler(num_blocks=80, speculative=NGRAM | {"min_matching_ngram_size": 2})
+        sched.draft_cost = DraftCost()
+        for _ in range(50):
+            sched.draft_cost.update(1, 4, 10e6 + 4 * row_cost * 10e6)
+            sched.draft_cost.update(1, 0, 10e6)
+        runner = PagedFakeRunner(4, 80, BS, model=cycle_model, vocab_size=V)
+        out = _run(sched, runner, _requests([[3, 8, 7, 6, 3]], 6, ignore_eos=True))
+        assert out["s0"] == _generate_plain([3, 8, 7, 6, 3], 6)
+        return next(d.draft_ids for plan in runner.steps for d in plan.decodes)
+
+    assert first_decode_drafts(0.15) == ()
+    assert first_decode_drafts(0.0) != ()
 
 
 def test_drafts_stay_inside_the_steps_token_budget():
