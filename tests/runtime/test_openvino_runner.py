@@ -123,21 +123,24 @@ def test_run_padding_leaves_the_sequences_logits_as_they_are(xml):
     out = {}
     for limit in (0, 4):
         r = _runner(xml)
-        r.padding = ov_runner.RunPadding(limit=limit)
-        tables = _tables(r, "a")
-        r.execute(SchedulerOutput(prefills=[PrefillChunk("a", 0, 0, prompt, False)], block_tables=tables))
-        r.execute(
-            SchedulerOutput(decodes=[DecodeItem("a", 0, 7, 40, draft_ids=(8, 9, 10))], block_tables=tables)
-        )
-        before = [k.copy() for k in r.k]
-        out[limit] = r.execute(SchedulerOutput(decodes=[DecodeItem("a", 0, 11, 40)], block_tables=tables))[
-            "a"
-        ]
-        assert r.padding.padded_runs == (1 if limit else 0)
-        assert r._pad_block == r.num_blocks and r.block_memory.num_blocks == r.num_blocks
-        for b, a in zip(before, r.k, strict=True):  # only block 1 (position 40) and the padding block change
-            changed = {int(i) for i in np.flatnonzero((b != a).reshape(len(b), -1).any(axis=1))}
-            assert changed <= {1, r._pad_block}
+        try:
+            r.padding = ov_runner.RunPadding(limit=limit)
+            tables = _tables(r, "a")
+            r.execute(SchedulerOutput(prefills=[PrefillChunk("a", 0, 0, prompt, False)], block_tables=tables))
+            drafts = DecodeItem("a", 0, 7, 40, draft_ids=(8, 9, 10))
+            r.execute(SchedulerOutput(decodes=[drafts], block_tables=tables))
+            before = [k.copy() for k in r.k]
+            step = SchedulerOutput(decodes=[DecodeItem("a", 0, 11, 40)], block_tables=tables)
+            out[limit] = r.execute(step)["a"].copy()
+            assert r.padding.padded_runs == (1 if limit else 0)
+            assert r._pad_block == r.num_blocks and r.block_memory.num_blocks == r.num_blocks
+            for b, a in zip(
+                before, r.k, strict=True
+            ):  # only block 1 (position 40) and the padding block change
+                changed = {int(i) for i in np.flatnonzero((b != a).reshape(len(b), -1).any(axis=1))}
+                assert changed <= {1, r._pad_block}
+        finally:
+            r.close()  # OpenVINO objects freed on this thread, not by a later garbage collection elsewhere
     assert np.max(np.abs(out[0] - out[4])) <= 1e-5
 
 
