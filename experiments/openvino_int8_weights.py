@@ -48,34 +48,19 @@ VARIANTS: dict[str, tuple[tuple[str, ...] | None, int | None]] = {
 }
 
 
-def _is_mlp_product(node: Any) -> bool:
-    """swish(gate) * up: a Multiply of two computed values (an RMSNorm's last Multiply has a constant gamma)."""
-    if node.get_type_name() != "Multiply":
-        return False
-    kinds = {node.input_value(i).get_node().get_type_name() for i in range(2)}
-    return not kinds & {"Constant", "Convert"}
-
-
 def _kept(model: Any, keep: tuple[str, ...]) -> list[str]:
-    """Friendly names NNCF is to leave alone. The PyTorch frontend names every linear `aten::linear/MatMul_N`, so
-    layers are found by structure: a down_proj is the weight MatMul fed by the MLP's Multiply (swish(gate) * up);
-    the first and last decoder layers are the first and last 7 weight MatMuls (q, k, v, o, gate, up, down)."""
-    from llmkiln.build.openvino_weights import _embedding_nodes
+    """Friendly names NNCF is to leave alone, found by structure as the build finds them
+    (llmkiln.build.openvino_weights): the embedding, every down_proj (the weight MatMul fed by the MLP's
+    swish(gate) * up), and the first and last decoder layers (the first and last 7 weight MatMuls: q, k, v, o,
+    gate, up, down)."""
+    from llmkiln.build.openvino_weights import _down_projections, _embedding_nodes, _weight_matmuls
 
     emb = _embedding_nodes(model)
     names: list[str] = list(emb) if "emb" in keep else []
-    weight_mms = [
-        op
-        for op in model.get_ordered_ops()
-        if op.get_type_name() == "MatMul"
-        and op.input_value(1).get_node().get_type_name() in ("Constant", "Convert")
-        and op.get_friendly_name() not in emb
-    ]
     if "down" in keep:
-        names += [
-            op.get_friendly_name() for op in weight_mms if _is_mlp_product(op.input_value(0).get_node())
-        ]
+        names += _down_projections(model)
     if "ends" in keep:
+        weight_mms = [op for op in _weight_matmuls(model) if op.get_friendly_name() not in emb]
         names += [op.get_friendly_name() for op in weight_mms[:7] + weight_mms[-7:]]
     return names
 
@@ -84,6 +69,8 @@ def make_ir(src: Path, dst: Path, keep: tuple[str, ...] | None) -> int:
     """dst/openvino_model.* = src's IR compressed except `keep`; returns how many weights were compressed."""
     import nncf
     import openvino as ov
+
+    from llmkiln.build.openvino_weights import compressed_tensors
 
     dst.mkdir(parents=True, exist_ok=True)
     if keep is None:
@@ -98,14 +85,7 @@ def make_ir(src: Path, dst: Path, keep: tuple[str, ...] | None) -> int:
         ignored_scope=nncf.IgnoredScope(names=names, validate=False),
     )
     ov.save_model(out, str(dst / OPENVINO_XML), compress_to_fp16=False)
-    return (
-        sum(
-            1
-            for op in out.get_ordered_ops()
-            if op.get_type_name() == "Constant" and op.get_element_type() == ov.Type.u8
-        )
-        // 2
-    )
+    return compressed_tensors(out)
 
 
 def runner(xml: Path, precision: str, dq: int | None) -> Any:

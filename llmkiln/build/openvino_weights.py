@@ -69,16 +69,36 @@ def _is_mlp_product(node: Any) -> bool:
     return not kinds & {"Constant", "Convert"}
 
 
-def _down_projections(model: Any) -> list[str]:
-    """Names of the MatMuls with a constant weight fed by the MLP's product (every layer's down_proj; the PyTorch
-    frontend names all linears `aten::linear/MatMul_N`, so they are found by structure)."""
+def _weight_matmuls(model: Any) -> list[Any]:
+    """The MatMuls with a constant weight, in graph order (every linear layer: the PyTorch frontend names them all
+    `aten::linear/MatMul_N`, so layers are found by structure)."""
     return [
-        op.get_friendly_name()
+        op
         for op in model.get_ordered_ops()
         if op.get_type_name() == "MatMul"
         and op.input_value(1).get_node().get_type_name() in ("Constant", "Convert")
-        and _is_mlp_product(op.input_value(0).get_node())
     ]
+
+
+def _down_projections(model: Any) -> list[str]:
+    """Names of the weight MatMuls fed by the MLP's product: every layer's down_proj."""
+    return [
+        op.get_friendly_name()
+        for op in _weight_matmuls(model)
+        if _is_mlp_product(op.input_value(0).get_node())
+    ]
+
+
+def compressed_tensors(model: Any) -> int:
+    """How many weights NNCF compressed in `model` (a weight and its zero point are u8 constants each)."""
+    import openvino as ov
+
+    u8 = sum(
+        1
+        for op in model.get_ordered_ops()
+        if op.get_type_name() == "Constant" and op.get_element_type() == ov.Type.u8
+    )
+    return u8 // 2
 
 
 def compress_weights(ir_dir: Path, mode: str) -> dict[str, Any]:
@@ -100,11 +120,7 @@ def compress_weights(ir_dir: Path, mode: str) -> dict[str, Any]:
         mode=getattr(nncf.CompressWeightsMode, _NNCF_MODE[mode]),
         ignored_scope=nncf.IgnoredScope(names=keep, validate=False),
     )
-    n = sum(
-        1
-        for op in compressed.get_ordered_ops()
-        if op.get_type_name() == "Constant" and op.get_element_type() == ov.Type.u8
-    )
+    n = compressed_tensors(compressed)
     if n == 0:
         raise BuildFailed(f"{xml}: NNCF compressed no weight to {mode}; the IR is not an exported Llama")
     tmp = ir_dir / f".{OPENVINO_XML}.int8"
@@ -115,11 +131,11 @@ def compress_weights(ir_dir: Path, mode: str) -> dict[str, Any]:
         (tmp / name).replace(ir_dir / name)
     tmp.rmdir()
     after = (ir_dir / OPENVINO_BIN).stat().st_size
-    log.info("weights %s: %d tensors, IR %.0f -> %.0f MB", mode, n // 2, before / 1e6, after / 1e6)
+    log.info("weights %s: %d tensors, IR %.0f -> %.0f MB", mode, n, before / 1e6, after / 1e6)
     return {
         "weights": mode,
         "method": METHOD,
-        "compressed_tensors": n // 2,  # a weight and its zero point are u8 constants each
+        "compressed_tensors": n,
         "kept_as_exported": {"embedding": embedding, "mlp_down_projections": len(down)},
         "ir_bytes_before": before,
         "ir_bytes": after,

@@ -140,8 +140,9 @@ class OpenVinoPagedRunner:
         core = ov.Core()
         require_precision(precision, core)
         model = core.read_model(str(model_xml))
-        # ValueError on an unknown precision
-        settings = choose(detect(), precision, threads, weights=ir_weights(model))
+        settings = choose(
+            detect(), precision, threads, weights=ir_weights(model)
+        )  # ValueError: bad precision
         paged_attention_transformation(model, False, False, False, False, False, False)
         _last_rows_only(model)
         if settings.unfuse_mlp:

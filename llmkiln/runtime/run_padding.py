@@ -12,8 +12,9 @@ reason ("avoid shape checking and increasing the amount of computation when the 
 
 `RunPadding.pad(n)` says how many tokens to add to a run of n: up to the largest count among the last WINDOW runs
 that is at most LIMIT more and at most MAX_TOKENS in all (small runs only: beyond that a token costs what a change
-does; a prefill run's hundreds never count; once no run of WINDOW reached a count, it steps down). The runner adds them as a sequence of its own in a block no request owns, with no
-logits row: the real sequences' outputs are untouched (tests/runtime/test_openvino_runner.py checks the logits).
+does; a prefill run's hundreds never count; once no run of WINDOW reached a count, it steps down). The runner adds
+them as a sequence of its own in a block no request owns, with no logits row: the real sequences' outputs are
+untouched (tests/runtime/test_openvino_runner.py checks the logits).
 `$LLMKILN_RUN_PADDING=N` sets the limit (0 turns it off), for measuring with and without.
 """
 
