@@ -541,8 +541,11 @@ def _write(out: Path, summary: dict[str, Any]) -> None:
     write_atomic(out / "SUMMARY.md", summary_markdown(summary))
 
 
-def run_cpu_peers(cfg: CpuPeersConfig, console: Console | None = None) -> tuple[Path, dict[str, Any]]:
-    """Run every selected system; write summary.json (after each system) and SUMMARY.md."""
+def run_cpu_peers(
+    cfg: CpuPeersConfig, console: Console | None = None, keep: bool = False
+) -> tuple[Path, dict[str, Any]]:
+    """Run every selected system; write summary.json (after each system) and SUMMARY.md. `keep`: the systems of an
+    earlier run in the same folder stay in summary.json (one run of the same workload, a system at a time)."""
     console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     systems = cfg.selected()
     with_vllm = any(s.kind == "vllm" for s in systems)
@@ -557,12 +560,12 @@ def run_cpu_peers(cfg: CpuPeersConfig, console: Console | None = None) -> tuple[
     warm, levels = split_workload(build_workload(tok, cfg.spec()), cfg.warmup, cfg.levels, cfg.requests)
     out = Path(cfg.out_dir)
     summary: dict[str, Any] = {
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+        "config": summary_config(cfg),
         "command": cfg.command(),
         "machine": machine,
         "versions": _versions(cfg, with_vllm),
         "model": str(model_dir),
-        "systems": {},
+        "systems": _kept_systems(out, summary_config(cfg)) if keep else {},
     }
     for system in systems:
         summary["systems"][system.name] = run_system(
@@ -572,6 +575,38 @@ def run_cpu_peers(cfg: CpuPeersConfig, console: Console | None = None) -> tuple[
         summary["wall_s"] = round(time.perf_counter() - t0, 1)
         _write(out, summary)
     return out / "SUMMARY.md", summary
+
+
+def summary_config(cfg: CpuPeersConfig) -> dict[str, Any]:
+    """summary.json's "config": the run's settings as JSON values."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+
+
+def _kept_systems(out: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """--keep: the systems already in OUT/summary.json, when it measured the same workload and sizes (BadInput
+    otherwise: one summary compares systems on the same requests only)."""
+    saved = out / "summary.json"
+    if not saved.is_file():
+        return {}
+    old: dict[str, Any] = json.loads(saved.read_text(encoding="utf-8"))
+    same = (
+        "seed",
+        "system_tokens",
+        "user_tokens",
+        "output_tokens",
+        "output_spread",
+        "levels",
+        "requests",
+        "warmup",
+    )
+    differ = [k for k in same if json.dumps(old.get("config", {}).get(k)) != json.dumps(config.get(k))]
+    if differ:
+        raise BadInput(
+            f"--keep: {saved} measured another workload or sizes ({', '.join(differ)} differ): "
+            "use another --out, or drop --keep to start it anew"
+        )
+    systems: dict[str, Any] = old.get("systems", {})
+    return systems
 
 
 def resummarize(out: Path) -> Path:
@@ -649,6 +684,11 @@ def print_targets(summary: dict[str, Any]) -> None:
     default=None,
     help="The vLLM venv (scripts/vllm_cpu_env.sh) [default: $LLMKILN_VLLM_VENV or /tmp/llmkiln-vllm/venv].",
 )
+@click.option(
+    "--keep",
+    is_flag=True,
+    help="Keep the systems already in OUT/summary.json (same workload and sizes): run a system at a time.",
+)
 @engines_dir_option
 @click.option(
     "--resummarize",
@@ -668,6 +708,7 @@ def cli(
     user_tokens: str | None,
     output_spread: int | None,
     sets: tuple[str, ...],
+    keep: bool,
     engines_dir: Path,
     resummarize_only: bool,
 ) -> None:
@@ -695,7 +736,7 @@ def cli(
     if resummarize_only:
         click.echo(f"rewrote {resummarize(cfg.out_dir)} from summary.json")
         return
-    path, summary = run_cpu_peers(replace(cfg, engines_root=engines_dir))
+    path, summary = run_cpu_peers(replace(cfg, engines_root=engines_dir), keep=keep)
     click.echo(f"\nwrote {path}")
     print_targets(summary)
     failed = [n for n, s in summary["systems"].items() if s.get("error")]
