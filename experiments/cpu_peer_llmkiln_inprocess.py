@@ -10,12 +10,22 @@ harness adds requests and reads tokens in-process). This is llmkiln's runtime me
 folder loaded in this process (llmkiln.runtime.loader.load_engine, the recipe's settings plus `--set`), the very
 requests of cpu_peers' workload for the same sizes (its split_workload: warm-up, then each level), each prompt
 encoded as the server does (BOS included) and submitted as token ids, greedy, EOS ignored; a closed loop of
-`concurrency` requests in flight per level; token times are this process's perf_counter_ns when each token event
-reaches the loop (the equivalent of the peer's "after the step that produced it"). The gap between this and the
-served llmkiln systems is the serving cost; the gap to OpenVINO GenAI is the engine's.
+`concurrency` requests in flight per level.
 
-Writes OUT/llmkiln-inproc-<precision>.json (BenchReport) and, when OUT/summary.json exists (a cpu_peers run in
-the same folder), adds the system to it and rewrites SUMMARY.md.
+Two harnesses (`--harness`):
+- `stepped` (the default): exactly the GenAI peer's loop — this thread calls `engine.step()` (no engine thread),
+  stamps each step's tokens with the time the step returned, and submits a finished request's successor before
+  the next step. Engine against engine, the same harness on both sides.
+- `async`: the engine's own scheduler thread, one client coroutine per lane on an event loop in this thread
+  (token times when each event reaches the loop), as the served front doors drive it. A successor is submitted
+  once the loop has seen its predecessor end, by which time the engine's next step is usually running: it waits
+  that step out (at c=8 about 20 ms of TTFT on the Xeon), and the loop's wake-ups share the cores with the
+  engine's compute threads. Named llmkiln-inproc-async-<precision>.
+The gap between this and the served llmkiln systems is the serving cost; the gap to OpenVINO GenAI is the
+engine's.
+
+Writes OUT/llmkiln-inproc[-async]-<precision>.json (BenchReport) and, when OUT/summary.json exists (a cpu_peers
+run in the same folder), adds the system to it and rewrites SUMMARY.md.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from llmkiln.cli.main import run_command
 from llmkiln.cli.options import engines_dir_option, recipe_sets
 from llmkiln.engine_dir import resolve_engine
 from llmkiln.runtime.engine import LLMEngine
+from llmkiln.runtime.handle import RequestHandle
 from llmkiln.runtime.loader import load_engine
 from llmkiln.runtime.request import SamplingParams
 
@@ -63,6 +74,51 @@ async def _one(engine: LLMEngine, req: BenchRequest, ids: list[int]) -> RequestR
     elif rec.num_output_tokens != req.max_tokens:
         rec.error = f"{rec.num_output_tokens} tokens instead of {req.max_tokens}"
     return rec
+
+
+def stepped_loop(
+    engine: LLMEngine, wl: Workload, ids: dict[int, list[int]], concurrency: int
+) -> list[RequestRecord]:
+    """The closed loop as OpenVINO GenAI's harness runs its pipeline (cpu_peer_openvino_genai_worker.closed_loop):
+    no engine thread; this thread calls `engine.step()`, stamps the tokens each step produced with the time the
+    step returned, and a finished request's successor is submitted before the next step."""
+    pending = list(wl.requests)
+    live: dict[int, tuple[BenchRequest, RequestRecord, RequestHandle, int]] = {}  # index -> (.., events seen)
+    out: list[RequestRecord] = []
+
+    def submit() -> None:
+        req = pending.pop(0)
+        rec = RequestRecord(index=req.index, group=req.group, send_ns=time.perf_counter_ns())
+        rec.num_prompt_tokens = req.num_prompt_tokens
+        handle = engine.submit(ids[req.index], SamplingParams(max_tokens=req.max_tokens, ignore_eos=True))
+        live[req.index] = (req, rec, handle, 0)
+
+    while pending and len(live) < concurrency:
+        submit()
+    while live:
+        if not engine.step():
+            raise RuntimeError("the engine had nothing to run while requests were in flight")
+        now = time.perf_counter_ns()
+        for index in list(live):
+            req, rec, handle, seen = live[index]
+            events = handle.events_since(seen)
+            live[index] = (req, rec, handle, seen + len(events))
+            for ev in events:
+                if ev.token_id is not None:
+                    rec.token_ns.append(now)
+                    rec.num_output_tokens += 1
+            if events and events[-1].finished:
+                rec.end_ns = now
+                rec.num_cached_tokens = handle.num_cached_tokens
+                if handle.error:
+                    rec.error = handle.error
+                elif rec.num_output_tokens != req.max_tokens:
+                    rec.error = f"{rec.num_output_tokens} tokens instead of {req.max_tokens}"
+                out.append(rec)
+                del live[index]
+        while pending and len(live) < concurrency:
+            submit()
+    return sorted(out, key=lambda r: r.index)
 
 
 async def closed_loop(
@@ -90,6 +146,14 @@ async def closed_loop(
 @click.option("--user-tokens", default=None, help="Fresh tokens per request [default: 80-120].")
 @click.option("--output-spread", type=int, default=None, help="Output tokens 32 ± this [default: 0].")
 @click.option("--set", "sets", multiple=True, help="Recipe fields for the engine, SECTION.FIELD=VALUE.")
+@click.option(
+    "--harness",
+    type=click.Choice(["stepped", "async"]),
+    default="stepped",
+    show_default=True,
+    help="stepped: this thread runs the engine's steps and submits a finished request's successor before the next "
+    "one (OpenVINO GenAI's harness); async: the engine's own thread, clients on an event loop (as a server's).",
+)
 @engines_dir_option
 def cli(
     out_dir: Path,
@@ -100,6 +164,7 @@ def cli(
     user_tokens: str | None,
     output_spread: int | None,
     sets: tuple[str, ...],
+    harness: str,
     engines_dir: Path,
 ) -> None:
     sizes = CpuPeersConfig.make(
@@ -118,16 +183,23 @@ def cli(
     ids = {r.index: tok.encode(r.prompt, add_special_tokens=True).ids for r in wl.requests}
     t0 = time.monotonic()
     eng = load_engine(folder, overrides)
-    eng.start()
+    if harness == "async":
+        eng.start()
     load_s = time.monotonic() - t0
     precision = eng.recipe.precision if eng.recipe is not None else "fp32"
-    name = f"llmkiln-inproc-{precision}"
+    name = f"llmkiln-inproc-{precision}" if harness == "stepped" else f"llmkiln-inproc-async-{precision}"
+
+    def loop(wl_: Workload, c: int) -> list[RequestRecord]:
+        if harness == "stepped":
+            return stepped_loop(eng, wl_, ids, c)
+        return asyncio.run(closed_loop(eng, wl_, ids, c))
+
     before = [round(x, 2) for x in os.getloadavg()]
     records: dict[int, list[RequestRecord]] = {}
     try:
-        asyncio.run(closed_loop(eng, warm, ids, max(sizes.levels)))
+        loop(warm, max(sizes.levels))
         for c, level in levels.items():
-            records[c] = asyncio.run(closed_loop(eng, level, ids, c))
+            records[c] = loop(level, c)
             ok = sum(r.ok for r in records[c])
             click.echo(f"{name} c={c}: {ok}/{len(records[c])} ok", err=True)
     finally:
@@ -145,6 +217,7 @@ def cli(
             "engine_dir": str(folder.path),
             "overrides": overrides or {},
             "settings": eng.runtime_settings,
+            "harness": harness,
         },
     )
     report = make_report(run, stats, records)

@@ -183,6 +183,17 @@ class KvCache(Strict):
             why="openvino-cpu shares every cached prompt block by block table: nothing is resident in a slot",
         ),
     )
+    cascade: bool = Field(
+        False,
+        description="openvino-cpu: cascade attention — in a run whose sequences share cached blocks (a common "
+        "system prompt), those blocks are attended once for all of their query rows instead of once per sequence "
+        "(an OpenVINO extension op, llmkiln.runtime.cascade_attention, compiled with g++ on first use; runs "
+        "without shared blocks keep OpenVINO's PagedAttention).",
+        json_schema_extra=honoured_by(
+            Backend.OPENVINO_CPU,
+            why="onnxruntime's GroupQueryAttention reads a slot's own past; only the OpenVINO graph takes block tables",
+        ),
+    )
     free_gpu_memory_fraction: Annotated[float, Field(gt=0, le=1)] = Field(
         0.9,
         description="TRT-LLM: fraction of free GPU memory given to the KV cache.",

@@ -84,6 +84,11 @@ class RequestHandle:
             self._cond.notify_all()
             return list(self._listeners)
 
+    def events_since(self, index: int) -> list[TokenEvent]:
+        """The events after the first `index` ones (a caller that steps the engine itself polls with this)."""
+        with self._cond:
+            return self._events[index:]
+
     # ------------------------------------------------------------------ caller side
     def cancel(self) -> None:
         """Ask the engine to stop this request; its slot and blocks are freed at the next step."""

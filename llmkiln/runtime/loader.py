@@ -53,6 +53,7 @@ def load_engine(engine: str | Path | EngineDir, overrides: dict[str, Any] | None
             store_max_bytes=kv.max_bytes if kv.prefix_reuse else 0,
             precision=recipe.precision,
             threads=recipe.scheduler.intra_op_threads,
+            cascade=kv.cascade,
         )
     else:
         providers = folder.execution_providers()

@@ -32,7 +32,7 @@ from openvino._offline_transformations import paged_attention_transformation
 
 from llmkiln.cpu_features import detect
 from llmkiln.errors import BadInput, CpuLacksFeature
-from llmkiln.runtime import run_padding
+from llmkiln.runtime import cascade_attention, run_padding
 from llmkiln.runtime.block_memory import PagedPools
 from llmkiln.runtime.openvino_settings import REPORTED_PROPERTIES, choose
 from llmkiln.runtime.plan import SchedulerOutput
@@ -136,6 +136,7 @@ class OpenVinoPagedRunner:
         store_max_bytes: int,
         precision: str = "fp32",
         threads: int = 0,
+        cascade: bool = False,
     ) -> None:
         core = ov.Core()
         require_precision(precision, core)
@@ -155,6 +156,8 @@ class OpenVinoPagedRunner:
             settings.effective_threads,
             "; " + "; ".join(settings.reasons) if settings.reasons else "",
         )
+        cascade = cascade_attention.from_env(cascade)
+        source = model.clone() if cascade else None
         self.compiled = core.compile_model(model, "CPU", settings.properties())
         self.settings = replace(settings, in_force=_in_force(self.compiled))
         self.runtime_settings: dict[str, str] = self.settings.describe()
@@ -196,6 +199,23 @@ class OpenVinoPagedRunner:
                 self.req.set_tensor(name, tensor)
                 self._tensors.append(tensor)
                 pools.append(arr)
+        # cascade attention (runtime.cascade_attention): a second graph on the same pools, for runs whose sequences
+        # share cached blocks
+        self.cascade_req: ov.InferRequest | None = None
+        self.cascade_runs = 0
+        if source is not None:
+            ext = cascade_attention.extension()
+            core.add_extension(str(ext))
+            cascade_attention.cascade_model(
+                source, ext, self.cache_type, self.kv_heads, self.block_size, self.head_dim
+            )
+            self.cascade_compiled = core.compile_model(source, "CPU", settings.properties())
+            self.cascade_req = self.cascade_compiled.create_infer_request()
+            for layer in range(self.num_layers):
+                self.cascade_req.set_tensor(f"key_cache.{layer}", self._tensors[2 * layer])
+                self.cascade_req.set_tensor(f"value_cache.{layer}", self._tensors[2 * layer + 1])
+            self._cascade_inputs = {i.get_any_name() for i in self.cascade_compiled.inputs}
+        self.runtime_settings["cascade_attention"] = "on" if self.cascade_req is not None else "off"
         self.block_memory: PagedPools | None = PagedPools(  # the manager's blocks, not the padding's
             [p[: self.num_blocks] for kv in zip(self.k, self.v, strict=True) for p in kv], precision
         )
@@ -211,6 +231,8 @@ class OpenVinoPagedRunner:
         self._tensors = []
         self.req = None
         self.compiled = None
+        self.cascade_req = None
+        self.cascade_compiled = None
 
     def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]:
         for src, dst in plan.copies:  # copy-on-write of a partly shared block, before the run writes into it
@@ -286,7 +308,12 @@ class OpenVinoPagedRunner:
             if any(rows)
             else np.zeros(1, np.int64),
         }
+        req = self.req
+        if self.cascade_req is not None and cascade_attention.worth_it(seqs, bs):
+            req = self.cascade_req
+            self.cascade_runs += 1
+            feeds = {k: v for k, v in feeds.items() if k in self._cascade_inputs}
         for name, value in feeds.items():
-            self.req.set_tensor(name, ov.Tensor(value))
-        self.req.infer()
-        return np.array(self.req.get_tensor("logits").data[: sum(rows), 0], dtype=np.float32)
+            req.set_tensor(name, ov.Tensor(value))
+        req.infer()
+        return np.array(req.get_tensor("logits").data[: sum(rows), 0], dtype=np.float32)

@@ -1,0 +1,983 @@
+// CascadeAttention: paged attention for llmkiln's OpenVINO runner (llmkiln/runtime/cascade_attention.py builds
+// this file into an OpenVINO extension and puts the op where the PagedAttention graph has PagedAttentionExtension).
+//
+// Same inputs and KV cache layout as the PagedAttentionExtension nodes it replaces (the subset llmkiln feeds):
+//   0 q [T, H*D] f32     1 k [T, Hkv*D] f32     2 v [T, Hkv*D] f32
+//   3 key_cache, 4 value_cache [blocks, Hkv, BS, D] (bf16 or f32; written in place: the new tokens' k and v)
+//   5 past_lens [S] i32  6 subsequence_begins [S+1] i32  7 block_indices [N] i32  8 block_indices_begins [S+1] i32
+//   9 scale f32 scalar
+// Output: [T, H*D] f32, each query token's attention over its sequence's past and its own new tokens (causal).
+//
+// What it does differently: sequences whose block tables start with the same cached blocks (a shared system
+// prompt) are a group, and the attention of every query token of the group over those shared blocks is computed
+// block by block for all of them together -- each shared key and value is read once per step and used by every
+// query row (decode rows and prompt chunks alike), instead of once per sequence. The rest of each sequence (its
+// own blocks and the new tokens) is attended per query token, and the two parts are merged exactly (online
+// softmax: running max, sum of exponentials, weighted values; fp32 throughout).
+//
+// Attribute: min_shared_tokens (a shared run shorter than this is not worth a group; 0: every run of a block).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <type_traits>
+#include <vector>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include <openvino/core/extension.hpp>
+#include <openvino/core/op_extension.hpp>
+#include <openvino/core/parallel.hpp>
+#include <openvino/op/op.hpp>
+
+namespace {
+
+constexpr float kNegInf = -1e30f;  // the running max before any key (no IEEE infinities in the loops)
+
+inline float bf16_to_f32(uint16_t x) {
+    uint32_t u = uint32_t(x) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+inline uint16_t f32_to_bf16(float f) {  // round to nearest even, as OpenVINO's own conversion
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
+        return uint16_t((u >> 16) | 0x40);  // a NaN stays a NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return uint16_t(u >> 16);
+}
+
+// exp(x) for x <= 0 (a score minus the running max), vectorizable: 2^n * p(r), |rel. error| < 2e-7.
+inline float exp_neg(float x) {
+    x = std::max(x, -87.0f);
+    const float t = x * 1.44269504088896341f;
+    const float n = std::floor(t + 0.5f);
+    const float r = (t - n) * 0.693147180559945309f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t e = int32_t(n) + 127;
+    uint32_t bits = uint32_t(e) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, 4);
+    return p * scale;
+}
+
+template <typename C>
+inline float to_f32(C x);
+template <>
+inline float to_f32<float>(float x) {
+    return x;
+}
+template <>
+inline float to_f32<uint16_t>(uint16_t x) {
+    return bf16_to_f32(x);
+}
+template <typename C>
+inline C from_f32(float x);
+template <>
+inline float from_f32<float>(float x) {
+    return x;
+}
+template <>
+inline uint16_t from_f32<uint16_t>(float x) {
+    return f32_to_bf16(x);
+}
+
+struct Shape {
+    int64_t T, S, H, Hkv, G, D, BS;
+};
+
+// Running softmax state of one (query token, head): max, sum of exponentials, weighted values.
+struct State {
+    float m;
+    float l;
+    float* acc;  // D floats
+};
+
+// One block of keys/values of one KV head, converted to fp32: kt [D][BS] (transposed), v [BS][D].
+template <typename C>
+inline void load_block(const C* kcache, const C* vcache, const Shape& s, int64_t block, int64_t h, int64_t j0,
+                       int64_t j1, float* kt, float* v) {
+    const int64_t base = ((block * s.Hkv + h) * s.BS) * s.D;
+    for (int64_t j = j0; j < j1; ++j) {
+        const C* kr = kcache + base + j * s.D;
+        const C* vr = vcache + base + j * s.D;
+        for (int64_t d = 0; d < s.D; ++d) {
+            kt[d * s.BS + j] = to_f32<C>(kr[d]);
+            v[j * s.D + d] = to_f32<C>(vr[d]);
+        }
+    }
+}
+
+// Attend one query (already scaled) over keys [j0, j1) of a loaded block; updates the state.
+inline void attend(const float* q, const float* kt, const float* v, const Shape& s, int64_t j0, int64_t j1,
+                   State& st, float* scores) {
+    const int64_t BS = s.BS, D = s.D;
+    for (int64_t j = 0; j < BS; ++j)
+        scores[j] = 0.0f;
+    for (int64_t d = 0; d < D; ++d) {
+        const float qd = q[d];
+        const float* row = kt + d * BS;
+        for (int64_t j = 0; j < BS; ++j)
+            scores[j] += qd * row[j];
+    }
+    float mx = st.m;
+    for (int64_t j = j0; j < j1; ++j)
+        mx = std::max(mx, scores[j]);
+    const float corr = exp_neg(st.m - mx);
+    float sum = 0.0f;
+    for (int64_t j = j0; j < j1; ++j) {
+        scores[j] = exp_neg(scores[j] - mx);
+        sum += scores[j];
+    }
+    float* acc = st.acc;
+    for (int64_t d = 0; d < D; ++d)
+        acc[d] *= corr;
+    for (int64_t j = j0; j < j1; ++j) {
+        const float p = scores[j];
+        const float* vr = v + j * D;
+        for (int64_t d = 0; d < D; ++d)
+            acc[d] += p * vr[d];
+    }
+    st.l = st.l * corr + sum;
+    st.m = mx;
+}
+
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
+#    include <immintrin.h>
+#    define LLMKILN_SIMD 1
+#endif
+
+#ifdef LLMKILN_SIMD
+
+inline __m512 exp512(__m512 x) {  // exp(x) for x <= 0, as exp_neg
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.693147180559945309f));
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+// Up to 16 queries of one KV head, attended together (a lane each): the queries (bf16 pairs for the bf16 dot
+// product, or fp32 transposed), each lane's key range [lo, hi) and running state.
+template <int D>
+struct Tile {
+    int n = 0;
+    alignas(64) uint32_t qp[D / 2 * 16];  // bf16 cache: pair p of lane i at qp[p * 16 + i]
+    alignas(64) float qt[D * 16];         // f32 cache: q[d] of lane i at qt[d * 16 + i]
+    alignas(64) int32_t lo[16];
+    alignas(64) int32_t hi[16];
+    alignas(64) float m[16];
+    alignas(64) float l[16];
+    alignas(64) float acc[16 * D];
+    int64_t token[16];  // where each lane's result goes: query token and head
+    int64_t head[16];
+
+    template <bool BF16>
+    void clear() {
+        n = 0;
+        std::fill_n(lo, 16, 0);
+        std::fill_n(hi, 16, 0);  // empty lanes attend nothing
+        std::fill_n(m, 16, kNegInf);
+        std::fill_n(l, 16, 0.0f);
+        std::fill_n(acc, 16 * D, 0.0f);
+        if (BF16)
+            std::fill_n(qp, D / 2 * 16, 0u);
+        else
+            std::fill_n(qt, D * 16, 0.0f);
+    }
+    template <bool BF16>
+    void add(const float* q, float scale, int32_t lo_, int32_t hi_, int64_t t, int64_t h) {
+        const int i = n++;
+        for (int d = 0; d < D; ++d) {
+            const float x = q[d] * scale;
+            if (BF16) {
+                uint16_t* pair = reinterpret_cast<uint16_t*>(&qp[(d / 2) * 16 + i]);
+                pair[d % 2] = f32_to_bf16(x);
+            } else {
+                qt[d * 16 + i] = x;
+            }
+        }
+        lo[i] = lo_;
+        hi[i] = hi_;
+        token[i] = t;
+        head[i] = h;
+    }
+};
+
+// One block of BS keys (absolute positions kb..kb+BS) for a tile: kblock [BS][D] from the cache, vf [BS][D] the
+// block's values in fp32 (rows outside every lane's range zeroed), pbuf [BS][16] scratch.
+template <int D, bool BF16, typename C>
+inline void tile_block(Tile<D>& tile, const C* kblock, const float* vf, int BS, int32_t kb, float* sbuf) {
+    const __m512i lo = _mm512_load_si512(tile.lo);
+    const __m512i hi = _mm512_load_si512(tile.hi);
+    // scores, 16 keys at a time
+    for (int j0 = 0; j0 < BS; j0 += 16) {
+        __m512 s[16];
+        for (int jj = 0; jj < 16; ++jj)
+            s[jj] = _mm512_setzero_ps();
+        if constexpr (BF16) {
+            const uint32_t* krows = reinterpret_cast<const uint32_t*>(kblock);
+            for (int p = 0; p < D / 2; ++p) {
+                const __m512bh qv = (__m512bh)_mm512_load_si512(&tile.qp[p * 16]);
+                for (int jj = 0; jj < 16; ++jj)
+                    s[jj] = _mm512_dpbf16_ps(
+                        s[jj], qv, (__m512bh)_mm512_set1_epi32(int(krows[(j0 + jj) * (D / 2) + p])));
+            }
+        } else {
+            const float* krows = reinterpret_cast<const float*>(kblock);
+            for (int d = 0; d < D; ++d) {
+                const __m512 qv = _mm512_load_ps(&tile.qt[d * 16]);
+                for (int jj = 0; jj < 16; ++jj)
+                    s[jj] = _mm512_fmadd_ps(_mm512_set1_ps(krows[(j0 + jj) * D + d]), qv, s[jj]);
+            }
+        }
+        for (int jj = 0; jj < 16; ++jj)
+            _mm512_store_ps(&sbuf[(j0 + jj) * 16], s[jj]);
+    }
+    // masks, the block's max, exponentials
+    __m512 mx = _mm512_load_ps(tile.m);
+    const __m512 mold = mx;
+    __mmask16 masks[64];
+    for (int j = 0; j < BS; ++j) {
+        const __m512i kj = _mm512_set1_epi32(kb + j);
+        masks[j] = _mm512_cmple_epi32_mask(lo, kj) & _mm512_cmpgt_epi32_mask(hi, kj);
+        mx = _mm512_mask_max_ps(mx, masks[j], mx, _mm512_load_ps(&sbuf[j * 16]));
+    }
+    const __m512 corr = exp512(_mm512_sub_ps(mold, mx));
+    __m512 sum = _mm512_setzero_ps();
+    for (int j = 0; j < BS; ++j) {
+        const __m512 p = _mm512_maskz_mov_ps(masks[j], exp512(_mm512_sub_ps(_mm512_load_ps(&sbuf[j * 16]), mx)));
+        sum = _mm512_add_ps(sum, p);
+        _mm512_store_ps(&sbuf[j * 16], p);
+    }
+    _mm512_store_ps(tile.m, mx);
+    _mm512_store_ps(tile.l, _mm512_fmadd_ps(_mm512_load_ps(tile.l), corr, sum));
+    alignas(64) float cr[16];
+    _mm512_store_ps(cr, corr);
+    // weighted values, RB lanes at a time with their accumulators in registers (lanes past n are padding: p = 0)
+    constexpr int V = D / 16;
+    constexpr int RB = D <= 64 ? 4 : 2;
+    int jlast = BS;
+    while (jlast > 0 && !masks[jlast - 1])
+        --jlast;
+    int jfirst = 0;
+    while (jfirst < jlast && !masks[jfirst])
+        ++jfirst;
+    for (int r0 = 0; r0 < tile.n; r0 += RB) {
+        __m512 a[RB][V];
+#pragma GCC unroll 8
+        for (int rr = 0; rr < RB; ++rr) {
+            const __m512 cb = _mm512_set1_ps(cr[r0 + rr]);
+#pragma GCC unroll 8
+            for (int c = 0; c < V; ++c)
+                a[rr][c] = _mm512_mul_ps(_mm512_load_ps(&tile.acc[(r0 + rr) * D + c * 16]), cb);
+        }
+        for (int j = jfirst; j < jlast; ++j) {
+            __m512 v[V];
+#pragma GCC unroll 8
+            for (int c = 0; c < V; ++c)
+                v[c] = _mm512_load_ps(&vf[j * D + c * 16]);
+#pragma GCC unroll 8
+            for (int rr = 0; rr < RB; ++rr) {
+                const __m512 pb = _mm512_set1_ps(sbuf[j * 16 + r0 + rr]);
+#pragma GCC unroll 8
+                for (int c = 0; c < V; ++c)
+                    a[rr][c] = _mm512_fmadd_ps(pb, v[c], a[rr][c]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int rr = 0; rr < RB; ++rr)
+#pragma GCC unroll 8
+            for (int c = 0; c < V; ++c)
+                _mm512_store_ps(&tile.acc[(r0 + rr) * D + c * 16], a[rr][c]);
+    }
+}
+
+// The values of keys [j0, j1) of a block in fp32 (other rows zero: p is 0 there, and 0 * garbage must stay 0).
+template <int D, typename C>
+inline void values_f32(const C* vblock, int BS, int j0, int j1, float* vf) {
+    for (int j = 0; j < BS; ++j) {
+        float* dst = vf + j * D;
+        if (j < j0 || j >= j1) {
+            std::fill_n(dst, D, 0.0f);
+            continue;
+        }
+        const C* src = vblock + j * D;
+        if constexpr (std::is_same<C, float>::value) {
+            std::memcpy(dst, src, D * sizeof(float));
+        } else {
+            for (int c = 0; c < D; c += 16) {
+                const __m256i h16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + c));
+                const __m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h16), 16);
+                _mm512_store_ps(dst + c, _mm512_castsi512_ps(w));
+            }
+        }
+    }
+}
+
+#endif  // LLMKILN_SIMD
+
+#if defined(LLMKILN_SIMD) && defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#    define LLMKILN_AMX 1
+#    include <sys/syscall.h>
+#    include <unistd.h>
+
+// AMX: this thread may use the tile registers (Linux asks once per process; OpenVINO's own kernels have asked
+// already where they use AMX: asking again is harmless).
+inline bool amx_allowed() {
+    static const bool ok = [] {
+        constexpr int ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
+        return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    }();
+    return ok;
+}
+
+struct alignas(64) TileConfig {
+    uint8_t palette;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+// Eight tiles of 16 rows x 64 bytes (fp32 16x16, bf16 16x32). A constant in memory: GCC may treat the config
+// builtin's operand as unread, so a config built on the stack right before it can be optimized away (palette 0:
+// every tile instruction then faults with SIGILL).
+alignas(64) const TileConfig kTileConfig = {
+    1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0}, {16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0}};
+
+inline void amx_configure() {
+    asm volatile("" ::: "memory");
+    _tile_loadconfig(&kTileConfig);
+}
+
+// 16x16 transpose of 32-bit elements (rows in r), in four rounds of pairwise interleaves.
+struct TransposeIndex {
+    alignas(64) int32_t lo[4][16];
+    alignas(64) int32_t hi[4][16];
+    TransposeIndex() {
+        for (int round = 0, s = 8; s >= 1; s /= 2, ++round)
+            for (int j = 0; j < 16; ++j) {
+                const int k = j / (2 * s), pos = j % (2 * s);
+                lo[round][j] = pos < s ? k * 2 * s + pos : 16 + k * 2 * s + pos - s;
+                hi[round][j] = pos < s ? k * 2 * s + s + pos : 16 + k * 2 * s + s + pos - s;
+            }
+    }
+};
+const TransposeIndex kTransposeIndex;
+
+inline void transpose16(__m512i r[16]) {
+    for (int round = 0, s = 8; s >= 1; s /= 2, ++round) {
+        const __m512i il = _mm512_load_si512(kTransposeIndex.lo[round]);
+        const __m512i ih = _mm512_load_si512(kTransposeIndex.hi[round]);
+        for (int i = 0; i < 16; ++i)
+            if ((i / s) % 2 == 0) {
+                const __m512i a = r[i], b = r[i + s];
+                r[i] = _mm512_permutex2var_epi32(a, il, b);
+                r[i + s] = _mm512_permutex2var_epi32(a, ih, b);
+            }
+    }
+}
+
+// A block's keys as the B operand of Q.K^T (4 tiles: d halves x key halves, [16 d pairs][16 keys][2] each) and its
+// values as the B operand of P.V (D/16 tiles: [16 key pairs][16 d][2] each, per 16 values of d... per key half).
+template <int D>
+struct AmxBlock {
+    alignas(64) uint16_t kb[D / 32][2][16 * 32];      // [d half][key half][pair row p][key n][2]
+    alignas(64) uint16_t vb[D / 16][16 * 32];         // [d slice][key pair r][d n][2] (32 keys)
+};
+
+template <int D>
+inline void amx_block(const uint16_t* k, const uint16_t* v, AmxBlock<D>& out) {
+    // keys: Kd[key][pair] (32-bit) transposed per 16x16
+    const uint32_t* kd = reinterpret_cast<const uint32_t*>(k);
+    for (int dh = 0; dh < D / 32; ++dh)
+        for (int kh = 0; kh < 2; ++kh) {
+            __m512i r[16];
+            for (int n = 0; n < 16; ++n)
+                r[n] = _mm512_loadu_si512(kd + (kh * 16 + n) * (D / 2) + dh * 16);
+            transpose16(r);
+            for (int p = 0; p < 16; ++p)
+                _mm512_store_si512(&out.kb[dh][kh][p * 32], r[p]);
+        }
+    // values: rows 2r and 2r+1 interleaved
+    alignas(64) static const int16_t il[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                               8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    const __m512i idx = _mm512_load_si512(il);
+    for (int c = 0; c < D / 16; ++c)
+        for (int rr = 0; rr < 16; ++rr) {
+            const __m512i a = _mm512_castsi256_si512(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + (2 * rr) * D + c * 16)));
+            const __m512i b = _mm512_castsi256_si512(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + (2 * rr + 1) * D + c * 16)));
+            _mm512_store_si512(&out.vb[c][rr * 32], _mm512_permutex2var_epi16(a, idx, b));
+        }
+}
+
+// The shared pass of one item on AMX: `nq` queries (bf16, scaled, [nq][D]) over `nb` whole blocks; each query's
+// partial state (max, sum, weighted values) out. One max per query for the whole chunk: no rescaling inside.
+template <int D>
+void amx_shared(const uint16_t* qbf, int64_t nq, const AmxBlock<D>* blocks, int64_t nb, float* pm, float* pl,
+                float* pacc) {
+    const int64_t nk = nb * 32;
+    thread_local std::vector<float> S;
+    thread_local std::vector<uint16_t> P;
+    if (S.size() < size_t(16 * nk)) {
+        S.resize(16 * nk);
+        P.resize(16 * nk);
+    }
+    alignas(64) float O[16 * 16];
+    amx_configure();
+    for (int64_t q0 = 0; q0 < nq; q0 += 16) {
+        const int64_t n = std::min<int64_t>(16, nq - q0);
+        alignas(64) uint16_t qt[16 * D];
+        std::memset(qt, 0, sizeof(qt));
+        std::memcpy(qt, qbf + q0 * D, n * D * sizeof(uint16_t));
+        // S = Q K^T, 32 keys per block
+        for (int64_t b = 0; b < nb; ++b) {
+            _tile_zero(0);
+            _tile_zero(1);
+            for (int dh = 0; dh < D / 32; ++dh) {
+                _tile_loadd(2, qt + dh * 32, D * 2);
+                _tile_loadd(4, blocks[b].kb[dh][0], 64);
+                _tile_loadd(5, blocks[b].kb[dh][1], 64);
+                _tile_dpbf16ps(0, 2, 4);
+                _tile_dpbf16ps(1, 2, 5);
+            }
+            _tile_stored(0, &S[b * 32], nk * 4);
+            _tile_stored(1, &S[b * 32 + 16], nk * 4);
+        }
+        // softmax rows: max, exponentials (bf16 for P.V), sums
+        for (int64_t i = 0; i < 16; ++i) {
+            float* row = &S[i * nk];
+            __m512 mx = _mm512_set1_ps(kNegInf);
+            for (int64_t j = 0; j < nk; j += 16)
+                mx = _mm512_max_ps(mx, _mm512_loadu_ps(row + j));
+            const float m = _mm512_reduce_max_ps(mx);
+            const __m512 mv = _mm512_set1_ps(m);
+            __m512 sum = _mm512_setzero_ps();
+            for (int64_t j = 0; j < nk; j += 32) {
+                const __m512 p0 = exp512(_mm512_sub_ps(_mm512_loadu_ps(row + j), mv));
+                const __m512 p1 = exp512(_mm512_sub_ps(_mm512_loadu_ps(row + j + 16), mv));
+                sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
+                _mm512_storeu_si512(&P[i * nk + j], (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+            }
+            if (i < n) {
+                pm[q0 + i] = m;
+                pl[q0 + i] = _mm512_reduce_add_ps(sum);
+            }
+        }
+        // O = P V, 16 values of d per tile
+        for (int c = 0; c < D / 16; c += 4) {
+            const int cn = std::min(4, D / 16 - c);
+            _tile_zero(4);
+            _tile_zero(5);
+            _tile_zero(6);
+            _tile_zero(7);
+            for (int64_t b = 0; b < nb; ++b) {
+                _tile_loadd(2, &P[b * 32], nk * 2);
+                _tile_loadd(3, blocks[b].vb[c], 64);
+                _tile_dpbf16ps(4, 2, 3);
+                if (cn > 1) {
+                    _tile_loadd(3, blocks[b].vb[c + 1], 64);
+                    _tile_dpbf16ps(5, 2, 3);
+                }
+                if (cn > 2) {
+                    _tile_loadd(3, blocks[b].vb[c + 2], 64);
+                    _tile_dpbf16ps(6, 2, 3);
+                }
+                if (cn > 3) {
+                    _tile_loadd(3, blocks[b].vb[c + 3], 64);
+                    _tile_dpbf16ps(7, 2, 3);
+                }
+            }
+            for (int cc = 0; cc < cn; ++cc) {
+                switch (cc) {
+                    case 0: _tile_stored(4, O, 64); break;
+                    case 1: _tile_stored(5, O, 64); break;
+                    case 2: _tile_stored(6, O, 64); break;
+                    default: _tile_stored(7, O, 64); break;
+                }
+                for (int64_t i = 0; i < n; ++i)
+                    std::memcpy(&pacc[(q0 + i) * D + (c + cc) * 16], &O[i * 16], 16 * sizeof(float));
+            }
+        }
+    }
+    _tile_release();
+}
+#endif  // AMX
+
+
+struct Timing {
+    double prep = 0, attn = 0, shared = 0, merge = 0, own = 0;
+    long calls = 0;
+    bool on = std::getenv("LLMKILN_CASCADE_TIMING") != nullptr;
+    ~Timing() {
+        if (on && calls)
+            std::fprintf(stderr,
+                         "cascade: %ld calls, prepare %.1f us, attention %.1f us (shared %.1f, merge %.1f, own %.1f) "
+                         "per call\n",
+                         calls, prep / calls, attn / calls, shared / calls, merge / calls, own / calls);
+    }
+};
+Timing g_timing;
+inline double now_us() {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Group {
+    std::vector<int64_t> seqs;
+    int64_t blocks = 0;  // shared leading blocks
+    std::vector<int64_t> rows;  // the members' query tokens
+};
+
+// What one call works on: the inputs, which sequence each token is in, and the groups of shared blocks.
+template <typename C>
+struct Call {
+    const float* q;
+    const float* k;
+    const float* v;
+    C* kcache;
+    C* vcache;
+    const int32_t* past;
+    const int32_t* begins;
+    const int32_t* blocks;
+    const int32_t* bbegins;
+    float scale;
+    Shape s;
+    std::vector<int32_t> seq_of;
+    std::vector<Group> groups;
+    std::vector<int64_t> shared_of;  // tokens of each sequence attended in its group's pass
+
+    Call(const ov::TensorVector& in, const Shape& shape) : s(shape) {
+        q = in[0].data<const float>();
+        k = in[1].data<const float>();
+        v = in[2].data<const float>();
+        kcache = static_cast<C*>(const_cast<void*>(in[3].data()));
+        vcache = static_cast<C*>(const_cast<void*>(in[4].data()));
+        past = in[5].data<const int32_t>();
+        begins = in[6].data<const int32_t>();
+        blocks = in[7].data<const int32_t>();
+        bbegins = in[8].data<const int32_t>();
+        scale = *in[9].data<const float>();
+    }
+
+    int64_t block(int64_t seq, int64_t b) const {
+        return blocks[bbegins[seq] + b];
+    }
+    const C* kblock(int64_t block, int64_t h) const {
+        return kcache + (block * s.Hkv + h) * s.BS * s.D;
+    }
+    const C* vblock(int64_t block, int64_t h) const {
+        return vcache + (block * s.Hkv + h) * s.BS * s.D;
+    }
+
+    // the new tokens' keys and values into their blocks, then the groups
+    void prepare(int64_t min_shared) {
+        const int64_t T = s.T, S = s.S, Hkv = s.Hkv, D = s.D, BS = s.BS;
+        seq_of.assign(T, 0);
+        for (int64_t i = 0; i < S; ++i)
+            for (int32_t t = begins[i]; t < begins[i + 1]; ++t)
+                seq_of[t] = int32_t(i);
+        ov::parallel_for(T, [&](int64_t t) {
+            const int64_t i = seq_of[t];
+            const int64_t pos = past[i] + (t - begins[i]);
+            const int64_t b = block(i, pos / BS);
+            const int64_t off = pos % BS;
+            for (int64_t h = 0; h < Hkv; ++h) {
+                C* kd = kcache + ((b * Hkv + h) * BS + off) * D;
+                C* vd = vcache + ((b * Hkv + h) * BS + off) * D;
+                const float* ks = k + t * Hkv * D + h * D;
+                const float* vs = v + t * Hkv * D + h * D;
+                for (int64_t d = 0; d < D; ++d) {
+                    kd[d] = from_f32<C>(ks[d]);
+                    vd[d] = from_f32<C>(vs[d]);
+                }
+            }
+        });
+        std::map<int32_t, std::vector<int64_t>> by_first;
+        for (int64_t i = 0; i < S; ++i)
+            if (past[i] >= BS)
+                by_first[block(i, 0)].push_back(i);
+        shared_of.assign(S, 0);
+        for (auto& kv : by_first) {
+            const auto& members = kv.second;
+            if (members.size() < 2)
+                continue;
+            int64_t lcp = INT64_MAX;
+            for (int64_t i : members)
+                lcp = std::min<int64_t>(lcp, past[i] / BS);  // full past blocks only
+            for (int64_t b = 1; b < lcp; ++b)
+                for (int64_t i : members)
+                    if (block(i, b) != block(members[0], b)) {
+                        lcp = b;
+                        break;
+                    }
+            if (lcp * BS < std::max<int64_t>(min_shared, BS))
+                continue;
+            Group g;
+            g.seqs = members;
+            g.blocks = lcp;
+            for (int64_t i : members) {
+                shared_of[i] = lcp * BS;
+                for (int32_t t = begins[i]; t < begins[i + 1]; ++t)
+                    g.rows.push_back(t);
+            }
+            groups.push_back(std::move(g));
+        }
+    }
+};
+
+// Work items of the shared pass: (group, KV head, a chunk of its shared blocks), each with its partial states.
+struct Item {
+    int64_t group, h, b0, b1;
+    size_t slot;  // offset of its partial states: one per (row, query head of the KV head)
+};
+
+inline std::vector<Item> shared_items(const std::vector<Group>& groups, int64_t Hkv, int64_t G, size_t& slots) {
+    std::vector<Item> items;
+    slots = 0;
+    const int64_t nthr = std::max(1, parallel_get_max_threads());
+    for (int64_t gi = 0; gi < int64_t(groups.size()); ++gi) {
+        const Group& g = groups[gi];
+        // enough chunks for every thread, each several blocks (the rows reuse every loaded block)
+        const int64_t want = std::max<int64_t>(1, (4 * nthr + Hkv - 1) / Hkv);
+        const int64_t per = std::max<int64_t>(1, (g.blocks + want - 1) / want);
+        for (int64_t h = 0; h < Hkv; ++h)
+            for (int64_t b0 = 0; b0 < g.blocks; b0 += per) {
+                items.push_back({gi, h, b0, std::min(g.blocks, b0 + per), slots});
+                slots += g.rows.size() * G;
+            }
+    }
+    return items;
+}
+
+// Fold the items' partial states into the per-(token, head) states m, l, acc.
+inline void merge_items(const std::vector<Item>& items, const std::vector<Group>& groups, const Shape& s,
+                        const std::vector<float>& pm, const std::vector<float>& pl, const std::vector<float>& pacc,
+                        std::vector<float>& m, std::vector<float>& l, std::vector<float>& acc) {
+    const int64_t H = s.H, G = s.G, D = s.D;
+    for (const Item& it : items) {
+        const Group& g = groups[it.group];
+        for (size_t r = 0; r < g.rows.size(); ++r)
+            for (int64_t gg = 0; gg < G; ++gg) {
+                const int64_t t = g.rows[r];
+                const int64_t hq = it.h * G + gg;
+                const size_t slot = it.slot + r * G + gg;
+                float& M = m[t * H + hq];
+                float& L = l[t * H + hq];
+                float* A = &acc[(t * H + hq) * D];
+                const float mx = std::max(M, pm[slot]);
+                const float c0 = exp_neg(M - mx), c1 = exp_neg(pm[slot] - mx);
+                const float* pa = &pacc[slot * D];
+                for (int64_t d = 0; d < D; ++d)
+                    A[d] = A[d] * c0 + pa[d] * c1;
+                L = L * c0 + pl[slot] * c1;
+                M = mx;
+            }
+    }
+}
+
+template <typename C>
+void run_scalar(Call<C>& c, float* out) {
+    const Shape& s = c.s;
+    const int64_t T = s.T, H = s.H, Hkv = s.Hkv, G = s.G, D = s.D, BS = s.BS;
+    std::vector<float> m(T * H, kNegInf), l(T * H, 0.0f), acc(T * H * D, 0.0f);
+    size_t slots = 0;
+    const auto items = shared_items(c.groups, Hkv, G, slots);
+    std::vector<float> pm(slots), pl(slots), pacc(slots * D);
+    ov::parallel_for(int64_t(items.size()), [&](int64_t n) {
+        const Item& it = items[n];
+        const Group& g = c.groups[it.group];
+        std::vector<float> kt(D * BS), vb(BS * D), sc(BS), qs(D);
+        const size_t R = g.rows.size();
+        for (size_t r = 0; r < R * G; ++r) {
+            pm[it.slot + r] = kNegInf;
+            pl[it.slot + r] = 0.0f;
+            std::fill_n(&pacc[(it.slot + r) * D], D, 0.0f);
+        }
+        for (int64_t b = it.b0; b < it.b1; ++b) {
+            load_block(c.kcache, c.vcache, s, c.block(g.seqs[0], b), it.h, 0, BS, kt.data(), vb.data());
+            for (size_t r = 0; r < R; ++r) {
+                const int64_t t = g.rows[r];
+                for (int64_t gg = 0; gg < G; ++gg) {
+                    const float* qp = c.q + t * H * D + (it.h * G + gg) * D;
+                    for (int64_t d = 0; d < D; ++d)
+                        qs[d] = qp[d] * c.scale;
+                    const size_t slot = it.slot + r * G + gg;
+                    State st{pm[slot], pl[slot], &pacc[slot * D]};
+                    attend(qs.data(), kt.data(), vb.data(), s, 0, BS, st, sc.data());
+                    pm[slot] = st.m;
+                    pl[slot] = st.l;
+                }
+            }
+        }
+    });
+    merge_items(items, c.groups, s, pm, pl, pacc, m, l, acc);
+    ov::parallel_for2d(T, Hkv, [&](int64_t t, int64_t h) {
+        const int64_t i = c.seq_of[t];
+        const int64_t start = c.shared_of[i];
+        const int64_t end = c.past[i] + (t - c.begins[i]) + 1;  // keys [start, end)
+        std::vector<float> kt(D * BS), vb(BS * D), sc(BS), qs(G * D);
+        for (int64_t gg = 0; gg < G; ++gg) {
+            const float* qp = c.q + t * H * D + (h * G + gg) * D;
+            for (int64_t d = 0; d < D; ++d)
+                qs[gg * D + d] = qp[d] * c.scale;
+        }
+        for (int64_t b = start / BS; b * BS < end; ++b) {
+            const int64_t j0 = std::max<int64_t>(start - b * BS, 0);
+            const int64_t j1 = std::min<int64_t>(end - b * BS, BS);
+            if (j0 > 0 || j1 < BS)
+                std::fill(kt.begin(), kt.end(), 0.0f);
+            load_block(c.kcache, c.vcache, s, c.block(i, b), h, j0, j1, kt.data(), vb.data());
+            for (int64_t gg = 0; gg < G; ++gg) {
+                const int64_t hq = h * G + gg;
+                State st{m[t * H + hq], l[t * H + hq], &acc[(t * H + hq) * D]};
+                attend(&qs[gg * D], kt.data(), vb.data(), s, j0, j1, st, sc.data());
+                m[t * H + hq] = st.m;
+                l[t * H + hq] = st.l;
+            }
+        }
+        for (int64_t gg = 0; gg < G; ++gg) {
+            const int64_t hq = h * G + gg;
+            const float inv = 1.0f / l[t * H + hq];
+            const float* A = &acc[(t * H + hq) * D];
+            float* o = out + t * H * D + hq * D;
+            for (int64_t d = 0; d < D; ++d)
+                o[d] = A[d] * inv;
+        }
+    });
+}
+
+#ifdef LLMKILN_SIMD
+template <int D, typename C>
+void run_simd(Call<C>& c, float* out) {
+    constexpr bool BF16 = std::is_same<C, uint16_t>::value;
+    const Shape& s = c.s;
+    const int64_t T = s.T, H = s.H, Hkv = s.Hkv, G = s.G, BS = s.BS;
+    std::vector<float> m(T * H, kNegInf), l(T * H, 0.0f), acc(T * H * D, 0.0f);
+    size_t slots = 0;
+    const auto items = shared_items(c.groups, Hkv, G, slots);
+    std::vector<float> pm(slots), pl(slots), pacc(slots * D);
+    const double t0 = now_us();
+    // the shared pass: every query (row x query head) of the group for this KV head, 16 to a tile
+#ifdef LLMKILN_AMX
+    if (BF16 && amx_allowed()) {
+        ov::parallel_for(int64_t(items.size()), [&](int64_t n) {
+            const Item& it = items[n];
+            const Group& g = c.groups[it.group];
+            const int64_t nq = int64_t(g.rows.size()) * G;
+            thread_local std::vector<uint16_t> qbf;
+            thread_local std::vector<AmxBlock<D>> blks;
+            if (qbf.size() < size_t(nq * D))
+                qbf.resize(nq * D);
+            if (blks.size() < size_t(it.b1 - it.b0))
+                blks.resize(it.b1 - it.b0);
+            for (int64_t qi = 0; qi < nq; ++qi) {
+                const float* qp = c.q + g.rows[qi / G] * H * D + (it.h * G + qi % G) * D;
+                for (int d = 0; d < D; ++d)
+                    qbf[qi * D + d] = f32_to_bf16(qp[d] * c.scale);
+            }
+            for (int64_t b = it.b0; b < it.b1; ++b) {
+                const int64_t blk = c.block(g.seqs[0], b);
+                amx_block<D>(reinterpret_cast<const uint16_t*>(c.kblock(blk, it.h)),
+                             reinterpret_cast<const uint16_t*>(c.vblock(blk, it.h)), blks[b - it.b0]);
+            }
+            amx_shared<D>(qbf.data(), nq, blks.data(), it.b1 - it.b0, &pm[it.slot], &pl[it.slot],
+                          &pacc[it.slot * D]);
+        });
+    } else
+#endif
+    ov::parallel_for(int64_t(items.size()), [&](int64_t n) {
+        const Item& it = items[n];
+        const Group& g = c.groups[it.group];
+        const int64_t nq = int64_t(g.rows.size()) * G;
+        thread_local std::vector<Tile<D>> tiles;
+        const size_t ntiles = size_t((nq + 15) / 16);
+        if (tiles.size() < ntiles)
+            tiles.resize(ntiles);
+        for (size_t ti = 0; ti < ntiles; ++ti)
+            tiles[ti].template clear<BF16>();
+        for (int64_t qi = 0; qi < nq; ++qi) {
+            const int64_t t = g.rows[qi / G], hq = it.h * G + qi % G;
+            tiles[qi / 16].template add<BF16>(c.q + t * H * D + hq * D, c.scale, 0, INT32_MAX, t, hq);
+        }
+        alignas(64) float vf[64 * D];
+        alignas(64) float sbuf[64 * 16];
+        for (int64_t b = it.b0; b < it.b1; ++b) {
+            const int64_t blk = c.block(g.seqs[0], b);
+            values_f32<D>(c.vblock(blk, it.h), int(BS), 0, int(BS), vf);
+            for (size_t ti = 0; ti < ntiles; ++ti)
+                tile_block<D, BF16>(tiles[ti], c.kblock(blk, it.h), vf, int(BS), int32_t(b * BS), sbuf);
+        }
+        for (int64_t qi = 0; qi < nq; ++qi) {
+            const Tile<D>& tile = tiles[qi / 16];
+            const int lane = int(qi % 16);
+            pm[it.slot + qi] = tile.m[lane];
+            pl[it.slot + qi] = tile.l[lane];
+            std::memcpy(&pacc[(it.slot + qi) * D], &tile.acc[lane * D], D * sizeof(float));
+        }
+    });
+    const double t1 = now_us();
+    merge_items(items, c.groups, s, pm, pl, pacc, m, l, acc);
+    const double t2 = now_us();
+    // every sequence's own keys (after its shared blocks; causal), per KV head
+    ov::parallel_for2d(s.S, Hkv, [&](int64_t i, int64_t h) {
+        const int64_t start = c.shared_of[i];
+        const int64_t t0 = c.begins[i], t1 = c.begins[i + 1];
+        const int64_t nq = (t1 - t0) * G;
+        if (nq == 0)
+            return;
+        thread_local std::vector<Tile<D>> tiles;
+        const size_t ntiles = size_t((nq + 15) / 16);
+        if (tiles.size() < ntiles)
+            tiles.resize(ntiles);
+        for (size_t ti = 0; ti < ntiles; ++ti)
+            tiles[ti].template clear<BF16>();
+        for (int64_t qi = 0; qi < nq; ++qi) {
+            const int64_t t = t0 + qi / G, hq = h * G + qi % G;
+            Tile<D>& tile = tiles[qi / 16];
+            const int lane = tile.n;
+            tile.template add<BF16>(c.q + t * H * D + hq * D, c.scale, int32_t(start),
+                                    int32_t(c.past[i] + (t - t0) + 1), t, hq);
+            tile.m[lane] = m[t * H + hq];
+            tile.l[lane] = l[t * H + hq];
+            std::memcpy(&tile.acc[lane * D], &acc[(t * H + hq) * D], D * sizeof(float));
+        }
+        const int64_t end = c.past[i] + (t1 - t0);  // the last token's keys [start, end)
+        alignas(64) float vf[64 * D];
+        alignas(64) float sbuf[64 * 16];
+        for (int64_t b = start / BS; b * BS < end; ++b) {
+            const int64_t blk = c.block(i, b);
+            const int j0 = int(std::max<int64_t>(start - b * BS, 0));
+            const int j1 = int(std::min<int64_t>(end - b * BS, BS));
+            values_f32<D>(c.vblock(blk, h), int(BS), j0, j1, vf);
+            for (size_t ti = 0; ti < ntiles; ++ti)
+                tile_block<D, BF16>(tiles[ti], c.kblock(blk, h), vf, int(BS), int32_t(b * BS), sbuf);
+        }
+        for (size_t ti = 0; ti < ntiles; ++ti)
+            for (int lane = 0, n = tiles[ti].n; lane < n; ++lane) {
+                const Tile<D>& tile = tiles[ti];
+                const float inv = 1.0f / tile.l[lane];
+                float* o = out + tile.token[lane] * H * D + tile.head[lane] * D;
+                for (int d = 0; d < D; ++d)
+                    o[d] = tile.acc[lane * D + d] * inv;
+            }
+    });
+    if (g_timing.on) {
+        const double t3 = now_us();
+        g_timing.shared += t1 - t0;
+        g_timing.merge += t2 - t1;
+        g_timing.own += t3 - t2;
+    }
+}
+#endif
+
+
+template <typename C>
+void run(const ov::TensorVector& in, float* out, const Shape& s, int64_t min_shared) {
+    Call<C> c(in, s);
+    auto t0 = std::chrono::steady_clock::now();
+    c.prepare(min_shared);
+    auto t1 = std::chrono::steady_clock::now();
+    struct After {
+        std::chrono::steady_clock::time_point t0, t1;
+        ~After() {
+            if (!g_timing.on)
+                return;
+            auto t2 = std::chrono::steady_clock::now();
+            g_timing.prep += std::chrono::duration<double, std::micro>(t1 - t0).count();
+            g_timing.attn += std::chrono::duration<double, std::micro>(t2 - t1).count();
+            g_timing.calls++;
+        }
+    } after{t0, t1};
+#ifdef LLMKILN_SIMD
+    if (s.BS <= 64 && s.D == 64)
+        return run_simd<64, C>(c, out);
+    if (s.BS <= 64 && s.D == 128)
+        return run_simd<128, C>(c, out);
+#endif
+    run_scalar(c, out);
+}
+
+}  // namespace
+
+class CascadeAttention : public ov::op::Op {
+public:
+    OPENVINO_OP("CascadeAttention", "llmkiln");
+
+    CascadeAttention() = default;
+    CascadeAttention(const ov::OutputVector& args, int64_t min_shared_tokens)
+        : Op(args),
+          m_min_shared_tokens(min_shared_tokens) {
+        constructor_validate_and_infer_types();
+    }
+
+    void validate_and_infer_types() override {
+        NODE_VALIDATION_CHECK(this, get_input_size() == 10, "CascadeAttention takes 10 inputs, got ", get_input_size());
+        set_output_type(0, ov::element::f32, get_input_partial_shape(0));
+    }
+
+    std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override {
+        return std::make_shared<CascadeAttention>(args, m_min_shared_tokens);
+    }
+
+    bool visit_attributes(ov::AttributeVisitor& visitor) override {
+        visitor.on_attribute("min_shared_tokens", m_min_shared_tokens);
+        return true;
+    }
+
+    bool has_evaluate() const override {
+        return true;
+    }
+
+    bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override {
+        const auto& qs = inputs[0].get_shape();
+        const auto& cs = inputs[3].get_shape();  // [blocks, Hkv, BS, D]
+        Shape s{};
+        s.T = int64_t(qs[0]);
+        s.S = int64_t(inputs[5].get_size());
+        s.Hkv = int64_t(cs[1]);
+        s.BS = int64_t(cs[2]);
+        s.D = int64_t(cs[3]);
+        s.H = int64_t(qs[1]) / s.D;
+        s.G = s.H / s.Hkv;
+        outputs[0].set_shape(qs);
+        float* out = outputs[0].data<float>();
+        if (s.T == 0)
+            return true;
+        const auto et = inputs[3].get_element_type();
+        if (et == ov::element::bf16)
+            run<uint16_t>(inputs, out, s, m_min_shared_tokens);
+        else if (et == ov::element::f32)
+            run<float>(inputs, out, s, m_min_shared_tokens);
+        else
+            return false;
+        return true;
+    }
+
+private:
+    int64_t m_min_shared_tokens = 64;
+};
+
+OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>({std::make_shared<ov::OpExtension<CascadeAttention>>()}));
