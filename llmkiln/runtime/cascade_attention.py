@@ -63,11 +63,13 @@ def _cpu_flags() -> str:
 
 
 def _compiler() -> str:
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    wanted = os.environ.get("CXX")
+    cxx = shutil.which(wanted) if wanted else shutil.which("g++") or shutil.which("c++")
     if not cxx:
         raise ExtensionBuildFailed(
-            "cascade attention needs a C++ compiler to build its OpenVINO extension once (g++: `apt-get install "
-            "g++`); or turn it off: kv_cache.cascade: false"
+            f"cascade attention needs a C++ compiler to build its OpenVINO extension once "
+            f"({'$CXX=' + wanted + ' is not one' if wanted else 'no g++ or c++ on PATH'}: `apt-get install g++`); "
+            "or turn it off: kv_cache.cascade: false (or $LLMKILN_CASCADE=0)"
         )
     return cxx
 

@@ -434,11 +434,13 @@ inline void amx_block(const uint16_t* k, const uint16_t* v, AmxBlock<D>& out) {
         }
 }
 
-// The shared pass of one item on AMX: `nq` queries (bf16, scaled, [nq][D]) over `nb` whole blocks; each query's
-// partial state (max, sum, weighted values) out. One max per query for the whole chunk: no rescaling inside.
+// `nq` queries (bf16, scaled, [nq][D]) over the keys of `nb` blocks (absolute positions key0, key0 + 1, ...) on
+// AMX; each query's partial state (max, sum, weighted values) out. One max per query for all the keys: no
+// rescaling inside. `hi` (may be null: every key): query i sees keys [lo, hi[i]) only (causal, and a sequence's
+// own keys after its shared blocks).
 template <int D>
-void amx_shared(const uint16_t* qbf, int64_t nq, const AmxBlock<D>* blocks, int64_t nb, float* pm, float* pl,
-                float* pacc) {
+void amx_attend(const uint16_t* qbf, int64_t nq, const AmxBlock<D>* blocks, int64_t nb, float* pm, float* pl,
+                float* pacc, int64_t key0 = 0, int64_t lo = 0, const int32_t* hi = nullptr) {
     const int64_t nk = nb * 32;
     thread_local std::vector<float> S;
     thread_local std::vector<uint16_t> P;
@@ -467,18 +469,30 @@ void amx_shared(const uint16_t* qbf, int64_t nq, const AmxBlock<D>* blocks, int6
             _tile_stored(0, &S[b * 32], nk * 4);
             _tile_stored(1, &S[b * 32 + 16], nk * 4);
         }
-        // softmax rows: max, exponentials (bf16 for P.V), sums
+        // softmax rows: max, exponentials (bf16 for P.V), sums; keys outside a query's range weigh exactly 0
+        const __m512i lanes = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
         for (int64_t i = 0; i < 16; ++i) {
             float* row = &S[i * nk];
+            int64_t jlo = 0, jhi = nk;
+            if (hi != nullptr) {
+                jlo = std::max<int64_t>(0, lo - key0);
+                jhi = i < n ? std::min<int64_t>(nk, hi[q0 + i] - key0) : jlo;
+            }
+            const __m512i vlo = _mm512_set1_epi32(int32_t(jlo)), vhi = _mm512_set1_epi32(int32_t(jhi));
+            auto valid = [&](int64_t j) {
+                const __m512i idx = _mm512_add_epi32(lanes, _mm512_set1_epi32(int32_t(j)));
+                return __mmask16(_mm512_cmpge_epi32_mask(idx, vlo) & _mm512_cmplt_epi32_mask(idx, vhi));
+            };
             __m512 mx = _mm512_set1_ps(kNegInf);
             for (int64_t j = 0; j < nk; j += 16)
-                mx = _mm512_max_ps(mx, _mm512_loadu_ps(row + j));
+                mx = _mm512_mask_max_ps(mx, valid(j), mx, _mm512_loadu_ps(row + j));
             const float m = _mm512_reduce_max_ps(mx);
             const __m512 mv = _mm512_set1_ps(m);
             __m512 sum = _mm512_setzero_ps();
             for (int64_t j = 0; j < nk; j += 32) {
-                const __m512 p0 = exp512(_mm512_sub_ps(_mm512_loadu_ps(row + j), mv));
-                const __m512 p1 = exp512(_mm512_sub_ps(_mm512_loadu_ps(row + j + 16), mv));
+                const __m512 p0 = _mm512_maskz_mov_ps(valid(j), exp512(_mm512_sub_ps(_mm512_loadu_ps(row + j), mv)));
+                const __m512 p1 =
+                    _mm512_maskz_mov_ps(valid(j + 16), exp512(_mm512_sub_ps(_mm512_loadu_ps(row + j + 16), mv)));
                 sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
                 _mm512_storeu_si512(&P[i * nk + j], (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
             }
@@ -803,7 +817,7 @@ void run_simd(Call<C>& c, float* out) {
                 amx_block<D>(reinterpret_cast<const uint16_t*>(c.kblock(blk, it.h)),
                              reinterpret_cast<const uint16_t*>(c.vblock(blk, it.h)), blks[b - it.b0]);
             }
-            amx_shared<D>(qbf.data(), nq, blks.data(), it.b1 - it.b0, &pm[it.slot], &pl[it.slot],
+            amx_attend<D>(qbf.data(), nq, blks.data(), it.b1 - it.b0, &pm[it.slot], &pl[it.slot],
                           &pacc[it.slot * D]);
         });
     } else
@@ -848,6 +862,54 @@ void run_simd(Call<C>& c, float* out) {
         const int64_t nq = (t1 - t0) * G;
         if (nq == 0)
             return;
+#ifdef LLMKILN_AMX
+        if (BF16 && nq >= 16 && amx_allowed()) {  // a prompt chunk: all its queries on AMX, then the merge
+            const int64_t end = c.past[i] + (t1 - t0);
+            const int64_t b0 = start / BS, b1 = (end + BS - 1) / BS;
+            thread_local std::vector<uint16_t> qbf;
+            thread_local std::vector<int32_t> his;
+            thread_local std::vector<float> om, ol, oacc;
+            thread_local std::vector<AmxBlock<D>> blks;
+            if (qbf.size() < size_t(nq * D))
+                qbf.resize(nq * D);
+            if (his.size() < size_t(nq)) {
+                his.resize(nq);
+                om.resize(nq);
+                ol.resize(nq);
+            }
+            if (oacc.size() < size_t(nq * D))
+                oacc.resize(nq * D);
+            if (blks.size() < size_t(b1 - b0))
+                blks.resize(b1 - b0);
+            for (int64_t qi = 0; qi < nq; ++qi) {
+                const int64_t t = t0 + qi / G, hq = h * G + qi % G;
+                const float* qp = c.q + t * H * D + hq * D;
+                for (int d = 0; d < D; ++d)
+                    qbf[qi * D + d] = f32_to_bf16(qp[d] * c.scale);
+                his[qi] = int32_t(c.past[i] + (t - t0) + 1);
+            }
+            for (int64_t b = b0; b < b1; ++b) {
+                const int64_t blk = c.block(i, b);
+                amx_block<D>(reinterpret_cast<const uint16_t*>(c.kblock(blk, h)),
+                             reinterpret_cast<const uint16_t*>(c.vblock(blk, h)), blks[b - b0]);
+            }
+            amx_attend<D>(qbf.data(), nq, blks.data(), b1 - b0, om.data(), ol.data(), oacc.data(), b0 * BS, start,
+                          his.data());
+            for (int64_t qi = 0; qi < nq; ++qi) {
+                const int64_t t = t0 + qi / G, hq = h * G + qi % G;
+                const float M = m[t * H + hq], L = l[t * H + hq];
+                const float mx = std::max(M, om[qi]);
+                const float c0 = exp_neg(M - mx), c1 = exp_neg(om[qi] - mx);
+                const float inv = 1.0f / (L * c0 + ol[qi] * c1);
+                const float* A = &acc[(t * H + hq) * D];
+                const float* B = &oacc[qi * D];
+                float* o = out + t * H * D + hq * D;
+                for (int d = 0; d < D; ++d)
+                    o[d] = (A[d] * c0 + B[d] * c1) * inv;
+            }
+            return;
+        }
+#endif
         thread_local std::vector<Tile<D>> tiles;
         const size_t ntiles = size_t((nq + 15) / 16);
         if (tiles.size() < ntiles)

@@ -1,0 +1,185 @@
+"""Cascade attention (runtime/cascade_attention.py, runtime/cascade/cascade_attention.cpp): the OpenVINO runner
+with `cascade=True` gives the logits of OpenVINO's PagedAttention graph on the same plans — shared prefix blocks,
+several groups, prompt chunks on a past (every row), decodes, drafted rows, a sequence alone — in fp32 (float
+rounding) and bf16 (bf16 rounding), on a head size the fast paths take (64: AVX-512 / AMX where the CPU has them)
+and on one they do not (stories260K's 8: the portable loops); the extension is built once and cached; a missing
+compiler is a clear error; the recipe field is refused where it would be ignored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llmkiln.engine_dir import EngineDir
+from llmkiln.recipe import Recipe
+from llmkiln.runtime import cascade_attention
+from llmkiln.runtime import openvino_runner as ov_runner
+from tests.conftest import requires_bf16
+
+pytestmark = pytest.mark.slow
+BS = 32
+# fp32: the same sums in another order; bf16: products rounded to bf16 on both sides, differently
+TOL = {"fp32": 1e-5, "bf16": 0.05}
+
+RECIPE = """\
+name: cascade-test-ov-fp32
+description: gpu-smoke-llama (head size 64) on openvino-cpu, for the cascade attention tests.
+extends: _base-cpu
+model:
+  generated: gpu-smoke-llama
+  seed: 0
+backend: openvino-cpu
+precision: fp32
+limits:
+  max_input_len: 900
+  max_seq_len: 1024
+kv_cache:
+  tokens_per_block: 32
+warmup:
+  prompts: []
+"""
+
+
+@pytest.fixture(scope="module")
+def smoke_xml(engine_factory, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("cascade-recipes")
+    recipe = folder / "cascade-test-ov-fp32.yaml"
+    recipe.write_text(RECIPE, encoding="utf-8")
+    path = EngineDir(engine_factory(str(recipe))).openvino_model()
+    assert path is not None
+    return path
+
+
+@pytest.fixture(scope="module")
+def stories_xml(engine_factory) -> Path:
+    path = EngineDir(engine_factory("stories-ov-fp32")).openvino_model()
+    assert path is not None
+    return path
+
+
+def _pair(xml: Path, precision: str):
+    kw = dict(num_slots=8, max_len=1024, tokens_per_block=BS, store_max_bytes=0, precision=precision, threads=2)
+    return ov_runner.OpenVinoPagedRunner(xml, cascade=False, **kw), ov_runner.OpenVinoPagedRunner(
+        xml, cascade=True, **kw
+    )
+
+
+def _plans(vocab: int):
+    """A conversation of runs over hand-made block tables: a 200-token prefix in blocks 0-5 (+ 8 tokens), three
+    sequences on it (each with its own blocks from 10 + 4i), a fourth on a 70-token prefix of its own, then mixed
+    runs: prompt chunks on the shared blocks (every row's logits), decodes, drafted decodes, a sequence alone."""
+    rng = np.random.default_rng(7)
+    ids = lambda n: tuple(int(x) for x in rng.integers(3, vocab, n))  # noqa: E731
+    shared = tuple(range(6))
+    own = {i: tuple(range(10 + 4 * i, 14 + 4 * i)) for i in range(6)}
+    table = {f"s{i}": shared + own[i] for i in range(4)}
+    table["solo"] = own[4]
+    table["q"] = shared + own[5]
+    prefix = ids(200)
+    pasts = {}
+    plans = [[("p", prefix, 0, shared + (40,))]]  # the prefix, once (its partial last block in block 40)
+    first = []
+    for i in range(3):  # each sequence computes the prefix's 8 last tokens and its own prompt in its own blocks
+        toks = prefix[192:] + ids(20 + 9 * i)
+        first.append((f"s{i}", toks, 192, table[f"s{i}"]))
+        pasts[f"s{i}"] = 192 + len(toks)
+    plans.append(first)
+    plans.append([("solo", ids(70), 0, table["solo"])])
+    pasts["solo"] = 70
+    for step in range(6):
+        run = []
+        for sid in ("s0", "s1", "s2", "solo"):
+            n = 1 + (step + int(sid[-1:] if sid[-1].isdigit() else 0)) % 4 if step % 2 else 1  # drafts: 1-4 rows
+            run.append((sid, ids(n), pasts[sid], table[sid]))
+            pasts[sid] += n
+        if step == 1:  # a new prompt on the shared blocks beside the decodes (every row compared)
+            run.append(("q", prefix[192:] + ids(41), 192, table["q"]))
+        if step == 3:  # a chunk of 40 more on the new prompt's past
+            run.append(("q", ids(40), 192 + 49, table["q"]))
+        plans.append(run)
+    plans.append([(sid, ids(1), pasts[sid], table[sid]) for sid in ("s0", "s1", "s2")])  # decodes only
+    return plans
+
+
+def _compare(xml: Path, precision: str, vocab: int, monkeypatch) -> None:
+    monkeypatch.setattr(cascade_attention, "MAX_OWN_WORK", 10**9)  # every shared run on the cascade graph
+    pa, cascade = _pair(xml, precision)
+    pa.padding.limit = cascade.padding.limit = 0
+    assert cascade.cascade_req is not None and pa.cascade_req is None
+    worst = 0.0
+    for plan in _plans(vocab):
+        rows = [len(toks) for _, toks, _, _ in plan]  # every row: prompt positions, drafts
+        a, b = pa._run(plan, rows), cascade._run(plan, rows)
+        assert a.shape == b.shape
+        worst = max(worst, float(np.abs(a - b).max() / max(1.0, np.abs(a).max())))
+        assert np.abs(a - b).max() <= TOL[precision] * max(1.0, np.abs(a).max()), (plan[0][0], precision)
+        if precision == "fp32":
+            assert (a.argmax(-1) == b.argmax(-1)).all()
+    assert cascade.cascade_runs >= 7, cascade.cascade_runs  # the shared runs took the cascade graph
+    assert cascade.runtime_settings["cascade_attention"] == "on"
+    print(f"worst relative difference {precision}: {worst:.3g}")
+    assert worst > 0.0  # another kernel, not the same graph twice
+
+
+def test_cascade_gives_paged_attention_logits_fp32_head64(smoke_xml, monkeypatch):
+    _compare(smoke_xml, "fp32", 1024, monkeypatch)
+
+
+@requires_bf16
+def test_cascade_gives_paged_attention_logits_bf16_head64(smoke_xml, monkeypatch):
+    _compare(smoke_xml, "bf16", 1024, monkeypatch)
+
+
+def test_cascade_gives_paged_attention_logits_on_the_portable_path(stories_xml, monkeypatch):
+    _compare(stories_xml, "fp32", 512, monkeypatch)
+
+
+def test_runs_without_shared_blocks_or_with_much_own_work_keep_paged_attention():
+    seqs = [("a", (1,) * 4, 200, tuple(range(7))), ("b", (1,) * 4, 200, tuple(range(7, 14)))]
+    assert cascade_attention.shared_tokens(seqs, BS) == [0, 0]
+    assert not cascade_attention.worth_it(seqs, BS)
+    shared = [("a", (1,), 200, tuple(range(7))), ("b", (1,), 200, tuple(range(6)) + (20,))]
+    assert cascade_attention.shared_tokens(shared, BS) == [192, 192]
+    assert cascade_attention.worth_it(shared, BS)
+    short = [("a", (1,), 40, (0, 1)), ("b", (1,), 40, (0, 2))]  # one shared block: under MIN_SHARED_TOKENS
+    assert cascade_attention.shared_tokens(short, BS) == [0, 0]
+    big = [*shared, ("c", (1,) * 400, 0, tuple(range(30, 43)))]  # a long prompt of its own: PagedAttention
+    assert not cascade_attention.worth_it(big, BS)
+
+
+def test_the_extension_is_built_once_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv(cascade_attention.CACHE_ENV, str(tmp_path))
+    first = cascade_attention.extension()
+    assert first.is_file() and first.parent.parent == tmp_path
+    mtime = first.stat().st_mtime_ns
+    assert cascade_attention.extension() == first and first.stat().st_mtime_ns == mtime
+    assert not [p for p in first.parent.iterdir() if p != first]  # no temp files left
+
+
+def test_without_a_compiler_the_error_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv(cascade_attention.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    with pytest.raises(cascade_attention.ExtensionBuildFailed, match="kv_cache.cascade: false"):
+        cascade_attention.extension()
+    assert not list(tmp_path.rglob("*.so"))
+
+
+def test_the_recipe_field_is_openvino_only():
+    base = {"name": "x", "model": {"generated": "tiny-llama"}, "kv_cache": {"cascade": True}}
+    with pytest.raises(ValueError, match="cascade"):
+        Recipe.model_validate(base)
+    ok = Recipe.model_validate(
+        {**base, "backend": "openvino-cpu", "kv_cache": {"cascade": True, "tokens_per_block": 32}}
+    )
+    assert ok.kv_cache.cascade
+
+
+def test_the_environment_overrides_the_recipe(monkeypatch):
+    monkeypatch.delenv(cascade_attention.ENV, raising=False)
+    assert cascade_attention.from_env(True) and not cascade_attention.from_env(False)
+    monkeypatch.setenv(cascade_attention.ENV, "0")
+    assert not cascade_attention.from_env(True)
+    monkeypatch.setenv(cascade_attention.ENV, "1")
+    assert cascade_attention.from_env(False)
