@@ -24,6 +24,7 @@ def test_the_wheel_has_no_experiments(tmp_path: Path) -> None:
         names = z.namelist()
         modules = {n: z.read(n).decode("utf-8") for n in names if n.endswith(".py")}
     assert "llmkiln/bench/runner.py" in names and "llmkiln/cli/options.py" in names  # the tool is there
+    assert "llmkiln/runtime/cascade/cascade_attention.cpp" in names  # built on first use, from the wheel too
     assert not [n for n in names if n.startswith("experiments/") or "/experiments/" in n]
     assert "llmkiln/runtime/torch_runner.py" not in names  # the torch prototype lives in experiments/
     gone = ("summary", "experiment", "scaleout", "tradeoff")

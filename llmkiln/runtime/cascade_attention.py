@@ -33,7 +33,9 @@ from llmkiln.errors import KilnError
 SOURCE = Path(__file__).parent / "cascade" / "cascade_attention.cpp"
 CACHE_ENV = "LLMKILN_EXT_CACHE"
 OP_NAME = "CascadeAttention"
-PA_INPUTS = 10  # q, k, v, key_cache, value_cache, past_lens, subsequence_begins, block_indices, ..._begins, scale
+PA_INPUTS = (
+    10  # q, k, v, key_cache, value_cache, past_lens, subsequence_begins, block_indices, ..._begins, scale
+)
 
 
 class ExtensionBuildFailed(KilnError):
@@ -130,7 +132,9 @@ def from_env(recipe_value: bool) -> bool:
     return recipe_value if v == "" else v not in ("0", "false", "off", "no")
 
 
-def shared_tokens(seqs: list[tuple[str, tuple[int, ...], int, tuple[int, ...]]], block_size: int) -> list[int]:
+def shared_tokens(
+    seqs: list[tuple[str, tuple[int, ...], int, tuple[int, ...]]], block_size: int
+) -> list[int]:
     """Per sequence (id, new tokens, past, block table): how many of its past tokens the cascade op attends in
     its group's shared pass (the same rule as the op: sequences whose tables start with the same full past blocks,
     at least MIN_SHARED_TOKENS of them)."""
@@ -155,7 +159,9 @@ def worth_it(seqs: list[tuple[str, tuple[int, ...], int, tuple[int, ...]]], bloc
     shared = shared_tokens(seqs, block_size)
     if not any(shared):
         return False
-    own = sum(len(toks) * (past + len(toks) - sh) for (_, toks, past, _), sh in zip(seqs, shared, strict=True))
+    own = sum(
+        len(toks) * (past + len(toks) - sh) for (_, toks, past, _), sh in zip(seqs, shared, strict=True)
+    )
     return own <= MAX_OWN_WORK
 
 

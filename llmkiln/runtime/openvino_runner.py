@@ -1,5 +1,6 @@
 """The OpenVINO PagedAttention runner of backend openvino-cpu (the path the kernel study picked,
-docs/cpu-engine.md). The only runtime module that imports openvino.
+docs/cpu-engine.md). With runtime.cascade_attention (its extension op), the only runtime modules that import
+openvino.
 
 The engine folder's IR (llmkiln.build.openvino_export: the checkpoint's fp32 weights, SDPA attention over a
 stateful past) is turned into OpenVINO's PagedAttention graph at load by its own `paged_attention_transformation`
@@ -203,8 +204,15 @@ class OpenVinoPagedRunner:
         # share cached blocks
         self.cascade_req: ov.InferRequest | None = None
         self.cascade_runs = 0
+        cascade_state = "off"
+        ext = None
         if source is not None:
-            ext = cascade_attention.extension()
+            try:
+                ext = cascade_attention.extension()
+            except cascade_attention.ExtensionBuildFailed as exc:  # the engine still runs, on PagedAttention
+                log.warning("cascade attention is off: %s", exc)
+                cascade_state = f"off ({str(exc).splitlines()[0]})"
+        if source is not None and ext is not None:
             core.add_extension(str(ext))
             cascade_attention.cascade_model(
                 source, ext, self.cache_type, self.kv_heads, self.block_size, self.head_dim
@@ -215,7 +223,8 @@ class OpenVinoPagedRunner:
                 self.cascade_req.set_tensor(f"key_cache.{layer}", self._tensors[2 * layer])
                 self.cascade_req.set_tensor(f"value_cache.{layer}", self._tensors[2 * layer + 1])
             self._cascade_inputs = {i.get_any_name() for i in self.cascade_compiled.inputs}
-        self.runtime_settings["cascade_attention"] = "on" if self.cascade_req is not None else "off"
+            cascade_state = "on"
+        self.runtime_settings["cascade_attention"] = cascade_state
         self.block_memory: PagedPools | None = PagedPools(  # the manager's blocks, not the padding's
             [p[: self.num_blocks] for kv in zip(self.k, self.v, strict=True) for p in kv], precision
         )

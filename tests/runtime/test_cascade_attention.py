@@ -60,7 +60,9 @@ def stories_xml(engine_factory) -> Path:
 
 
 def _pair(xml: Path, precision: str):
-    kw = dict(num_slots=8, max_len=1024, tokens_per_block=BS, store_max_bytes=0, precision=precision, threads=2)
+    kw = dict(
+        num_slots=8, max_len=1024, tokens_per_block=BS, store_max_bytes=0, precision=precision, threads=2
+    )
     return ov_runner.OpenVinoPagedRunner(xml, cascade=False, **kw), ov_runner.OpenVinoPagedRunner(
         xml, cascade=True, **kw
     )
@@ -81,7 +83,9 @@ def _plans(vocab: int):
     pasts = {}
     plans = [[("p", prefix, 0, shared + (40,))]]  # the prefix, once (its partial last block in block 40)
     first = []
-    for i in range(3):  # each sequence computes the prefix's 8 last tokens and its own prompt in its own blocks
+    for i in range(
+        3
+    ):  # each sequence computes the prefix's 8 last tokens and its own prompt in its own blocks
         toks = prefix[192:] + ids(20 + 9 * i)
         first.append((f"s{i}", toks, 192, table[f"s{i}"]))
         pasts[f"s{i}"] = 192 + len(toks)
@@ -91,7 +95,9 @@ def _plans(vocab: int):
     for step in range(6):
         run = []
         for sid in ("s0", "s1", "s2", "solo"):
-            n = 1 + (step + int(sid[-1:] if sid[-1].isdigit() else 0)) % 4 if step % 2 else 1  # drafts: 1-4 rows
+            n = (
+                1 + (step + int(sid[-1:] if sid[-1].isdigit() else 0)) % 4 if step % 2 else 1
+            )  # drafts: 1-4 rows
             run.append((sid, ids(n), pasts[sid], table[sid]))
             pasts[sid] += n
         if step == 1:  # a new prompt on the shared blocks beside the decodes (every row compared)
@@ -183,3 +189,17 @@ def test_the_environment_overrides_the_recipe(monkeypatch):
     assert not cascade_attention.from_env(True)
     monkeypatch.setenv(cascade_attention.ENV, "1")
     assert cascade_attention.from_env(False)
+
+
+def test_an_engine_without_the_extension_runs_on_paged_attention_and_says_why(smoke_xml, monkeypatch):
+    def fail() -> Path:
+        raise cascade_attention.ExtensionBuildFailed("no g++ on PATH (test)")
+
+    monkeypatch.setattr(cascade_attention, "extension", fail)
+    r = ov_runner.OpenVinoPagedRunner(smoke_xml, 2, 256, BS, 0, precision="fp32", threads=1, cascade=True)
+    try:
+        assert r.cascade_req is None
+        assert r.runtime_settings["cascade_attention"] == "off (no g++ on PATH (test))"
+        assert r._run([("a", (5, 6, 7), 0, (0,))], [1]).shape == (1, 1024)
+    finally:
+        r.close()
