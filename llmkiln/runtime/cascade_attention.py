@@ -28,6 +28,7 @@ from pathlib import Path
 
 import openvino as ov
 
+from llmkiln.cpu_features import CpuFeatures
 from llmkiln.errors import KilnError
 
 SOURCE = Path(__file__).parent / "cascade" / "cascade_attention.cpp"
@@ -124,6 +125,20 @@ MIN_SHARED_TOKENS = 64  # a shared run shorter than this is attended per sequenc
 # the cascade graph attends each sequence's own keys on AVX-512 (AMX only for the shared blocks): a run with more
 # (query token x own key) pairs than this goes to PagedAttention, whose AMX prefill is faster on long own parts
 MAX_OWN_WORK = 64 * 1024
+
+
+FAST_HEAD_SIZES = (64, 128)  # the op's AVX-512 / AMX kernels; other sizes take its portable loops (slow)
+
+
+def unsupported(cpu: CpuFeatures, head_dim: int) -> str | None:
+    """Why the op would not pay on this CPU and model (None: it does). Its kernels are AVX-512 with bf16 dot
+    products (AMD Zen 4/5, Intel Cooper Lake and later) and AMX tiles where the CPU has them (Intel Sapphire
+    Rapids and later); elsewhere they fall back to portable loops, slower than OpenVINO's PagedAttention."""
+    if not cpu.avx512_bf16:
+        return f"this CPU ({cpu.model}, {cpu.kind}) has no AVX512-BF16: the op's fast kernels need it"
+    if head_dim not in FAST_HEAD_SIZES:
+        return f"head size {head_dim}: the op's fast kernels take {' or '.join(map(str, FAST_HEAD_SIZES))}"
+    return None
 
 
 def from_env(recipe_value: bool) -> bool:

@@ -206,6 +206,10 @@ class OpenVinoPagedRunner:
         self.cascade_runs = 0
         cascade_state = "off"
         ext = None
+        why_not = cascade_attention.unsupported(settings.cpu, self.head_dim) if source is not None else None
+        if why_not is not None:
+            log.info("cascade attention is off: %s", why_not)
+            cascade_state, source = f"off ({why_not})", None
         if source is not None:
             try:
                 ext = cascade_attention.extension()
@@ -289,11 +293,15 @@ class OpenVinoPagedRunner:
         return self._run([("", (token,), position, self._scratch)], [1])[0]
 
     def _run(
-        self, seqs: list[tuple[str, tuple[int, ...], int, tuple[int, ...]]], rows: list[int]
+        self,
+        seqs: list[tuple[str, tuple[int, ...], int, tuple[int, ...]]],
+        rows: list[int],
+        cascade: bool | None = None,
     ) -> np.ndarray:
         """One infer over the sequences; the logits of the last `rows[i]` tokens of each, in order. A run a few
         tokens short of the recent ones gets them as padding (runtime.run_padding): a sequence of its own in the
-        padding block, no logits row."""
+        padding block, no logits row. `cascade`: which graph (None: the cascade graph where it pays,
+        cascade_attention.worth_it; True needs it loaded)."""
         bs = self.block_size
         extra = self.padding.pad(sum(len(toks) for _, toks, _, _ in seqs))
         if extra:
@@ -317,8 +325,14 @@ class OpenVinoPagedRunner:
             if any(rows)
             else np.zeros(1, np.int64),
         }
+        if cascade is None:
+            cascade = self.cascade_req is not None and cascade_attention.worth_it(seqs, bs)
         req = self.req
-        if self.cascade_req is not None and cascade_attention.worth_it(seqs, bs):
+        if cascade:
+            if self.cascade_req is None:
+                raise ValueError(
+                    "this runner has no cascade attention graph (cascade=False, or it is off here)"
+                )
             req = self.cascade_req
             self.cascade_runs += 1
             feeds = {k: v for k, v in feeds.items() if k in self._cascade_inputs}

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llmkiln.cpu_features import from_cpuinfo
 from llmkiln.engine_dir import EngineDir
 from llmkiln.recipe import Recipe
 from llmkiln.runtime import cascade_attention
@@ -139,7 +140,27 @@ def test_cascade_gives_paged_attention_logits_bf16_head64(smoke_xml, monkeypatch
 
 
 def test_cascade_gives_paged_attention_logits_on_the_portable_path(stories_xml, monkeypatch):
+    # stories260K's head size (8) is not one the fast kernels take: the runner leaves the op off there unless told
+    monkeypatch.setattr(cascade_attention, "unsupported", lambda cpu, head_dim: None)
     _compare(stories_xml, "fp32", 512, monkeypatch)
+
+
+def test_the_op_stays_off_where_its_kernels_would_not_pay(stories_xml):
+    r = ov_runner.OpenVinoPagedRunner(stories_xml, 2, 256, BS, 0, precision="fp32", threads=1, cascade=True)
+    try:
+        assert r.cascade_req is None
+        assert r.runtime_settings["cascade_attention"].startswith("off (head size 8")
+    finally:
+        r.close()
+    zen3 = from_cpuinfo("model name : AMD EPYC 7B13\nflags : fpu avx avx2 fma\n")
+    assert "no AVX512-BF16" in (cascade_attention.unsupported(zen3, 64) or "")
+    zen5 = from_cpuinfo("model name : AMD EPYC 9B45\nflags : fpu avx avx2 fma avx512f avx512bw avx512_bf16\n")
+    xeon = from_cpuinfo(
+        "model name : Intel Xeon\nflags : avx2 avx512f avx512bw avx512_bf16 amx_tile amx_bf16\n"
+    )
+    assert (
+        cascade_attention.unsupported(zen5, 64) is None and cascade_attention.unsupported(xeon, 128) is None
+    )
 
 
 def test_runs_without_shared_blocks_or_with_much_own_work_keep_paged_attention():

@@ -1,0 +1,134 @@
+"""One OpenVINO run at a time: PagedAttention's graph against the cascade attention graph on the same pools.
+
+    python -m experiments.cascade_steps --engine engines/bench-ov-bf16 [--rounds 5] [--out DIR]
+
+The engine's IR is loaded twice by one OpenVinoPagedRunner (`cascade=True`: both graphs share its KV pools); a
+1504-token prefix (47 blocks) is prefilled once, and B sequences get their own blocks after it with 40 tokens of
+their own. Then, alternating the two graphs run by run (a slow minute lands on both), the median ms of:
+decodes of B = 1, 8, 16, 32 sequences on the shared prefix; the same 8 decodes with distinct prefixes (nothing
+shared: what the cascade cannot help); a mixed run (7 decodes + a 35-token prompt on the prefix); and a long
+prompt of its own beside 7 decodes (where the runner keeps PagedAttention: cascade_attention.MAX_OWN_WORK). The
+greatest logit difference between the two graphs is printed per shape. Writes DIR/cascade-steps.json with --out.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from experiments.cpu_peers import lscpu
+from llmkiln.atomic import write_text_atomic
+from llmkiln.cli.main import run_command
+from llmkiln.engine_dir import EngineDir
+
+PREFIX = 1504
+OWN = 40
+Seq = tuple[str, tuple[int, ...], int, tuple[int, ...]]
+
+
+def measure(engine: Path, rounds: int, runs: int) -> dict[str, Any]:
+    from llmkiln.runtime.openvino_runner import OpenVinoPagedRunner
+
+    folder = EngineDir(engine)
+    recipe = folder.recipe()
+    xml = folder.openvino_model()
+    if xml is None:
+        raise click.BadParameter(f"{engine}: not an openvino-cpu engine")
+    r = OpenVinoPagedRunner(xml, 40, 2048, None, 0, recipe.precision, cascade=True)
+    if r.cascade_req is None:
+        raise click.ClickException(
+            f"cascade attention is off here: {r.runtime_settings['cascade_attention']}"
+        )
+    r.padding.limit = 0
+    bs = r.block_size
+    prefix = tuple(range(PREFIX // bs))
+    nxt = len(prefix)
+
+    def run(graph: str, plan: list[Seq]) -> tuple[np.ndarray, float]:
+        t = time.perf_counter()
+        out = r._run(plan, [1] * len(plan), cascade=graph == "cascade")
+        return out, (time.perf_counter() - t) * 1000
+
+    run("paged", [("p", tuple(range(1, PREFIX + 1)), 0, prefix)])
+    shared, distinct = [], []
+    for i in range(33):
+        own = tuple(range(nxt, nxt + 3))
+        nxt += 3
+        shared.append(prefix + own)
+        run("paged", [(f"s{i}", tuple(range(200 + i, 200 + i + OWN)), PREFIX, shared[i])])
+    for i in range(8):
+        table = tuple(range(nxt, nxt + 50))
+        nxt += 50
+        distinct.append(table)
+        run("paged", [(f"d{i}", tuple(range(3, 3 + PREFIX + OWN)), 0, table)])
+    cold = tuple(range(nxt, nxt + 20))
+    nxt += 20
+    assert nxt <= r.num_blocks
+
+    def decodes(n: int, tables: list[tuple[int, ...]]) -> list[Seq]:
+        return [(f"s{i}", (5 + i,), PREFIX + OWN, tables[i]) for i in range(n)]
+
+    shapes: dict[str, Callable[[], list[Seq]]] = {
+        "1 decode, shared prefix": lambda: decodes(1, shared),
+        "8 decodes, shared prefix": lambda: decodes(8, shared),
+        "16 decodes, shared prefix": lambda: decodes(16, shared),
+        "32 decodes, shared prefix": lambda: decodes(32, shared),
+        "8 decodes, distinct prefixes": lambda: decodes(8, distinct),
+        "7 decodes + a 35-token prompt": lambda: [
+            *decodes(7, shared),
+            ("m", tuple(range(100, 135)), PREFIX + OWN, shared[32]),
+        ],
+        "7 decodes + a 512-token prompt of its own": lambda: [
+            *decodes(7, shared),
+            ("c", tuple(range(300, 812)), 0, cold),
+        ],
+    }
+    out: dict[str, Any] = {}
+    for name, plan in shapes.items():
+        a, _ = run("paged", plan())
+        b, _ = run("cascade", plan())
+        times: dict[str, list[float]] = {"paged": [], "cascade": []}
+        for k in range(rounds):
+            for graph in ("paged", "cascade") if k % 2 == 0 else ("cascade", "paged"):
+                times[graph].append(statistics.median(run(graph, plan())[1] for _ in range(runs)))
+        out[name] = {
+            "paged_ms": statistics.median(times["paged"]),
+            "cascade_ms": statistics.median(times["cascade"]),
+            "rounds": times,
+            "max_logit_difference": float(np.abs(a - b).max()),
+            "logit_scale": float(np.abs(a).max()),
+        }
+        click.echo(
+            f"{name:44s} paged {out[name]['paged_ms']:6.2f} ms  cascade {out[name]['cascade_ms']:6.2f} ms  "
+            f"x{out[name]['cascade_ms'] / out[name]['paged_ms']:.2f}  max |dlogit| {out[name]['max_logit_difference']:.3g}",
+            err=True,
+        )
+    r.close()
+    return {"engine": str(engine), "precision": recipe.precision, "machine": lscpu(), "shapes": out}
+
+
+@click.command("cascade-steps", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--engine", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True)
+@click.option("--rounds", type=int, default=5, show_default=True, help="Alternations of the two graphs.")
+@click.option("--runs", type=int, default=15, show_default=True, help="Runs per graph and round (median).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+def cli(engine: Path, rounds: int, runs: int, out_dir: Path | None) -> None:
+    data = measure(engine, rounds, runs)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out_dir / "cascade-steps.json", json.dumps(data, indent=2) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_command(cli, argv, prog_name="python -m experiments.cascade_steps")
+
+
+if __name__ == "__main__":
+    main()

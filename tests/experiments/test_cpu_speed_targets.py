@@ -1,0 +1,98 @@
+"""experiments.cpu_speed_targets (the CPU-speed targets over rounds), cpu_peers' --keep, and experiments.engine_ab's
+side specs, on synthetic reports: ratios are taken within a round and then averaged; a missing peer is n/a; a kept
+summary must have measured the same workload. Nothing is timed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments import cpu_speed_targets as cst
+from experiments.cpu_peers import CpuPeersConfig, _kept_systems, summary_config
+from experiments.engine_ab import parse_side
+from llmkiln.errors import BadInput
+
+
+def _report(path: Path, levels: dict[int, tuple[float, float, float, float]]) -> None:
+    """A BenchReport-shaped file: per concurrency (tok/s, TTFT p50, TTFT p95, ITL p99)."""
+    out = []
+    for c, (tps, p50, p95, itl99) in levels.items():
+        out.append(
+            {
+                "concurrency": c,
+                "output_token_throughput": tps,
+                "ttft_ms": {"p50": p50, "p95": p95},
+                "itl_ms": {"p50": itl99 / 3, "p99": itl99},
+            }
+        )
+    path.write_text(json.dumps({"schema": "llmkiln.bench/1", "levels": out}), encoding="utf-8")
+
+
+def _round(folder: Path, ours: float, vllm: float) -> None:
+    folder.mkdir(parents=True)
+    _report(folder / "bench-ov-bf16-dynamo.json", {8: (ours, 60, 100, 50)})
+    _report(folder / "bench-ov-fp32-dynamo.json", {8: (ours / 2, 120, 200, 90)})
+    _report(folder / "vllm-bf16.json", {8: (vllm, 100, 200, 100)})
+    _report(folder / "vllm-fp32.json", {8: (vllm / 2, 200, 400, 200)})
+    _report(folder / "ovgenai-bf16.json", {8: (ours, 40, 100, 40)})
+    _report(folder / "llmkiln-inproc-bf16.json", {8: (ours * 1.1, 40, 90, 40)})
+    (folder / "summary.json").write_text("{}", encoding="utf-8")  # not a report: skipped
+
+
+def test_ratios_are_taken_within_each_round_and_averaged(tmp_path):
+    _round(tmp_path / "bench-short" / "round-1", ours=300, vllm=200)  # 1.5x
+    _round(tmp_path / "bench-short" / "round-2", ours=100, vllm=100)  # a slow minute for us only: 1.0x
+    runs = cst.load(tmp_path)
+    assert set(runs) == {"bench-short"} and len(runs["bench-short"]) == 2
+    assert set(runs["bench-short"][0]) == {
+        "bench-ov-bf16/dynamo",
+        "bench-ov-fp32/dynamo",
+        "vllm-bf16",
+        "vllm-fp32",
+        "ovgenai-bf16",
+        "llmkiln-inproc-bf16",
+    }
+    rows = {(r["peer"], r["metric"]): r for r in cst.evaluate(runs)}
+    tps = rows[("vllm-bf16", "tok/s")]
+    assert tps["rounds"] == pytest.approx([1.5, 1.0]) and tps["value"] == pytest.approx(1.25) and tps["met"]
+    assert rows[("vllm-bf16", "TTFT p50")]["value"] == pytest.approx(0.6) and rows[("vllm-bf16", "TTFT p50")]["met"]
+    genai = rows[("ovgenai-bf16", "TTFT p50")]
+    assert genai["value"] == pytest.approx(1.5) and genai["met"] is False
+    assert genai["inprocess_value"] == pytest.approx(1.0)  # engine against engine beside it
+    md = cst.summary_markdown(runs, cst.evaluate(runs))
+    assert "**1.25** (1.50 / 1.00)" in md and "NOT met" in md and "short turns" in md
+
+
+def test_a_missing_peer_is_not_applicable(tmp_path):
+    folder = tmp_path / "smollm2-peers" / "round-1"
+    folder.mkdir(parents=True)
+    _report(folder / "smollm2-ov-bf16-dynamo.json", {8: (100, 60, 100, 50)})
+    rows = cst.evaluate(cst.load(tmp_path))
+    assert rows and all(r["met"] is None and r["value"] is None for r in rows)
+    assert {r["system"] for r in rows} == {"smollm2-ov-fp32/dynamo", "smollm2-ov-bf16/dynamo"}
+
+
+def test_an_empty_folder_says_how_to_measure(tmp_path):
+    with pytest.raises(BadInput, match="scripts/cpu_speed_targets.sh"):
+        cst.load(tmp_path)
+
+
+def test_keep_adds_to_a_summary_of_the_same_workload_only(tmp_path):
+    cfg = CpuPeersConfig.make(out_dir=tmp_path, concurrency="8,32", requests="64,128", user_tokens="30-40")
+    assert _kept_systems(tmp_path, summary_config(cfg)) == {}
+    saved = {"config": summary_config(cfg), "systems": {"vllm-bf16": {"levels": {}}}}
+    (tmp_path / "summary.json").write_text(json.dumps(saved), encoding="utf-8")
+    assert _kept_systems(tmp_path, summary_config(cfg)) == {"vllm-bf16": {"levels": {}}}
+    other = CpuPeersConfig.make(out_dir=tmp_path, concurrency="8,32", requests="64,128", user_tokens="80-120")
+    with pytest.raises(BadInput, match="user_tokens"):
+        _kept_systems(tmp_path, summary_config(other))
+
+
+def test_engine_ab_sides():
+    assert parse_side("") == ({}, ())
+    env, sets = parse_side("LLMKILN_CASCADE=0, scheduler.max_num_tokens=512")
+    assert env == {"LLMKILN_CASCADE": "0"} and sets == ("scheduler.max_num_tokens=512",)
+    with pytest.raises(BadInput, match="NAME=VALUE"):
+        parse_side("LLMKILN_CASCADE")
