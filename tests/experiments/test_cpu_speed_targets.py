@@ -57,7 +57,10 @@ def test_ratios_are_taken_within_each_round_and_averaged(tmp_path):
     rows = {(r["peer"], r["metric"]): r for r in cst.evaluate(runs)}
     tps = rows[("vllm-bf16", "tok/s")]
     assert tps["rounds"] == pytest.approx([1.5, 1.0]) and tps["value"] == pytest.approx(1.25) and tps["met"]
-    assert rows[("vllm-bf16", "TTFT p50")]["value"] == pytest.approx(0.6) and rows[("vllm-bf16", "TTFT p50")]["met"]
+    assert (
+        rows[("vllm-bf16", "TTFT p50")]["value"] == pytest.approx(0.6)
+        and rows[("vllm-bf16", "TTFT p50")]["met"]
+    )
     genai = rows[("ovgenai-bf16", "TTFT p50")]
     assert genai["value"] == pytest.approx(1.5) and genai["met"] is False
     assert genai["inprocess_value"] == pytest.approx(1.0)  # engine against engine beside it

@@ -45,7 +45,9 @@ def test_shared_system_prompt_replies_equal_transformers_with_cascade(engine: Pa
     eos = model.generation_config.eos_token_id
     with load_engine(EngineDir(engine), {"kv_cache": {"cascade": True}}) as eng:
         prompts = [
-            eng.encode(render(template, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}]))
+            eng.encode(
+                render(template, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}])
+            )
             for q in QUESTIONS
         ]
         common = next(i for i, col in enumerate(zip(*prompts, strict=False)) if len(set(col)) > 1)
@@ -58,5 +60,7 @@ def test_shared_system_prompt_replies_equal_transformers_with_cascade(engine: Pa
         assert runner.cascade_runs >= 8, runner.cascade_runs  # the batch's steps while two or more decode
     for ids, reply in zip(prompts, replies, strict=True):
         with torch.no_grad():
-            want = model.generate(torch.tensor([ids]), max_new_tokens=MAX_TOKENS, do_sample=False, pad_token_id=eos)
+            want = model.generate(
+                torch.tensor([ids]), max_new_tokens=MAX_TOKENS, do_sample=False, pad_token_id=eos
+            )
         assert reply == want[0][len(ids) :].tolist()
