@@ -4,7 +4,7 @@
 
 The engine's IR is loaded twice by one OpenVinoPagedRunner (`cascade=True`: both graphs share its KV pools); a
 1504-token prefix (47 blocks) is prefilled once, and B sequences get their own blocks after it with 40 tokens of
-their own. Then, alternating the two graphs run by run (a slow minute lands on both), the median ms of:
+their own (eight more with 500, and 1000, of their own: a multi-turn history). Then, alternating the two graphs run by run (a slow minute lands on both), the median ms of:
 decodes of B = 1, 8, 16, 32 sequences on the shared prefix; the same 8 decodes with distinct prefixes (nothing
 shared: what the cascade cannot help); a mixed run (7 decodes + a 35-token prompt on the prefix); and a long
 prompt of its own beside 7 decodes (where the runner keeps PagedAttention: cascade_attention.MAX_OWN_WORK). The
@@ -30,6 +30,7 @@ from llmkiln.engine_dir import EngineDir
 
 PREFIX = 1504
 OWN = 40
+HISTORY = (500, 1000)  # own tokens of 8 decodes on the shared prefix (cascade_attention.MAX_OWN_DECODE_SHARE)
 Seq = tuple[str, tuple[int, ...], int, tuple[int, ...]]
 
 
@@ -68,12 +69,21 @@ def measure(engine: Path, rounds: int, runs: int) -> dict[str, Any]:
         nxt += 50
         distinct.append(table)
         run("paged", [(f"d{i}", tuple(range(3, 3 + PREFIX + OWN)), 0, table)])
+    history: dict[int, list[tuple[int, ...]]] = {}  # on the shared prefix, each with a history of its own
+    for own_len in HISTORY:
+        history[own_len] = []
+        for i in range(8):
+            n = -(-(own_len + 1) // bs)
+            table = prefix + tuple(range(nxt, nxt + n))
+            nxt += n
+            history[own_len].append(table)
+            run("paged", [(f"h{own_len}-{i}", tuple(range(7, 7 + own_len)), PREFIX, table)])
     cold = tuple(range(nxt, nxt + 20))
     nxt += 20
     assert nxt <= r.num_blocks
 
-    def decodes(n: int, tables: list[tuple[int, ...]]) -> list[Seq]:
-        return [(f"s{i}", (5 + i,), PREFIX + OWN, tables[i]) for i in range(n)]
+    def decodes(n: int, tables: list[tuple[int, ...]], own: int = OWN) -> list[Seq]:
+        return [(f"s{i}", (5 + i,), PREFIX + own, tables[i]) for i in range(n)]
 
     shapes: dict[str, Callable[[], list[Seq]]] = {
         "1 decode, shared prefix": lambda: decodes(1, shared),
@@ -81,6 +91,10 @@ def measure(engine: Path, rounds: int, runs: int) -> dict[str, Any]:
         "16 decodes, shared prefix": lambda: decodes(16, shared),
         "32 decodes, shared prefix": lambda: decodes(32, shared),
         "8 decodes, distinct prefixes": lambda: decodes(8, distinct),
+        **{
+            f"8 decodes, shared prefix + {n} own tokens each": (lambda n=n: decodes(8, history[n], n))
+            for n in HISTORY
+        },
         "7 decodes + a 35-token prompt": lambda: [
             *decodes(7, shared),
             ("m", tuple(range(100, 135)), PREFIX + OWN, shared[32]),

@@ -125,6 +125,11 @@ MIN_SHARED_TOKENS = 64  # a shared run shorter than this is attended per sequenc
 # the cascade graph attends each sequence's own keys on AVX-512 (AMX only for the shared blocks): a run with more
 # (query token x own key) pairs than this goes to PagedAttention, whose AMX prefill is faster on long own parts
 MAX_OWN_WORK = 64 * 1024
+# decodes read their own keys once either way; the cascade saves re-reading a group's shared keys per member. A run
+# whose decodes bring more own keys than this share of the keys it saves keeps PagedAttention (measured on the
+# Xeon, bench-ov-bf16, 8 decodes on a 1504-token shared prefix, experiments.cascade_steps: 500 own tokens each,
+# own/saved 0.38, cascade 0.95x paged; 1000 each, 0.76, 1.02x; nothing shared at all, 1.34x)
+MAX_OWN_DECODE_SHARE = 0.6
 
 
 FAST_HEAD_SIZES = (64, 128)  # the op's AVX-512 / AMX kernels; other sizes take its portable loops (slow)
@@ -153,31 +158,52 @@ def shared_tokens(
     """Per sequence (id, new tokens, past, block table): how many of its past tokens the cascade op attends in
     its group's shared pass (the same rule as the op: sequences whose tables start with the same full past blocks,
     at least MIN_SHARED_TOKENS of them)."""
-    groups: dict[int, list[int]] = {}
+    out = [0] * len(seqs)
+    for members, tokens in _groups(seqs, block_size):
+        for i in members:
+            out[i] = tokens
+    return out
+
+
+def _groups(
+    seqs: list[tuple[str, tuple[int, ...], int, tuple[int, ...]]], block_size: int
+) -> list[tuple[list[int], int]]:
+    """The op's shared groups: (member indexes, shared past tokens), groups of two or more only."""
+    by_first: dict[int, list[int]] = {}
     for i, (_, _, past, table) in enumerate(seqs):
         if past >= block_size and table:
-            groups.setdefault(table[0], []).append(i)
-    out = [0] * len(seqs)
-    for members in groups.values():
+            by_first.setdefault(table[0], []).append(i)
+    out = []
+    for members in by_first.values():
         if len(members) < 2:
             continue
         full = min(seqs[i][2] // block_size for i in members)
         lcp = len(os.path.commonprefix([seqs[i][3][:full] for i in members]))
         if lcp * block_size >= max(MIN_SHARED_TOKENS, block_size):
-            for i in members:
-                out[i] = lcp * block_size
+            out.append((members, lcp * block_size))
     return out
 
 
 def worth_it(seqs: list[tuple[str, tuple[int, ...], int, tuple[int, ...]]], block_size: int) -> bool:
-    """Run this plan on the cascade graph: some sequences share blocks, and the rest of the work is small."""
-    shared = shared_tokens(seqs, block_size)
-    if not any(shared):
+    """Run this plan on the cascade graph: some sequences share blocks, the rest of the work is small, and the
+    decodes' own keys are few beside the shared keys the cascade does not read again (MAX_OWN_DECODE_SHARE)."""
+    groups = _groups(seqs, block_size)
+    if not groups:
         return False
+    shared = [0] * len(seqs)
+    for members, tokens in groups:
+        for i in members:
+            shared[i] = tokens
     own = sum(
         len(toks) * (past + len(toks) - sh) for (_, toks, past, _), sh in zip(seqs, shared, strict=True)
     )
-    return own <= MAX_OWN_WORK
+    if own > MAX_OWN_WORK:
+        return False
+    saved = sum((len(members) - 1) * tokens for members, tokens in groups)
+    own_decode = sum(
+        past + 1 - sh for (_, toks, past, _), sh in zip(seqs, shared, strict=True) if len(toks) == 1
+    )
+    return own_decode <= MAX_OWN_DECODE_SHARE * saved
 
 
 def cascade_model(

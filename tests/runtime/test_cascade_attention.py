@@ -112,6 +112,7 @@ def _plans(vocab: int):
 
 def _compare(xml: Path, precision: str, vocab: int, monkeypatch) -> None:
     monkeypatch.setattr(cascade_attention, "MAX_OWN_WORK", 10**9)  # every shared run on the cascade graph
+    monkeypatch.setattr(cascade_attention, "MAX_OWN_DECODE_SHARE", 1e9)
     pa, cascade = _pair(xml, precision)
     pa.padding.limit = cascade.padding.limit = 0
     assert cascade.cascade_req is not None and pa.cascade_req is None
@@ -174,6 +175,28 @@ def test_runs_without_shared_blocks_or_with_much_own_work_keep_paged_attention()
     assert cascade_attention.shared_tokens(short, BS) == [0, 0]
     big = [*shared, ("c", (1,) * 400, 0, tuple(range(30, 43)))]  # a long prompt of its own: PagedAttention
     assert not cascade_attention.worth_it(big, BS)
+
+
+def test_decodes_with_long_histories_of_their_own_keep_paged_attention():
+    """8 decodes on a 1504-token shared prefix: the cascade saves 7 x 1504 key reads. With 500 own tokens each
+    (4000 own keys, 0.38 of the saved) it still pays (0.95x on the Xeon); with 1000 each (0.76) it does not
+    (1.02x), so PagedAttention keeps it."""
+    prefix = tuple(range(47))
+
+    def decodes(own: int) -> list[tuple[str, tuple[int, ...], int, tuple[int, ...]]]:
+        n = -(-(own + 1) // 32)
+        return [
+            (f"s{i}", (1,), 1504 + own, prefix + tuple(range(100 + n * i, 100 + n * (i + 1))))
+            for i in range(8)
+        ]
+
+    assert cascade_attention.worth_it(decodes(40), 32)
+    assert cascade_attention.worth_it(decodes(500), 32)
+    assert cascade_attention.shared_tokens(decodes(1000), 32) == [1504] * 8
+    assert not cascade_attention.worth_it(decodes(1000), 32)
+    two = decodes(400)[:2]
+    assert cascade_attention.worth_it(two, 32)  # 2 x 401 own keys vs 1504 saved: 0.53
+    assert not cascade_attention.worth_it(decodes(600)[:2], 32)  # 2 x 601 vs 1504: 0.80
 
 
 def test_the_extension_is_built_once_and_cached(tmp_path, monkeypatch):

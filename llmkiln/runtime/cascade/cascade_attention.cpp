@@ -434,6 +434,8 @@ inline void amx_block(const uint16_t* k, const uint16_t* v, AmxBlock<D>& out) {
         }
 }
 
+constexpr int64_t kAmxOwnBlocks = 3;  // own blocks from which a decode's own pass goes to AMX
+
 // `nq` queries (bf16, scaled, [nq][D]) over the keys of `nb` blocks (absolute positions key0, key0 + 1, ...) on
 // AMX; each query's partial state (max, sum, weighted values) out. One max per query for all the keys: no
 // rescaling inside. `hi` (may be null: every key): query i sees keys [lo, hi[i]) only (causal, and a sequence's
@@ -862,10 +864,12 @@ void run_simd(Call<C>& c, float* out) {
         const int64_t nq = (t1 - t0) * G;
         if (nq == 0)
             return;
+        const int64_t end = c.past[i] + (t1 - t0);  // the last token's keys [start, end)
 #ifdef LLMKILN_AMX
-        if (BF16 && nq >= 16 && amx_allowed()) {  // a prompt chunk: all its queries on AMX, then the merge
-            const int64_t end = c.past[i] + (t1 - t0);
-            const int64_t b0 = start / BS, b1 = (end + BS - 1) / BS;
+        const int64_t b0 = start / BS, b1 = (end + BS - 1) / BS;
+        // a prompt chunk, or a decode on a long past of its own: its queries on AMX (a tile of 16 rows holds a
+        // decode's few query heads too: still faster than the AVX-512 lanes below from a few blocks on)
+        if (BF16 && (nq >= 16 || b1 - b0 >= kAmxOwnBlocks) && amx_allowed()) {
             thread_local std::vector<uint16_t> qbf;
             thread_local std::vector<int32_t> his;
             thread_local std::vector<float> om, ol, oacc;
@@ -926,7 +930,6 @@ void run_simd(Call<C>& c, float* out) {
             tile.l[lane] = l[t * H + hq];
             std::memcpy(&tile.acc[lane * D], &acc[(t * H + hq) * D], D * sizeof(float));
         }
-        const int64_t end = c.past[i] + (t1 - t0);  // the last token's keys [start, end)
         alignas(64) float vf[64 * D];
         alignas(64) float sbuf[64 * 16];
         for (int64_t b = start / BS; b * BS < end; ++b) {
