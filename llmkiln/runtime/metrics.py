@@ -73,6 +73,8 @@ class EngineMetric(enum.StrEnum):
     KV_BLOCKS_FREE = "kv_blocks_free"  # blocks a new prefix may take (empty + unpinned cached)
     KV_BLOCKS_PINNED = "kv_blocks_pinned"  # blocks running sequences use
     KV_BLOCKS_EVICTED = "kv_blocks_evicted"
+    # waiting prompts that waited for prefix blocks a running prompt was computing (computed once, then hits)
+    INFLIGHT_PREFIX_WAITS = "inflight_prefix_waits"
     # speculative decoding (recipe speculative section): tokens drafted and accepted, decodes that verified drafts
     SPEC_DRAFTED_TOKENS = "spec_drafted_tokens"
     SPEC_ACCEPTED_TOKENS = "spec_accepted_tokens"
@@ -127,6 +129,7 @@ def snapshot(
         M.KV_BLOCKS_FREE: store.num_free if store else 0,
         M.KV_BLOCKS_PINNED: store.num_pinned if store else 0,
         M.KV_BLOCKS_EVICTED: store.num_evicted if store else 0,
+        M.INFLIGHT_PREFIX_WAITS: scheduler.num_inflight_prefix_waits,
         M.SPEC_DRAFTED_TOKENS: scheduler.num_drafted_tokens,
         M.SPEC_ACCEPTED_TOKENS: scheduler.num_accepted_tokens,
         M.SPEC_VERIFICATIONS: scheduler.num_verifications,

@@ -147,6 +147,7 @@ class Request:
     num_saved_blocks: int = 0  # leading full prompt blocks already offered to the block store
     parent_hash: int | None = None  # chained hash of the last saved/hit block
     block_hashes: list[int] = field(default_factory=list)  # chained keys of the full prompt blocks, set once
+    awaited_inflight_prefix: bool = False  # it waited for blocks another prompt was computing (scheduler)
     finish_reason: FinishReason | None = None
     # speculative decoding: the n-gram index of prompt + output (built at the first draft)
     drafter: NgramIndex | None = None

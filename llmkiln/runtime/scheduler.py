@@ -9,7 +9,9 @@ frees their slots and pins. The plan's saves are written after that (off the TTF
 once, when it is added (`Request.block_hashes`).
 
 Budget of a step: `max_num_tokens` tokens; decodes (1 each) first, then the chunks of prompts already running,
-then admissions in policy order while slots and budget last. A chunk is at most `max_prefill_tokens` tokens when
+then admissions in policy order while slots and budget last. A waiting prompt whose next uncached blocks a running
+prompt is computing (a burst on a system prompt nobody has cached yet) is passed over until they are written, and
+then starts on them as cache hits: the prefix is computed once, not once per request of the burst (both modes). A chunk is at most `max_prefill_tokens` tokens when
 chunked prefill is on; with it off a prompt is prefilled whole. Static batching admits only when nothing runs,
 once `max_batch_size` requests wait or the oldest has waited `static_batch_timeout_ms`.
 
@@ -45,6 +47,7 @@ even one draft drafts nothing, and its estimate relaxes toward the prior step by
 from __future__ import annotations
 
 import bisect
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +59,12 @@ from llmkiln.runtime.kv_blocks import BlockStore
 from llmkiln.runtime.ngram_drafts import NgramIndex, match_class
 from llmkiln.runtime.plan import BlockCopy, DecodeItem, PrefillChunk, SchedulerOutput, StepCosts
 from llmkiln.runtime.request import FinishReason, Request, RequestStatus, TokenEvent
+
+# A waiting prompt whose next uncached blocks a running prompt is computing now (a burst of requests on a system
+# prompt not cached yet) waits for them instead of computing them a second time: written, they are cache hits. The
+# common prefix must be at least this many tokens; $LLMKILN_INFLIGHT_PREFIX_WAIT=0 turns it off (A/B measurements).
+INFLIGHT_PREFIX_MIN_TOKENS = 64
+INFLIGHT_PREFIX_ENV = "LLMKILN_INFLIGHT_PREFIX_WAIT"
 
 
 @dataclass(frozen=True)
@@ -138,6 +147,14 @@ class Scheduler:
         self.num_admitted = 0
         self.queue_ns_total = 0
         self._forced_decode = False  # ttft_first: the last step was a decode forced by the TPOT bound
+        # waiting prompts wait for blocks a running prompt is computing (INFLIGHT_PREFIX_MIN_TOKENS); how many did
+        self.await_inflight_prefix = os.environ.get(INFLIGHT_PREFIX_ENV, "1").strip().lower() not in (
+            "0",
+            "false",
+            "off",
+            "no",
+        )
+        self.num_inflight_prefix_waits = 0
         # Set by the engine from its runner (`batches_prefills_with_past`): a TTFT-first prefill run may then hold
         # several prompts with a past (a cached or resident prefix), up to max_prefill_tokens, in one engine call.
         # Off for onnxruntime's GroupQueryAttention, which takes a past only at batch 1.
@@ -229,19 +246,26 @@ class Scheduler:
             if not r.prefill_done and budget > 0:
                 budget -= self._plan_chunk(r, min(budget, limit), out)
         if self._may_admit(now_ns):
-            while self.waiting and self._free_slots:
+            inflight = self._inflight_keys(running)
+            i = 0
+            while i < len(self.waiting) and self._free_slots:
                 if cfg.scheduler.chunked_prefill and budget <= 0:
                     break
-                request = self.waiting[0]
+                request = self.waiting[i]
                 hits = self._lookup(request)
+                if self._awaits_inflight(request, hits, inflight):
+                    i += 1  # the next ones may go ahead: this one is admitted once those blocks are written
+                    continue
                 if not self._fits(request, hits, self.pool.num_available if self.pool else 0):
                     break
                 remaining = request.num_prompt_tokens - self._admission_start(request, hits)
                 if not cfg.scheduler.chunked_prefill and remaining > budget and not out.is_empty:
                     break
-                self.waiting.pop(0)
+                self.waiting.pop(i)
                 self._admit(request, hits, now_ns, out)
                 budget -= self._plan_chunk(request, min(budget, limit), out)
+                if inflight is not None:
+                    inflight.update(request.block_hashes)
         out.decodes.sort(key=lambda d: d.slot)
         return out
 
@@ -309,14 +333,23 @@ class Scheduler:
             if not r.prefill_done:
                 cands.append((r, [], r.num_computed_tokens, r.num_prompt_tokens - r.num_computed_tokens))
         available = self.pool.num_available if self.pool is not None else 0
-        for r in self.waiting[: len(self._free_slots)]:
+        inflight = self._inflight_keys(running)
+        slots = len(self._free_slots)
+        for r in self.waiting:
+            if slots <= 0:
+                break
             hits = self._lookup(r)
+            if self._awaits_inflight(r, hits, inflight):
+                continue
             if not self._fits(r, hits, available):
                 break  # admission order holds: the next ones wait too
             if self.pool is not None:
                 available -= self._blocks_taken(r, hits)
             start = self._admission_start(r, hits)
             cands.append((r, hits, start, r.num_prompt_tokens - start))
+            slots -= 1
+            if inflight is not None:  # a later prompt on the same prefix waits for this one
+                inflight.update(r.block_hashes)
         if not cands:
             return []
         # stable sort: fewest chunks left first (a prompt finishing in one chunk before multi-chunk ones, a prompt of
@@ -345,6 +378,37 @@ class Scheduler:
             return True
         wake = self.next_wakeup_ns()
         return wake is not None and now_ns >= wake
+
+    def _inflight_keys(self, running: list[Request]) -> set[int] | None:
+        """Keys of the prompt blocks running prompts are still computing (None: waiting for them is off)."""
+        if self.block_store is None or not self.await_inflight_prefix:
+            return None
+        keys: set[int] = set()
+        for r in running:
+            if not r.prefill_done:
+                keys.update(r.block_hashes)
+        return keys
+
+    def _awaits_inflight(self, request: Request, hits: list[int], inflight: set[int] | None) -> bool:
+        """The request's next uncached blocks are being computed by a running prompt (chained keys: equal keys mean
+        the whole prefix is equal), and that common prefix is at least INFLIGHT_PREFIX_MIN_TOKENS: it waits."""
+        if not inflight:
+            return False
+        bs = self.config.kv_cache.tokens_per_block
+        first = self._admission_start(request, hits) // bs
+        gain = 0
+        for key in request.block_hashes[first:]:
+            if key not in inflight:
+                break
+            gain += 1
+        if (
+            gain == 0 or (first + gain) * bs < INFLIGHT_PREFIX_MIN_TOKENS
+        ):  # a short common run: computed again
+            return False
+        if not request.awaited_inflight_prefix:
+            request.awaited_inflight_prefix = True
+            self.num_inflight_prefix_waits += 1
+        return True
 
     def _lookup(self, request: Request) -> list[int]:
         if self.block_store is None:

@@ -50,10 +50,18 @@ def test_a_small_sweep_writes_a_report_per_cell_and_the_table(tmp_path, engine_f
             levels[c]["errors"] for c in levels
         )
         report = load_report(out / f"{cell}.json")
-        assert report.run.mode == cell.rsplit("-", 1)[1] and [lv.concurrency for lv in report.levels] == [1, 2]
+        assert report.run.mode == cell.rsplit("-", 1)[1] and [lv.concurrency for lv in report.levels] == [
+            1,
+            2,
+        ]
     cells = summary["cells"]
-    assert cells["shared-prefix-warm"]["1"]["prefix_hit_rate"] > 0.8  # the warm-up left the system prompt cached
-    assert cells["shared-prefix-cold"]["1"]["prefix_hit_rate"] < cells["shared-prefix-warm"]["1"]["prefix_hit_rate"]
+    assert (
+        cells["shared-prefix-warm"]["1"]["prefix_hit_rate"] > 0.8
+    )  # the warm-up left the system prompt cached
+    assert (
+        cells["shared-prefix-cold"]["1"]["prefix_hit_rate"]
+        < cells["shared-prefix-warm"]["1"]["prefix_hit_rate"]
+    )
     assert cells["unique-warm"]["2"]["prefix_hit_rate"] < 0.2
     table = (out / "SUMMARY.md").read_text()
     assert "| shared-prefix | cold | 1 | 3 |" in table and summary["machine"]["cpu"]["model"] in table
