@@ -64,8 +64,8 @@ serve-dynamo: setup
 bench-scaleout: setup
 	$(VENV)/bin/python -m experiments.scaleout --out bench/results/scaleout --engines-dir $(ENGINES)
 
-# Prefill/decode separation (NIXL KV transfer) vs aggregated workers on the same cores, 4 setups x 64 requests per
-# level (~20 min on 2 idle cores).
+# Prefill/decode separation (NIXL KV transfer) vs aggregated workers on the same cores, 3 setups x 128 requests per
+# level (~35 min on 2 idle cores; `--setups`, `--requests` to narrow it).
 bench-pd: setup
 	$(VENV)/bin/python -m experiments.pd --out bench/results/pd --engines-dir $(ENGINES)
 

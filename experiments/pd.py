@@ -70,8 +70,9 @@ class Setup:
     # on the decode worker (--max-local-prefill-tokens; 0: every prompt through the prefill tier)
     max_local_prefill: int = 0
     threads: int = 0  # intra-op threads of every worker (0: cores // workers); 2 on 2 cores: tiers share both
-    # --decode-first: the decode worker on every core, the prefill worker's compute at idle priority
-    decode_first: bool = False
+    # --decode-first: the decode worker on every core, the prefill worker's compute at idle priority; False:
+    # --no-decode-first (equal core shares); None: kiln serve's choice from the cores (on for 2 cores)
+    decode_first: bool | None = False
 
     def frontend_args(self) -> tuple[str, ...]:
         if not self.local_prefill_below:
@@ -98,14 +99,18 @@ AVAILABLE = (
     Setup(
         "pd-decode-first", prefill=1, decode=1, prefill_chunk=128, max_local_prefill=128, decode_first=True
     ),
+    # what `kiln serve ENGINE --dynamo --prefill-workers 1 --decode-workers 1` launches: local128 (the
+    # --max-local-prefill-tokens default), the recipe's prefill chunks, the decode tier first where each worker's
+    # core share is at most 2 cores (llmkiln.dynamo.cluster.decode_first_choice)
+    Setup("pd-default", prefill=1, decode=1, max_local_prefill=128, decode_first=None),
 )
-SETUPS = tuple(s for s in AVAILABLE if s.name in ("agg-2w", "pd-1p1d", "pd-1p1d-local128", "pd-decode-first"))
+SETUPS = tuple(s for s in AVAILABLE if s.name in ("agg-2w", "pd-1p1d-local128", "pd-default"))
 
 
 @dataclass(frozen=True)
 class PdConfig:
-    """Sizes (defaults: the committed run, about 20 minutes on 2 idle cores: 64 requests per level, so a p99 is
-    the 64th-percentile neighbour's, not the maximum of 24)."""
+    """Sizes (defaults: the committed run, about 30 minutes on 2 idle cores: 128 requests per level, so the short
+    requests' p95 of a mixed level stands on ~96 samples)."""
 
     out_dir: Path = Path("bench/results/pd")
     raw_dir: Path = Path("bench/results/raw/pd")
@@ -120,8 +125,8 @@ class PdConfig:
     system_prompts: int = 2
     user_tokens: tuple[int, int] = (32, 96)
     concurrency: tuple[int, ...] = (4, 8)
-    requests: int = 64  # per closed-loop level (>= 64: p99 is quotable)
-    open_requests: int = 64
+    requests: int = 128  # per closed-loop level (>= 128: the short class alone has ~96, enough for its p95)
+    open_requests: int = 128
     request_rate: float = 1.0
     probe_requests: int = 3
     setups: tuple[Setup, ...] = SETUPS
@@ -359,7 +364,7 @@ def _run_setup(
         if setup.prefill
         else KvTransferOptions(),
         threads_per_worker=setup.threads,
-        decode_first=setup.decode_first,
+        decode_first=setup.decode_first if setup.prefill else None,
         profile_dir=cfg.raw_dir / "profiles" / setup.name,  # the step profile (a few list appends per step)
     )
     shutil.rmtree(cfg.raw_dir / "profiles" / setup.name, ignore_errors=True)
@@ -369,6 +374,8 @@ def _run_setup(
         result: dict[str, Any] = {
             "setup": asdict(setup),
             "threads_per_worker": [spec.worker_threads(i) for i in range(spec.workers)],
+            "decode_first": spec.decode_first if setup.prefill else None,
+            "decode_first_why": spec.decode_first_why if setup.prefill else None,
             "runs": {},
         }
         if (
@@ -647,7 +654,7 @@ def resummarize(out: Path) -> Path:
     "--quick", is_flag=True, help="Short prompts, few requests (minutes, for checking the harness)."
 )
 @click.option(
-    "--requests", "requests_", type=int, default=None, help="Requests per level (default 64; --quick 8)."
+    "--requests", "requests_", type=int, default=None, help="Requests per level (default 128; --quick 8)."
 )
 @click.option(
     "--out-dir",

@@ -165,10 +165,11 @@ _DYNAMO = DynamoOptions()
     "scheduler.max_prefill_tokens=128.",
 )
 @click.option(
-    "--decode-first",
-    is_flag=True,
+    "--decode-first/--no-decode-first",
+    default=None,
     help="--dynamo with prefill workers on one CPU host: the decode workers run on every core and the prefill "
-    "workers' compute at idle priority (it gets the cycles decode steps, the front door and KV transfers leave).",
+    "workers' compute at idle priority (it gets the cycles decode steps, the front door and KV transfers leave). "
+    "Default: on where each worker's share is at most 2 cores (Linux), off otherwise.",
 )
 @click.option(
     "--threads-per-worker",
@@ -202,7 +203,7 @@ def serve(
     role: str,
     dynamo: bool,
     prefill_sets: tuple[str, ...],
-    decode_first: bool,
+    decode_first: bool | None,
     threads_per_worker: int,
     grace_period: float,
     state_dir: Path | None,
@@ -220,7 +221,8 @@ def serve(
     --prefill-workers P --decode-workers D: prefill/decode separation instead (P + D workers, each with its core
     share; the prompt's KV moves from prefill to decode worker with NIXL; a prompt whose uncached part is at most
     --max-local-prefill-tokens is prefilled on the decode worker instead; --prefill-set tunes the prefill workers;
-    --decode-first gives the decode tier every core and the prefill tier's compute idle priority).
+    --decode-first gives the decode tier every core and the prefill tier's compute idle priority: the default where
+    each worker's share is at most 2 cores, --no-decode-first turns it off).
 
     --role prefill / decode (Triton): this server hosts one tier of prefill/decode separation; a client (or router)
     sends the prompt to the prefill server, then the same prompt with that answer's disaggregated_params output to
@@ -328,6 +330,9 @@ def _serve_dynamo(engine: Path, opts: DynamoOptions) -> int:
                 f"  worker-{i} {spec.status_url(i)}/health  /metrics  ({spec.worker_threads(i)} thread(s){role})",
                 err=True,
             )
+        if spec.disaggregated:
+            on = "on" if spec.decode_first else "off"
+            click.echo(f"  decode tier first: {on} ({spec.decode_first_why})", err=True)
         click.echo(f"  logs    {spec.log_dir}", err=True)
 
     code = serve_dynamo(engine, opts, on_ready=ready)

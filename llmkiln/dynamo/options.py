@@ -135,8 +135,8 @@ class DynamoOptions(LaunchOptions):
     prefill_overrides: dict[str, Any] = field(default_factory=dict)
     # one CPU host, decode tier first: decode workers get every core (onnxruntime threads that do not spin), the
     # prefill workers' compute runs at idle priority (runtime.compute_priority) on the cycles the decode tier,
-    # the front door and the transfers leave
-    decode_first: bool = False
+    # the front door and the transfers leave. None: chosen from the cores (decode_first_choice)
+    decode_first: bool | None = None
     engines_root: Path | None = None
     frontend_args: tuple[str, ...] = ()  # more `python -m dynamo.frontend` flags (router policy, TLS, ...)
     extra_env: dict[str, str] = field(default_factory=dict)  # added to every process's environment
@@ -166,7 +166,7 @@ class DynamoOptions(LaunchOptions):
             raise BadInput(f"--grace-period must be >= 0, got {self.grace_period_s:g}")
         if self.drain_timeout_s is not None and self.drain_timeout_s < 0:
             raise BadInput(f"--exit-timeout must be >= 0, got {self.drain_timeout_s:g}")
-        if self.decode_first:  # with prefill/decode separation (else refused above)
+        if self.decode_first:  # given, with prefill/decode separation (else refused above)
             if self.threads_per_worker:
                 raise BadInput("--decode-first sets each tier's threads: drop --threads-per-worker")
             compute_priority.check("idle")  # Linux only (SCHED_IDLE)

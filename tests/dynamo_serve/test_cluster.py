@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llmkiln.dynamo.cluster import ClusterSpec, available_cores
+from llmkiln.dynamo.cluster import ClusterSpec, available_cores, decode_first_choice
 from llmkiln.dynamo.launcher import make_spec, status_ports
 from llmkiln.dynamo.options import DynamoOptions
 from llmkiln.errors import BadInput
@@ -132,12 +132,43 @@ def test_decode_first_gives_the_decode_tier_every_core_and_the_prefill_compute_i
     for cmd in decode:
         assert cmd[cmd.index("--threads") + 1] == str(available_cores())
         assert "--no-spin" in cmd and "--compute-priority" not in cmd
-    plain = pd_spec()
+    plain = pd_spec(decode_first=False)
     assert all("--compute-priority" not in plain.worker_commandline(i) for i in range(2))
     with pytest.raises(BadInput, match="--decode-first: flag.s. of prefill/decode separation"):
         DynamoOptions(decode_first=True)
     with pytest.raises(BadInput, match="--threads-per-worker"):
         DynamoOptions(prefill_workers=1, decode_workers=1, decode_first=True, threads_per_worker=1)
+
+
+def test_the_decode_tier_goes_first_by_default_where_each_worker_has_at_most_two_cores(monkeypatch):
+    """The issue's 2-core launch (1 prefill + 1 decode worker) gets the decode tier first unless told otherwise;
+    bigger core shares, --threads-per-worker and aggregated workers keep equal shares; the flags win."""
+    pd = DynamoOptions(prefill_workers=1, decode_workers=1)
+    assert decode_first_choice(pd, 2) == (True, decode_first_choice(pd, 2)[1])
+    assert "2 core(s) for 2 workers" in decode_first_choice(pd, 2)[1]
+    assert decode_first_choice(pd, 4)[0] and not decode_first_choice(pd, 6)[0]  # shares of 2 and 3 cores
+    assert decode_first_choice(DynamoOptions(prefill_workers=2, decode_workers=2), 8)[0]
+    assert decode_first_choice(DynamoOptions(prefill_workers=1, decode_workers=1, decode_first=False), 2) == (
+        False,
+        "--no-decode-first",
+    )
+    assert decode_first_choice(DynamoOptions(prefill_workers=1, decode_workers=1, decode_first=True), 64)[0]
+    threads = DynamoOptions(prefill_workers=1, decode_workers=1, threads_per_worker=1)
+    assert decode_first_choice(threads, 2) == (False, "--threads-per-worker sets every worker's threads")
+    assert decode_first_choice(DynamoOptions(workers=2), 2) == (False, "aggregated workers")
+    monkeypatch.setattr("sys.platform", "darwin")
+    assert not decode_first_choice(pd, 2)[0]
+    monkeypatch.undo()
+    # the layout follows the choice: on 2 cores the default launch is --decode-first's
+    monkeypatch.setattr("llmkiln.dynamo.cluster.available_cores", lambda: 2)
+    auto = pd_spec()
+    assert auto.decode_first and auto.worker_options(0).compute_priority == "idle"
+    assert auto.worker_threads(1) == 2 and not auto.worker_options(1).spinning
+    monkeypatch.setattr("llmkiln.dynamo.cluster.available_cores", lambda: 16)
+    big = pd_spec()
+    assert not big.decode_first and big.worker_options(0).compute_priority == "normal" and big.threads == 8
+    with pytest.raises(BadInput, match="--decode-first: flag.s. of prefill/decode separation"):
+        DynamoOptions(decode_first=False)
 
 
 def test_worker_no_spin_and_compute_priority(stories_engine):
