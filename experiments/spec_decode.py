@@ -281,6 +281,9 @@ class Config:
     threads: int = 0  # GenAI's INFERENCE_NUM_THREADS; 0: this process's CPUs
     cache_gb: int = 4
     worker_timeout_s: float = 3600.0
+    # llmkiln's loop: "stepped" (OpenVINO GenAI's harness: this thread steps the engine, a finished request's
+    # successor goes in before the next step) or "async" (the engine's own thread, asyncio clients: as served)
+    harness: str = "stepped"
 
     @property
     def total_requests(self) -> int:
@@ -534,6 +537,59 @@ async def closed_loop(
     return sorted(recs, key=lambda r: r.index), outs
 
 
+def stepped_loop(
+    engine: Any, requests: Sequence[BenchRequest], ids: dict[int, list[int]], concurrency: int
+) -> tuple[list[RequestRecord], dict[int, list[int]]]:
+    """The closed loop as OpenVINO GenAI's worker runs its pipeline (no engine thread: this thread calls
+    `engine.step()`, stamps the tokens each step produced with the time the step returned, and submits a finished
+    request's successor before the next step); also the output ids per request."""
+    from llmkiln.runtime.request import SamplingParams
+
+    pending = list(requests)
+    live: dict[int, tuple[BenchRequest, RequestRecord, Any, list[int]]] = {}  # .., output ids
+    seen: dict[int, int] = {}  # events read per request
+    recs: list[RequestRecord] = []
+    outs: dict[int, list[int]] = {}
+
+    def submit() -> None:
+        req = pending.pop(0)
+        rec = RequestRecord(index=req.index, group=req.group, send_ns=time.perf_counter_ns())
+        rec.send_wall_ns = time.time_ns()
+        rec.num_prompt_tokens = req.num_prompt_tokens
+        handle = engine.submit(ids[req.index], SamplingParams(max_tokens=req.max_tokens, temperature=0.0))
+        live[req.index] = (req, rec, handle, [])
+        seen[req.index] = 0
+
+    while pending and len(live) < concurrency:
+        submit()
+    while live:
+        if not engine.step():
+            raise RuntimeError("the engine had nothing to run while requests were in flight")
+        now = time.perf_counter_ns()
+        for index in list(live):
+            req, rec, handle, out = live[index]
+            events = handle.events_since(seen[index])
+            seen[index] += len(events)
+            for ev in events:
+                if ev.token_id is not None:
+                    rec.token_ns.append(now)
+                    rec.num_output_tokens += 1
+                    out.append(ev.token_id)
+            if events and events[-1].finished:
+                rec.end_ns = now
+                rec.num_cached_tokens = handle.num_cached_tokens
+                if handle.error:
+                    rec.error = handle.error
+                elif not 0 < rec.num_output_tokens <= req.max_tokens:
+                    rec.error = f"{rec.num_output_tokens} tokens (max_tokens {req.max_tokens})"
+                recs.append(rec)
+                outs[index] = out
+                del live[index]
+        while pending and len(live) < concurrency:
+            submit()
+    return sorted(recs, key=lambda r: r.index), outs
+
+
 def _spec_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
     names = {
         "spec_drafted_tokens": "drafted",
@@ -553,7 +609,8 @@ def run_llmkiln(
     t0 = time.monotonic()
     try:
         eng = load_engine(folder, overrides)
-        eng.start()
+        if cfg.harness == "async":
+            eng.start()
     except (
         Exception
     ) as exc:  # e.g. a runtime that refuses `speculative`: recorded, the other systems still run
@@ -562,16 +619,23 @@ def run_llmkiln(
         return run
     run.load_s = time.monotonic() - t0
     run.info["settings"] = eng.runtime_settings
+    run.info["harness"] = cfg.harness
+
+    def loop(reqs: Sequence[BenchRequest], c: int) -> tuple[list[RequestRecord], dict[int, list[int]]]:
+        if cfg.harness == "async":
+            return asyncio.run(closed_loop(eng, reqs, part.ids, c))
+        return stepped_loop(eng, reqs, part.ids, c)
+
     speculative = eng.recipe.speculative if eng.recipe is not None else None
     run.info["speculative"] = speculative.model_dump(mode="json") if speculative is not None else None
     try:
         for wname, part in parts.items():
             if part.warmup:
-                asyncio.run(closed_loop(eng, part.warmup, part.ids, max(cfg.levels)))
+                loop(part.warmup, max(cfg.levels))
             run.levels[wname] = {}
             for c, reqs in part.levels.items():
                 before = eng.metrics()
-                recs, outs = asyncio.run(closed_loop(eng, reqs, part.ids, c))
+                recs, outs = loop(reqs, c)
                 spec = _spec_delta(before, eng.metrics())
                 if eng.config.speculative is not None:  # the learned cost of a verified row, in tokens
                     cost = eng.scheduler.draft_cost
@@ -1020,6 +1084,14 @@ _ARGV: list[str] = []
     "--threads", type=int, default=0, help="GenAI's INFERENCE_NUM_THREADS [default: this process's CPUs]."
 )
 @click.option("--cache-gb", type=int, default=4, show_default=True, help="GenAI's KV cache size in GB.")
+@click.option(
+    "--harness",
+    type=click.Choice(["stepped", "async"]),
+    default="stepped",
+    show_default=True,
+    help="llmkiln's loop: stepped (OpenVINO GenAI's: this thread steps the engine) or async (the engine's own "
+    "thread and asyncio clients, as served).",
+)
 @engines_dir_option
 def cli(
     out_dir: Path,
@@ -1038,6 +1110,7 @@ def cli(
     ovgenai_python: Path | None,
     threads: int,
     cache_gb: int,
+    harness: str,
     engines_dir: Path,
 ) -> int:
     levels = _ints(concurrency, "--concurrency")
@@ -1073,6 +1146,7 @@ def cli(
         ovgenai_python=ovgenai_python,
         threads=threads,
         cache_gb=cache_gb,
+        harness=harness,
     )
     command = " ".join([PROG, *(shlex.quote(a) for a in _ARGV)])
     summary = run(cfg, engines_dir, command)
