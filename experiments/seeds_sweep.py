@@ -106,6 +106,7 @@ def sweep(
     output_spread: int,
     prompt_tokens: str,
     user_tokens: str,
+    system_tokens: int = 1500,
 ) -> dict[str, Any]:
     if len(counts) != len(levels):
         raise BadInput(f"--requests: {len(counts)} counts for {len(levels)} levels; give one per level")
@@ -130,6 +131,7 @@ def sweep(
             output_spread=output_spread,
             prompt_tokens=parse_range(prompt_tokens, "--prompt-tokens"),
             user_tokens=parse_range(user_tokens, "--user-tokens"),
+            system_tokens=system_tokens,
         )
         wl = build_workload(tok, spec)
         for mode in modes:
@@ -218,6 +220,9 @@ def markdown(summary: dict[str, Any]) -> str:
 @click.option("--output-spread", type=int, default=16, show_default=True)
 @click.option("--prompt-tokens", default="1550-1700", show_default=True, help="unique: prompt length.")
 @click.option("--user-tokens", default="80-120", show_default=True, help="shared-prefix: user turn length.")
+@click.option(
+    "--system-tokens", type=int, default=1500, show_default=True, help="shared-prefix: system prompt."
+)
 def cli(
     engine: Path,
     out: Path,
@@ -230,6 +235,7 @@ def cli(
     output_spread: int,
     prompt_tokens: str,
     user_tokens: str,
+    system_tokens: int,
 ) -> None:
     """The seeds' sweep on one served engine (cold and warm, shared-prefix and unique)."""
 
@@ -247,6 +253,7 @@ def cli(
         output_spread,
         prompt_tokens,
         user_tokens,
+        system_tokens,
     )
     click.echo(f"wrote {out}/SUMMARY.md")
 

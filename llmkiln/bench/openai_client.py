@@ -86,6 +86,12 @@ async def run_one(
                     rec.end_ns = time.perf_counter_ns()
                     break
                 chunk = json.loads(data)
+                if isinstance(
+                    chunk.get("error"), dict
+                ):  # an error after the stream began (e.g. a prompt too long)
+                    err = chunk["error"]
+                    rec.error = f"HTTP {err.get('code', '?')} in the stream: {str(err.get('message'))[:300]}"
+                    continue
                 if chunk.get("usage"):
                     usage = chunk["usage"]
                 for choice in chunk.get("choices") or []:

@@ -122,3 +122,37 @@ def test_old_reports_still_load_and_new_columns_render(report_factory):
     old = BenchReport.model_validate(data)
     assert old.levels[0].goodput is None and old.run.api == "triton"
     assert "goodput" in markdown_report(old)
+
+
+def test_an_error_event_in_the_stream_is_recorded_with_its_message():
+    """A server that validates after the stream began (Dynamo's frontend: 200, then an error event) gets its
+    message into the record, not "no finish_reason"."""
+    import httpx
+
+    from llmkiln.bench.openai_client import run_one
+
+    body = (
+        'data: {"error":{"message":"prompt has 4801 tokens; limits.max_input_len is 384: shorten the prompt",'
+        '"type":"invalid_request_error","code":400}}\n\ndata: [DONE]\n\n'
+    )
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await run_one(
+                client,
+                "http://127.0.0.1:8000/v1",
+                "m",
+                BenchRequest(0, "x", 4801, 8, "g"),
+                "completions",
+                5.0,
+            )
+
+    rec = asyncio.run(go())
+    assert not rec.ok and rec.error is not None
+    assert (
+        rec.error.startswith("HTTP 400 in the stream: prompt has 4801 tokens")
+        and "max_input_len" in rec.error
+    )

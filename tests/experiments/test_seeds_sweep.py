@@ -40,16 +40,29 @@ def test_a_small_sweep_writes_a_report_per_cell_and_the_table(tmp_path, engine_f
     engine = engine_factory("stories-ov-fp32")
     out = tmp_path / "sweep"
     argv = ["--engine", str(engine), "--out", str(out), "--concurrency", "1,2", "--requests", "3,4"]
-    argv += ["--warmup", "2", "--prompt-tokens", "150-200", "--output-tokens", "8", "--output-spread", "2"]
+    argv += [
+        "--warmup",
+        "2",
+        "--prompt-tokens",
+        "150-200",
+        "--system-tokens",
+        "96",
+        "--user-tokens",
+        "10-20",
+        "--output-tokens",
+        "8",
+        "--output-spread",
+        "2",
+    ]
     assert run(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["cells"]) == {"shared-prefix-warm", "shared-prefix-cold", "unique-warm", "unique-cold"}
     for cell, levels in summary["cells"].items():
         assert list(levels) == ["1", "2"], cell
-        assert [levels[c]["requests"] for c in ("1", "2")] == [3, 4] and not any(
-            levels[c]["errors"] for c in levels
-        )
         report = load_report(out / f"{cell}.json")
+        errors = [e for lv in report.levels for e in lv.errors]
+        assert [levels[c]["requests"] for c in ("1", "2")] == [3, 4], (cell, errors)
+        assert not any(levels[c]["errors"] for c in levels), (cell, errors)
         assert report.run.mode == cell.rsplit("-", 1)[1] and [lv.concurrency for lv in report.levels] == [
             1,
             2,

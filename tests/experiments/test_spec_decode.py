@@ -34,3 +34,28 @@ def test_two_small_rounds_write_the_tables_and_count_the_drafts(tmp_path: Path, 
         # fp32: the drafts change no token
         check = data["correctness"]["grounded"]["llmkiln-ngram vs llmkiln-plain"]["1"]
         assert check["identical"] == check["compared"] == 2
+
+
+def test_the_stepped_and_the_async_loop_give_the_same_greedy_outputs(engine_factory) -> None:
+    """--harness stepped (GenAI's loop: this thread steps the engine) and async (the engine's thread) run the same
+    requests to the same tokens, every token stamped, at most `concurrency` in flight."""
+    import asyncio
+
+    from experiments.spec_decode import closed_loop, stepped_loop
+    from llmkiln.bench.workloads import BenchRequest
+    from llmkiln.engine_dir import EngineDir
+    from llmkiln.runtime.loader import load_engine
+
+    eng = load_engine(EngineDir(engine_factory("stories-ov-fp32")))
+    reqs = [BenchRequest(i, "x", 4, 6 + i, "grounded") for i in range(5)]
+    ids = {i: [1, 5 + i, 9, 13 + 2 * i] for i in range(5)}
+    stepped, stepped_out = stepped_loop(eng, reqs, ids, 2)
+    eng.start()
+    try:
+        threaded, threaded_out = asyncio.run(closed_loop(eng, reqs, ids, 2))
+    finally:
+        eng.shutdown(5.0)
+    assert stepped_out == threaded_out and len(stepped_out) == 5
+    for rec in stepped:
+        assert rec.ok and rec.num_output_tokens == len(stepped_out[rec.index]) == len(rec.token_ns) > 0
+    assert [r.index for r in stepped] == [r.index for r in threaded] == list(range(5))
