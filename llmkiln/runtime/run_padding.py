@@ -58,11 +58,17 @@ class RunPadding:
         return extra
 
 
+MAX_ENV = (
+    "LLMKILN_RUN_PADDING_MAX"  # tokens a padded run may have in all (unset: MAX_TOKENS), for A/B measurements
+)
+
+
 def from_env() -> RunPadding:
-    """RunPadding with $LLMKILN_RUN_PADDING's limit (unset: LIMIT); BadInput for anything but a count."""
+    """RunPadding with $LLMKILN_RUN_PADDING's limit (unset: LIMIT) and $LLMKILN_RUN_PADDING_MAX's run size (unset:
+    MAX_TOKENS); BadInput for anything but a count."""
     raw = os.environ.get(ENV, "").strip()
-    if not raw:
-        return RunPadding()
-    if not raw.isdigit():
-        raise BadInput(f"${ENV}={raw!r}: give the most tokens a run may be padded by (0 turns padding off)")
-    return RunPadding(limit=int(raw))
+    raw_max = os.environ.get(MAX_ENV, "").strip()
+    for name, value in ((ENV, raw), (MAX_ENV, raw_max)):
+        if value and not value.isdigit():
+            raise BadInput(f"${name}={value!r}: give a token count (${ENV}=0 turns padding off)")
+    return RunPadding(limit=int(raw) if raw else LIMIT, max_tokens=int(raw_max) if raw_max else MAX_TOKENS)

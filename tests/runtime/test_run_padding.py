@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmkiln.errors import BadInput
-from llmkiln.runtime.run_padding import ENV, LIMIT, MAX_TOKENS, WINDOW, RunPadding, from_env
+from llmkiln.runtime.run_padding import ENV, LIMIT, MAX_ENV, MAX_TOKENS, WINDOW, RunPadding, from_env
 
 
 def test_a_run_a_few_tokens_short_of_the_recent_ones_is_padded_to_their_count():
@@ -53,4 +53,12 @@ def test_the_environment_sets_the_limit(monkeypatch):
     assert from_env().limit == 0
     monkeypatch.setenv(ENV, "four")
     with pytest.raises(BadInput, match="LLMKILN_RUN_PADDING"):
+        from_env()
+    monkeypatch.setenv(ENV, "16")
+    monkeypatch.delenv(MAX_ENV, raising=False)
+    assert (from_env().limit, from_env().max_tokens) == (16, MAX_TOKENS)
+    monkeypatch.setenv(MAX_ENV, "20")
+    assert from_env().max_tokens == 20
+    monkeypatch.setenv(MAX_ENV, "lots")
+    with pytest.raises(BadInput, match="LLMKILN_RUN_PADDING_MAX"):
         from_env()
