@@ -9,11 +9,13 @@ frees their slots and pins. The plan's saves are written after that (off the TTF
 once, when it is added (`Request.block_hashes`).
 
 Budget of a step: `max_num_tokens` tokens; decodes (1 each) first, then the chunks of prompts already running,
-then admissions in policy order while slots and budget last. A waiting prompt whose next uncached blocks a running
-prompt is computing (a burst on a system prompt nobody has cached yet) is passed over until they are written, and
-then starts on them as cache hits: the prefix is computed once, not once per request of the burst (both modes). A chunk is at most `max_prefill_tokens` tokens when
+then admissions in policy order while slots and budget last. A chunk is at most `max_prefill_tokens` tokens when
 chunked prefill is on; with it off a prompt is prefilled whole. Static batching admits only when nothing runs,
 once `max_batch_size` requests wait or the oldest has waited `static_batch_timeout_ms`.
+
+A waiting prompt whose next uncached blocks a running prompt is computing (a burst on a system prompt nobody has
+cached yet) is passed over until they are written, then starts on them as cache hits: the prefix is computed
+once, not once per request of the burst (both modes; prompts that share nothing go ahead meanwhile).
 
 TTFT-first (`scheduler.ttft_first`, stall-free batching in the Sarathi-Serve / vLLM sense, but with prefill
 ahead): a step is either one prefill run or one decode batch. Prefill goes first while no running request's
@@ -148,12 +150,8 @@ class Scheduler:
         self.queue_ns_total = 0
         self._forced_decode = False  # ttft_first: the last step was a decode forced by the TPOT bound
         # waiting prompts wait for blocks a running prompt is computing (INFLIGHT_PREFIX_MIN_TOKENS); how many did
-        self.await_inflight_prefix = os.environ.get(INFLIGHT_PREFIX_ENV, "1").strip().lower() not in (
-            "0",
-            "false",
-            "off",
-            "no",
-        )
+        off = ("0", "false", "off", "no")
+        self.await_inflight_prefix = os.environ.get(INFLIGHT_PREFIX_ENV, "1").strip().lower() not in off
         self.num_inflight_prefix_waits = 0
         # Set by the engine from its runner (`batches_prefills_with_past`): a TTFT-first prefill run may then hold
         # several prompts with a past (a cached or resident prefix), up to max_prefill_tokens, in one engine call.
@@ -401,9 +399,8 @@ class Scheduler:
             if key not in inflight:
                 break
             gain += 1
-        if (
-            gain == 0 or (first + gain) * bs < INFLIGHT_PREFIX_MIN_TOKENS
-        ):  # a short common run: computed again
+        # nothing in flight to wait for, or a short common run (computed again rather than waited for)
+        if gain == 0 or (first + gain) * bs < INFLIGHT_PREFIX_MIN_TOKENS:
             return False
         if not request.awaited_inflight_prefix:
             request.awaited_inflight_prefix = True
