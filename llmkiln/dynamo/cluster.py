@@ -53,7 +53,7 @@ def available_cores() -> int:
 
 # A launch of prefill/decode separation on one host puts the decode tier first when each worker's core share is
 # at most this many cores. 2 cores, 1 prefill + 1 decode worker against 2 aggregated ones, short requests at c=8:
-# equal shares TTFT p95 1.16x (bench/results/pd, Zen 5: the target, <= 1.0x, missed); decode tier first 0.40x and
+# equal shares TTFT p95 1.16x (bench/results/pd: the target, <= 1.0x, missed); decode tier first 0.40x and
 # ITL p99 0.08x (bench/results/pd-192), 0.23x / 0.11x as the default on the Xeon (bench/results/pd-default).
 # On bigger shares the front door's and the transfers' cycles are a small part of a worker's cores: not measured
 # here, so such launches keep equal shares unless --decode-first is given.
