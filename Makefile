@@ -65,7 +65,7 @@ bench-scaleout: setup
 	$(VENV)/bin/python -m experiments.scaleout --out bench/results/scaleout --engines-dir $(ENGINES)
 
 # Prefill/decode separation (NIXL KV transfer) vs aggregated workers on the same cores, 3 setups x 128 requests per
-# level (~35 min on 2 idle cores; `--setups`, `--requests` to narrow it).
+# level (mixed-long-short alone at c=4/8 took 14 min on 2 idle cores; `--setups`, `--requests` to narrow it).
 bench-pd: setup
 	$(VENV)/bin/python -m experiments.pd --out bench/results/pd --engines-dir $(ENGINES)
 
