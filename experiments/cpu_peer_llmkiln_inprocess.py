@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,21 +78,34 @@ async def _one(engine: LLMEngine, req: BenchRequest, ids: list[int]) -> RequestR
 
 
 def stepped_loop(
-    engine: LLMEngine, wl: Workload, ids: dict[int, list[int]], concurrency: int
+    engine: LLMEngine,
+    wl: Workload | Sequence[BenchRequest],
+    ids: dict[int, list[int]],
+    concurrency: int,
+    params: Callable[[BenchRequest], SamplingParams] | None = None,
+    outs: dict[int, list[int]] | None = None,
 ) -> list[RequestRecord]:
     """The closed loop as OpenVINO GenAI's harness runs its pipeline (cpu_peer_openvino_genai_worker.closed_loop):
     no engine thread; this thread calls `engine.step()`, stamps the tokens each step produced with the time the
-    step returned, and a finished request's successor is submitted before the next step."""
-    pending = list(wl.requests)
+    step returned, and a finished request's successor is submitted before the next step. `params`: each request's
+    sampling (default: exactly max_tokens, EOS ignored; otherwise any count from 1 to max_tokens is a success);
+    `outs`: filled with each request's output ids."""
+    pending = list(wl.requests if isinstance(wl, Workload) else wl)
     live: dict[int, tuple[BenchRequest, RequestRecord, RequestHandle, int]] = {}  # index -> (.., events seen)
     out: list[RequestRecord] = []
 
     def submit() -> None:
         req = pending.pop(0)
         rec = RequestRecord(index=req.index, group=req.group, send_ns=time.perf_counter_ns())
+        rec.send_wall_ns = time.time_ns()
         rec.num_prompt_tokens = req.num_prompt_tokens
-        handle = engine.submit(ids[req.index], SamplingParams(max_tokens=req.max_tokens, ignore_eos=True))
+        sampling = (
+            params(req) if params is not None else SamplingParams(max_tokens=req.max_tokens, ignore_eos=True)
+        )
+        handle = engine.submit(ids[req.index], sampling)
         live[req.index] = (req, rec, handle, 0)
+        if outs is not None:
+            outs[req.index] = []
 
     while pending and len(live) < concurrency:
         submit()
@@ -107,13 +121,17 @@ def stepped_loop(
                 if ev.token_id is not None:
                     rec.token_ns.append(now)
                     rec.num_output_tokens += 1
+                    if outs is not None:
+                        outs[index].append(ev.token_id)
             if events and events[-1].finished:
                 rec.end_ns = now
                 rec.num_cached_tokens = handle.num_cached_tokens
                 if handle.error:
                     rec.error = handle.error
-                elif rec.num_output_tokens != req.max_tokens:
+                elif params is None and rec.num_output_tokens != req.max_tokens:
                     rec.error = f"{rec.num_output_tokens} tokens instead of {req.max_tokens}"
+                elif not 0 < rec.num_output_tokens <= req.max_tokens:
+                    rec.error = f"{rec.num_output_tokens} tokens (max_tokens {req.max_tokens})"
                 out.append(rec)
                 del live[index]
         while pending and len(live) < concurrency:

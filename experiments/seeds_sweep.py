@@ -28,6 +28,8 @@ from typing import Any
 
 import click
 
+from experiments.cpu_peers import split_workload
+from experiments.spec_decode import int_list, name_list
 from llmkiln.atomic import write_text_atomic
 from llmkiln.bench.report import BenchReport, machine_info, save_report
 from llmkiln.bench.runner import BenchConfig, run_bench
@@ -41,32 +43,6 @@ from llmkiln.errors import BadInput
 
 WORKLOADS = ("shared-prefix", "unique")
 MODES = ("warm", "cold")
-
-
-def _ints(text: str, name: str) -> tuple[int, ...]:
-    try:
-        out = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise BadInput(f"{name} {text!r}: expected comma-separated integers, e.g. 1,8,16,32") from None
-    if not out or min(out) <= 0:
-        raise BadInput(f"{name} {text!r}: expected positive integers")
-    return out
-
-
-def _names(text: str, allowed: tuple[str, ...], name: str) -> tuple[str, ...]:
-    out = tuple(x.strip() for x in text.split(",") if x.strip())
-    bad = [x for x in out if x not in allowed]
-    if not out or bad:
-        raise BadInput(f"{name} {text!r}: choose from {', '.join(allowed)}")
-    return out
-
-
-def _slices(wl: Workload, start: int, counts: tuple[int, ...]) -> list[Workload]:
-    out, at = [], start
-    for n in counts:
-        out.append(replace(wl, requests=wl.requests[at : at + n]))
-        at += n
-    return out
 
 
 def _bench(url: str, model: str, wl: Workload, c: int, warmup: int, label: str) -> BenchReport:
@@ -108,6 +84,8 @@ def sweep(
     user_tokens: str,
     system_tokens: int = 1500,
 ) -> dict[str, Any]:
+    if len(set(levels)) != len(levels):
+        raise BadInput(f"--concurrency {','.join(map(str, levels))}: give each level once")
     if len(counts) != len(levels):
         raise BadInput(f"--requests: {len(counts)} counts for {len(levels)} levels; give one per level")
     if any(n < c for n, c in zip(counts, levels, strict=True)):
@@ -136,16 +114,16 @@ def sweep(
         wl = build_workload(tok, spec)
         for mode in modes:
             reports: list[BenchReport] = []
+            warm, parts = split_workload(wl, warmup, levels, counts)
             if mode == "warm":
-                parts = _slices(wl, warmup, counts)
                 with serve_dynamo_engine(engine, opts) as launcher:
                     model = launcher.spec.served_model_name or folder.recipe().serve.model_name
-                    for i, (c, part) in enumerate(zip(levels, parts, strict=True)):
+                    for i, (c, part) in enumerate(parts.items()):
                         if i == 0:  # the warm-up requests go with the first level
-                            part = replace(part, requests=wl.requests[:warmup] + part.requests)
+                            part = replace(part, requests=warm.requests + part.requests)
                         reports.append(_bench(launcher.url, model, part, c, warmup if i == 0 else 0, "warm"))
             else:
-                for c, part in zip(levels, _slices(wl, warmup, counts), strict=True):
+                for c, part in parts.items():
                     t0 = time.monotonic()
                     with serve_dynamo_engine(engine, opts) as launcher:
                         model = launcher.spec.served_model_name or folder.recipe().serve.model_name
@@ -244,10 +222,10 @@ def cli(
     sweep(
         engine,
         out,
-        _ints(concurrency, "--concurrency"),
-        _ints(requests_, "--requests"),
-        _names(workloads, WORKLOADS, "--workloads"),
-        _names(modes, MODES, "--modes"),
+        int_list(concurrency, "--concurrency"),
+        int_list(requests_, "--requests"),
+        name_list(workloads, WORKLOADS, "--workloads"),
+        name_list(modes, MODES, "--modes"),
         warmup,
         output_tokens,
         output_spread,

@@ -76,6 +76,7 @@ from typing import Any
 
 import click
 
+from experiments.cpu_peer_llmkiln_inprocess import stepped_loop as peer_stepped_loop
 from experiments.cpu_peer_openvino_genai import find_engine, prepare_model, records_from_raw
 from experiments.cpu_peer_openvino_genai_worker import PRECISIONS, PipelineSettings
 from llmkiln.bench.report import RunInfo, make_report, save_records, save_report, write_atomic
@@ -241,7 +242,7 @@ OPEN_STYLES = ("", " Keep it brief.", " Use simple words.")
 # Configuration
 
 
-def _ints(value: str, what: str) -> tuple[int, ...]:
+def int_list(value: str, what: str) -> tuple[int, ...]:
     try:
         out = tuple(int(x) for x in value.split(",") if x.strip())
     except ValueError:
@@ -251,7 +252,7 @@ def _ints(value: str, what: str) -> tuple[int, ...]:
     return out
 
 
-def _names(value: str | None, known: tuple[str, ...], what: str) -> tuple[str, ...]:
+def name_list(value: str | None, known: tuple[str, ...], what: str) -> tuple[str, ...]:
     if value is None:
         return known
     names = tuple(n.strip() for n in value.split(",") if n.strip())
@@ -540,54 +541,20 @@ async def closed_loop(
 def stepped_loop(
     engine: Any, requests: Sequence[BenchRequest], ids: dict[int, list[int]], concurrency: int
 ) -> tuple[list[RequestRecord], dict[int, list[int]]]:
-    """The closed loop as OpenVINO GenAI's worker runs its pipeline (no engine thread: this thread calls
-    `engine.step()`, stamps the tokens each step produced with the time the step returned, and submits a finished
-    request's successor before the next step); also the output ids per request."""
+    """OpenVINO GenAI's harness (experiments.cpu_peer_llmkiln_inprocess.stepped_loop: this thread steps the engine),
+    greedy up to max_tokens or EOS; also the output ids per request."""
     from llmkiln.runtime.request import SamplingParams
 
-    pending = list(requests)
-    live: dict[int, tuple[BenchRequest, RequestRecord, Any, list[int]]] = {}  # .., output ids
-    seen: dict[int, int] = {}  # events read per request
-    recs: list[RequestRecord] = []
     outs: dict[int, list[int]] = {}
-
-    def submit() -> None:
-        req = pending.pop(0)
-        rec = RequestRecord(index=req.index, group=req.group, send_ns=time.perf_counter_ns())
-        rec.send_wall_ns = time.time_ns()
-        rec.num_prompt_tokens = req.num_prompt_tokens
-        handle = engine.submit(ids[req.index], SamplingParams(max_tokens=req.max_tokens, temperature=0.0))
-        live[req.index] = (req, rec, handle, [])
-        seen[req.index] = 0
-
-    while pending and len(live) < concurrency:
-        submit()
-    while live:
-        if not engine.step():
-            raise RuntimeError("the engine had nothing to run while requests were in flight")
-        now = time.perf_counter_ns()
-        for index in list(live):
-            req, rec, handle, out = live[index]
-            events = handle.events_since(seen[index])
-            seen[index] += len(events)
-            for ev in events:
-                if ev.token_id is not None:
-                    rec.token_ns.append(now)
-                    rec.num_output_tokens += 1
-                    out.append(ev.token_id)
-            if events and events[-1].finished:
-                rec.end_ns = now
-                rec.num_cached_tokens = handle.num_cached_tokens
-                if handle.error:
-                    rec.error = handle.error
-                elif not 0 < rec.num_output_tokens <= req.max_tokens:
-                    rec.error = f"{rec.num_output_tokens} tokens (max_tokens {req.max_tokens})"
-                recs.append(rec)
-                outs[index] = out
-                del live[index]
-        while pending and len(live) < concurrency:
-            submit()
-    return sorted(recs, key=lambda r: r.index), outs
+    recs = peer_stepped_loop(
+        engine,
+        requests,
+        ids,
+        concurrency,
+        params=lambda req: SamplingParams(max_tokens=req.max_tokens, temperature=0.0),
+        outs=outs,
+    )
+    return recs, outs
 
 
 def _spec_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
@@ -1113,8 +1080,8 @@ def cli(
     harness: str,
     engines_dir: Path,
 ) -> int:
-    levels = _ints(concurrency, "--concurrency")
-    reqs = _ints(requests_, "--requests")
+    levels = int_list(concurrency, "--concurrency")
+    reqs = int_list(requests_, "--requests")
     if len(reqs) == 1:
         reqs = reqs * len(levels)
     if len(reqs) != len(levels):
@@ -1140,8 +1107,8 @@ def cli(
         ngram=ngram,
         ngram_min=ngram_min,
         seed=seed,
-        systems=_names(systems, SYSTEMS, "--systems"),
-        workloads=_names(workloads, WORKLOADS, "--workloads"),
+        systems=name_list(systems, SYSTEMS, "--systems"),
+        workloads=name_list(workloads, WORKLOADS, "--workloads"),
         sets=recipe_sets(sets, "--set") if sets else {},
         ovgenai_python=ovgenai_python,
         threads=threads,

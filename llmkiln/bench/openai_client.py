@@ -86,10 +86,8 @@ async def run_one(
                     rec.end_ns = time.perf_counter_ns()
                     break
                 chunk = json.loads(data)
-                if isinstance(
-                    chunk.get("error"), dict
-                ):  # an error after the stream began (e.g. a prompt too long)
-                    err = chunk["error"]
+                err = chunk.get("error")
+                if isinstance(err, dict):  # an error after the stream began (e.g. a prompt too long)
                     rec.error = f"HTTP {err.get('code', '?')} in the stream: {str(err.get('message'))[:300]}"
                     continue
                 if chunk.get("usage"):

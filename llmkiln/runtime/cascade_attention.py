@@ -158,8 +158,13 @@ def shared_tokens(
     """Per sequence (id, new tokens, past, block table): how many of its past tokens the cascade op attends in
     its group's shared pass (the same rule as the op: sequences whose tables start with the same full past blocks,
     at least MIN_SHARED_TOKENS of them)."""
-    out = [0] * len(seqs)
-    for members, tokens in _groups(seqs, block_size):
+    return _per_sequence(_groups(seqs, block_size), len(seqs))
+
+
+def _per_sequence(groups: list[tuple[list[int], int]], n: int) -> list[int]:
+    """Each of n sequences' shared past tokens in `groups` (0: in none)."""
+    out = [0] * n
+    for members, tokens in groups:
         for i in members:
             out[i] = tokens
     return out
@@ -190,10 +195,7 @@ def worth_it(seqs: list[tuple[str, tuple[int, ...], int, tuple[int, ...]]], bloc
     groups = _groups(seqs, block_size)
     if not groups:
         return False
-    shared = [0] * len(seqs)
-    for members, tokens in groups:
-        for i in members:
-            shared[i] = tokens
+    shared = _per_sequence(groups, len(seqs))
     own = sum(
         len(toks) * (past + len(toks) - sh) for (_, toks, past, _), sh in zip(seqs, shared, strict=True)
     )

@@ -58,9 +58,8 @@ class RunPadding:
         return extra
 
 
-MAX_ENV = (
-    "LLMKILN_RUN_PADDING_MAX"  # tokens a padded run may have in all (unset: MAX_TOKENS), for A/B measurements
-)
+# tokens a padded run may have in all (unset: MAX_TOKENS), for A/B measurements
+MAX_ENV = "LLMKILN_RUN_PADDING_MAX"
 
 
 def from_env() -> RunPadding:

@@ -378,8 +378,9 @@ class Scheduler:
         return wake is not None and now_ns >= wake
 
     def _inflight_keys(self, running: list[Request]) -> set[int] | None:
-        """Keys of the prompt blocks running prompts are still computing (None: waiting for them is off)."""
-        if self.block_store is None or not self.await_inflight_prefix:
+        """Keys of the prompt blocks running prompts are still computing (None: waiting for them is off, or no
+        prompt waits)."""
+        if self.block_store is None or not self.await_inflight_prefix or not self.waiting:
             return None
         keys: set[int] = set()
         for r in running:
