@@ -19,7 +19,10 @@ than its plain ones (`speculates`). A look now and then at the kind not in use (
 
 from __future__ import annotations
 
+import os
 from collections import deque
+
+from llmkiln.errors import BadInput
 
 WINDOW = 64  # steps per batch size in the fit (recent ones: the context grows, the traffic changes)
 MIN_STEPS = 8  # steps at a batch size, some with drafts and some with another number of rows, before a fit
@@ -27,6 +30,7 @@ DEFAULT_THRESHOLD = 0.1  # without a fit: a draft is worth it above 10% acceptan
 MARGIN = 2.0  # a draft must be expected to bring twice its fitted cost: the fit on pure decode steps
 # underestimates what a verification costs in a busy batch (mixed prefill runs, more events per step; measured:
 # open chat at c = 4 and 8 lost 10% with the bare fit)
+MARGIN_ENV = "LLMKILN_DRAFT_MARGIN"  # another margin, for A/B measurements
 MAX_THRESHOLD = 1.0
 # a threshold at or below this prices a row as free (a fit of ~0 ns a row: one sequence, its runs padded to a
 # constant token count by runtime.run_padding): the scheduler then drafts from one-token matches too, whatever
@@ -74,7 +78,8 @@ def _line(points: deque[tuple[int, float]]) -> tuple[float, float] | None:
 class DraftCost:
     """Per batch size, the fit of decode step time to the verified draft rows."""
 
-    def __init__(self) -> None:
+    def __init__(self, margin: float | None = None) -> None:
+        self.margin = margin_from_env() if margin is None else margin
         self._steps: dict[int, deque[tuple[int, float]]] = {}
         self._fits: dict[int, tuple[float, float] | None] = {}  # batch size -> (base ns, ns per row), cached
         self._yields: dict[int, _Yield] = {}
@@ -122,4 +127,18 @@ class DraftCost:
         if fit is None or fit[0] <= 0 or seqs <= 0:
             return DEFAULT_THRESHOLD
         base, per_row = fit
-        return float(min(MAX_THRESHOLD, MARGIN * per_row / (base / seqs)))
+        return float(min(MAX_THRESHOLD, self.margin * per_row / (base / seqs)))
+
+
+def margin_from_env() -> float:
+    """$LLMKILN_DRAFT_MARGIN (unset: MARGIN); BadInput for anything but a number ≥ 0."""
+    raw = os.environ.get(MARGIN_ENV, "").strip()
+    if not raw:
+        return MARGIN
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise BadInput(f"${MARGIN_ENV}={raw!r}: give a number >= 0 (unset: {MARGIN})")
+    return value

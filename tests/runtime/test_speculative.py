@@ -373,6 +373,26 @@ def test_the_draft_cost_is_learned_from_decode_steps():
     assert same.fit(2) is None and same.threshold(2) == DEFAULT_THRESHOLD
 
 
+def test_the_draft_margin_can_be_set_for_measurements(monkeypatch):
+    """$LLMKILN_DRAFT_MARGIN replaces MARGIN in the threshold (A/B runs); anything but a number >= 0 is refused."""
+    from llmkiln.runtime.draft_cost import MARGIN, MARGIN_ENV, DraftCost
+
+    def threshold() -> float:
+        cost = DraftCost()
+        for rows in range(16):  # 10 ms a step + 1 ms a row, one sequence: a row is a tenth of a token
+            cost.update(1, rows, 10e6 + rows * 1e6)
+        return cost.threshold(1)
+
+    monkeypatch.delenv(MARGIN_ENV, raising=False)
+    assert DraftCost().margin == MARGIN and threshold() == pytest.approx(MARGIN * 0.1)
+    monkeypatch.setenv(MARGIN_ENV, "1")
+    assert threshold() == pytest.approx(0.1)
+    for bad in ("two", "-1", "nan"):
+        monkeypatch.setenv(MARGIN_ENV, bad)
+        with pytest.raises(BadInput, match=MARGIN_ENV):
+            DraftCost()
+
+
 def test_a_batch_whose_rows_cost_more_than_drafts_bring_drafts_less():
     """The same requests with a learned row cost of 0.9 tokens: a draft needs p >= 0.9 at its depth, so the
     sequences (prior p = 0.7) draft nothing; with rows nearly free (0.05) they draft up to max_draft_len."""
