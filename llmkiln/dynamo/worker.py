@@ -220,6 +220,7 @@ class KilnWorker(DynamoEngine):
         self, host: EngineHost, life: RequestLife, request: GenerateRequest, context: Context
     ) -> AsyncGenerator[GenerateChunk, None]:
         """Dynamo's request ↔ the host's request life and KV connector: translation only."""
+        received_ns = time.time_ns()  # the step profile's serve record (with $LLMKILN_PROFILE)
         engine = host.engine
         role = self.args.role
         probe = is_probe(request)
@@ -257,14 +258,17 @@ class KilnWorker(DynamoEngine):
         except EngineClosed as exc:
             raise EngineShutdown(str(exc)) from None
         self._handles[rid] = handle
+        stamps = ServeStamps(received_ns, time.time_ns())
         n_out = 0
         ended = False
         try:
             async for event in handle.aiter():
+                stamps.seen()
                 if not event.finished:
                     assert event.token_id is not None  # only a final event may carry no token
                     n_out += 1
                     yield {"token_ids": [event.token_id], "index": 0}
+                    stamps.sent()
                     continue
                 ended = True
                 life.ended(handle)
@@ -289,6 +293,39 @@ class KilnWorker(DynamoEngine):
             if not ended:  # closed before its last event (Dynamo's abort: the client left)
                 handle.cancel()
                 life.cancelled()
+            if engine.profiler is not None:
+                engine.profiler.serve(stamps.record(rid, n_out))
+
+
+class ServeStamps:
+    """One request's way through this worker for the step profile (time.time_ns()): Dynamo handed it over
+    (`received`), the engine took it (`submit`), its first event reached this loop (`first_seen`) and Dynamo took
+    the first chunk (`first_sent`: the generator resumed after yielding it; a one-token reply's only chunk is its
+    last, sent after the record is written, so None)."""
+
+    def __init__(self, received_ns: int, submit_ns: int) -> None:
+        self.received_ns, self.submit_ns = received_ns, submit_ns
+        self.first_seen_ns: int | None = None
+        self.first_sent_ns: int | None = None
+
+    def seen(self) -> None:
+        if self.first_seen_ns is None:
+            self.first_seen_ns = time.time_ns()
+
+    def sent(self) -> None:
+        if self.first_sent_ns is None:
+            self.first_sent_ns = time.time_ns()
+
+    def record(self, request_id: str, tokens: int) -> dict[str, int | str | None]:
+        return {
+            "id": request_id,
+            "received": self.received_ns,
+            "submit": self.submit_ns,
+            "first_seen": self.first_seen_ns,
+            "first_sent": self.first_sent_ns,
+            "done": time.time_ns(),
+            "tokens": tokens,
+        }
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
