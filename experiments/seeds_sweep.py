@@ -112,9 +112,9 @@ def sweep(
             system_tokens=system_tokens,
         )
         wl = build_workload(tok, spec)
+        warm, parts = split_workload(wl, warmup, levels, counts)
         for mode in modes:
             reports: list[BenchReport] = []
-            warm, parts = split_workload(wl, warmup, levels, counts)
             if mode == "warm":
                 with serve_dynamo_engine(engine, opts) as launcher:
                     model = launcher.spec.served_model_name or folder.recipe().serve.model_name

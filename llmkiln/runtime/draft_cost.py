@@ -78,8 +78,8 @@ def _line(points: deque[tuple[int, float]]) -> tuple[float, float] | None:
 class DraftCost:
     """Per batch size, the fit of decode step time to the verified draft rows."""
 
-    def __init__(self, margin: float | None = None) -> None:
-        self.margin = margin_from_env() if margin is None else margin
+    def __init__(self) -> None:
+        self.margin = margin_from_env()  # MARGIN unless $LLMKILN_DRAFT_MARGIN says otherwise
         self._steps: dict[int, deque[tuple[int, float]]] = {}
         self._fits: dict[int, tuple[float, float] | None] = {}  # batch size -> (base ns, ns per row), cached
         self._yields: dict[int, _Yield] = {}
