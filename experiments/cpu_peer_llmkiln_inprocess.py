@@ -79,7 +79,7 @@ async def _one(engine: LLMEngine, req: BenchRequest, ids: list[int]) -> RequestR
 
 def stepped_loop(
     engine: LLMEngine,
-    wl: Workload | Sequence[BenchRequest],
+    requests: Sequence[BenchRequest],
     ids: dict[int, list[int]],
     concurrency: int,
     params: Callable[[BenchRequest], SamplingParams] | None = None,
@@ -90,7 +90,7 @@ def stepped_loop(
     step returned, and a finished request's successor is submitted before the next step. `params`: each request's
     sampling (default: exactly max_tokens, EOS ignored; otherwise any count from 1 to max_tokens is a success);
     `outs`: filled with each request's output ids."""
-    pending = list(wl.requests if isinstance(wl, Workload) else wl)
+    pending = list(requests)
     live: dict[int, tuple[BenchRequest, RequestRecord, RequestHandle, int]] = {}  # index -> (.., events seen)
     out: list[RequestRecord] = []
 
@@ -209,7 +209,7 @@ def cli(
 
     def loop(wl_: Workload, c: int) -> list[RequestRecord]:
         if harness == "stepped":
-            return stepped_loop(eng, wl_, ids, c)
+            return stepped_loop(eng, wl_.requests, ids, c)
         return asyncio.run(closed_loop(eng, wl_, ids, c))
 
     before = [round(x, 2) for x in os.getloadavg()]

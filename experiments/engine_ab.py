@@ -180,14 +180,14 @@ def cli(
     }
     try:
         for e in engines.values():
-            stepped_loop(e, warm, ids, max(sizes.levels))
+            stepped_loop(e, warm.requests, ids, max(sizes.levels))
         for k in range(rounds):
             order = ("A", "B") if k % 2 == 0 else ("B", "A")
             for c, level in levels.items():
                 row: dict[str, Any] = {}
                 for side in order:
                     t0 = time.perf_counter()
-                    records = stepped_loop(engines[side], level, ids, c)
+                    records = stepped_loop(engines[side], level.requests, ids, c)
                     row[side] = level_numbers(records, time.perf_counter() - t0)
                 data["levels"][str(c)].append(row)
                 click.echo(

@@ -272,6 +272,7 @@ class Config:
     warmup: int = 8
     max_tokens: int = 128
     draft_len: int = 4
+    genai_draft_len: int | None = None  # GenAI's K when it differs from llmkiln's (None: draft_len)
     ngram: int = 3
     ngram_min: int = 2  # llmkiln only: speculative.min_matching_ngram_size (the bundled recipe's)
     seed: int = 0
@@ -304,7 +305,7 @@ class Config:
         return PipelineSettings(
             cache_size_gb=self.cache_gb,
             threads=threads,
-            prompt_lookup_tokens=self.draft_len if lookup else 0,
+            prompt_lookup_tokens=(self.genai_draft_len or self.draft_len) if lookup else 0,
             prompt_lookup_ngram=self.ngram,
         )
 
@@ -886,7 +887,9 @@ def render_markdown(summary: dict[str, Any]) -> str:
         "",
         f"- machine: {m.get('lscpu_model_name') or m['cpu_model']} ({m['cpu_kind']}, {m['cores']} cores), "
         f"load average before the summary {m['loadavg']}",
-        f"- engine: `{summary['engine']}` ({summary.get('precision')}); draft length K={cfg['draft_len']}, "
+        f"- engine: `{summary['engine']}` ({summary.get('precision')}); draft length K={cfg['draft_len']}"
+        + (f" (GenAI's {cfg['genai_draft_len']})" if cfg.get("genai_draft_len") else "")
+        + ", "
         f"max n-gram N={cfg['ngram']}; greedy, stop at EOS, max_tokens {cfg['max_tokens']}; warm-up "
         f"{cfg['warmup']} requests; requests per level {dict(zip(cfg['levels'], cfg['requests'], strict=True))}",
         f"- created {summary['created']}",
@@ -1027,6 +1030,12 @@ _ARGV: list[str] = []
     "--max-tokens", type=int, default=128, show_default=True, help="max_tokens per request (stop at EOS)."
 )
 @click.option("--draft-len", type=int, default=4, show_default=True, help="K: drafted tokens per step.")
+@click.option(
+    "--genai-draft-len",
+    type=int,
+    default=None,
+    help="ovgenai-lookup's K when it should differ from llmkiln's [default: --draft-len].",
+)
 @click.option("--ngram", type=int, default=3, show_default=True, help="N: the longest n-gram looked up.")
 @click.option(
     "--ngram-min",
@@ -1068,6 +1077,7 @@ def cli(
     warmup: int,
     max_tokens: int,
     draft_len: int,
+    genai_draft_len: int | None,
     ngram: int,
     ngram_min: int,
     systems: str | None,
@@ -1090,6 +1100,7 @@ def cli(
         ("--warmup", warmup, 0),
         ("--max-tokens", max_tokens, 1),
         ("--draft-len", draft_len, 1),
+        ("--genai-draft-len", draft_len if genai_draft_len is None else genai_draft_len, 1),
     ):
         if v < lo:
             raise BadInput(f"{what} {v}: give at least {lo}")
@@ -1104,6 +1115,7 @@ def cli(
         warmup=warmup,
         max_tokens=max_tokens,
         draft_len=draft_len,
+        genai_draft_len=genai_draft_len,
         ngram=ngram,
         ngram_min=ngram_min,
         seed=seed,

@@ -69,6 +69,7 @@ from llmkiln.host.kv_connector import ConnectorPlan
 from llmkiln.host.request_life import Refused, RequestLife
 from llmkiln.host.roles import WorkerRole
 from llmkiln.runtime.engine import EngineClosed
+from llmkiln.runtime.profile import ServeStamps
 from llmkiln.runtime.protocol import ServingHandle
 from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, SamplingParams
 
@@ -295,37 +296,6 @@ class KilnWorker(DynamoEngine):
                 life.cancelled()
             if engine.profiler is not None:
                 engine.profiler.serve(stamps.record(rid, n_out))
-
-
-class ServeStamps:
-    """One request's way through this worker for the step profile (time.time_ns()): Dynamo handed it over
-    (`received`), the engine took it (`submit`), its first event reached this loop (`first_seen`) and Dynamo took
-    the first chunk (`first_sent`: the generator resumed after yielding it; a one-token reply's only chunk is its
-    last, sent after the record is written, so None)."""
-
-    def __init__(self, received_ns: int, submit_ns: int) -> None:
-        self.received_ns, self.submit_ns = received_ns, submit_ns
-        self.first_seen_ns: int | None = None
-        self.first_sent_ns: int | None = None
-
-    def seen(self) -> None:
-        if self.first_seen_ns is None:
-            self.first_seen_ns = time.time_ns()
-
-    def sent(self) -> None:
-        if self.first_sent_ns is None:
-            self.first_sent_ns = time.time_ns()
-
-    def record(self, request_id: str, tokens: int) -> dict[str, int | str | None]:
-        return {
-            "id": request_id,
-            "received": self.received_ns,
-            "submit": self.submit_ns,
-            "first_seen": self.first_seen_ns,
-            "first_sent": self.first_sent_ns,
-            "done": time.time_ns(),
-            "tokens": tokens,
-        }
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:

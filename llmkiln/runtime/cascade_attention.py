@@ -29,6 +29,7 @@ from pathlib import Path
 import openvino as ov
 
 from llmkiln.cpu_features import CpuFeatures
+from llmkiln.env_switch import env_switch
 from llmkiln.errors import KilnError
 
 SOURCE = Path(__file__).parent / "cascade" / "cascade_attention.cpp"
@@ -147,9 +148,8 @@ def unsupported(cpu: CpuFeatures, head_dim: int) -> str | None:
 
 
 def from_env(recipe_value: bool) -> bool:
-    """The recipe's kv_cache.cascade, unless $LLMKILN_CASCADE says 0 or 1."""
-    v = os.environ.get(ENV, "").strip()
-    return recipe_value if v == "" else v not in ("0", "false", "off", "no")
+    """The recipe's kv_cache.cascade, unless $LLMKILN_CASCADE says on or off (llmkiln.env_switch)."""
+    return env_switch(ENV, recipe_value)
 
 
 def shared_tokens(

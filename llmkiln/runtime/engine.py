@@ -87,6 +87,8 @@ class LLMEngine:
                 f"speculative: {type(runner).__name__} cannot verify drafted tokens (Runner.verifies_drafts); "
                 "remove the recipe's speculative section or use backend openvino-cpu"
             )
+        if config.speculative is not None:
+            runner.expect_drafts(config.speculative.max_draft_len)
         self.config = config
         self.runner = runner
         self.tokenizer = tokenizer

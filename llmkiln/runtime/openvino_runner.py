@@ -236,6 +236,13 @@ class OpenVinoPagedRunner:
         # `prompt_logits` / `next_logits` outside an engine (the quality diff's scorer): the first blocks
         self._scratch = tuple(range(min(bps, self.num_blocks)))
 
+    def expect_drafts(self, max_draft_len: int) -> None:
+        """Speculation is on: pad a lone drafting sequence's runs to a steady 1 + max_draft_len (run_padding)."""
+        self.padding.for_drafts(max_draft_len)
+        self.runtime_settings["run_padding"] = (
+            f"up to {self.padding.limit} tokens, runs of {self.padding.max_tokens} at most"
+        )
+
     def close(self) -> None:
         """Free every OpenVINO object now, on the closing thread: left to the garbage collector, they would be
         destroyed on whichever thread it runs in later (a client thread of another test crashed that way)."""
@@ -280,7 +287,8 @@ class OpenVinoPagedRunner:
                 )
             if plan.decodes:
                 width = max(d.position for d in plan.decodes) + 1
-                trace.decode = (len(plan.decodes), len(plan.decodes), width, 0 if plan.prefills else ns)
+                run = sum(len(d.token_ids) for d in plan.decodes)  # a decode's token and its drafts
+                trace.decode = (len(plan.decodes), run, width, 0 if plan.prefills else ns)
         return out
 
     def prompt_logits(self, ids: list[int]) -> np.ndarray:

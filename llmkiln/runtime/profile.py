@@ -77,6 +77,51 @@ class StepTrace:
         }
 
 
+class ServeStamps:
+    """One request's way through a front door, for its `serve` record (time.time_ns()): the front door got it
+    (`received`), the engine took it (`submit`), its first event reached the front door's loop (`first_seen`) and
+    its first response was handed on (`first_sent`: the Triton handler stamps it as it sends, the Dynamo worker
+    when Dynamo has taken the chunk). `send` adds the time of one response send where the front door times them
+    (the Triton stub's); the record carries `send_us` / `sends` only then. Both front doors build their record
+    here (llmkiln.serve.handler, llmkiln.dynamo.worker)."""
+
+    __slots__ = ("received_ns", "submit_ns", "first_seen_ns", "first_sent_ns", "send_ns", "sends")
+
+    def __init__(self, received_ns: int, submit_ns: int) -> None:
+        self.received_ns, self.submit_ns = received_ns, submit_ns
+        self.first_seen_ns: int | None = None
+        self.first_sent_ns: int | None = None
+        self.send_ns = 0
+        self.sends = 0
+
+    def seen(self) -> None:
+        if self.first_seen_ns is None:
+            self.first_seen_ns = time.time_ns()
+
+    def sent(self) -> None:
+        if self.first_sent_ns is None:
+            self.first_sent_ns = time.time_ns()
+
+    def send(self, ns: int) -> None:
+        self.send_ns += ns
+        self.sends += 1
+
+    def record(self, request_id: str, tokens: int) -> dict[str, int | str | None]:
+        rec: dict[str, int | str | None] = {
+            "id": request_id,
+            "received": self.received_ns,
+            "submit": self.submit_ns,
+            "first_seen": self.first_seen_ns,
+            "first_sent": self.first_sent_ns,
+            "done": time.time_ns(),
+            "tokens": tokens,
+        }
+        if self.sends:
+            rec["send_us"] = self.send_ns // 1000  # time inside the response sends (all but the last)
+            rec["sends"] = self.sends
+        return rec
+
+
 class Profiler:
     """Appends profile records (JSON lines) to one file; thread-safe (the scheduler thread writes steps and
     requests, the serving core's event loop writes serve records)."""

@@ -44,17 +44,19 @@ in tokens of this batch, learned from the engine's decode steps (runtime.draft_c
 memory-bound batch, a good share of a token once the batch is compute-bound). A sequence whose p is too low for
 even one draft drafts nothing, and its estimate relaxes toward the prior step by step until it tries again
 (back-off). So text that does not repeat pays little, and a large batch drafts only what is likely accepted.
+Where a verified row costs nothing (one sequence whose runs are padded to 1 + max_draft_len: runtime.run_padding),
+a sequence drafts whatever its lookup found, from one-token matches up, as GenAI's prompt lookup does.
 """
 
 from __future__ import annotations
 
 import bisect
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from llmkiln import recipe as recipe_schema
+from llmkiln.env_switch import env_switch
 from llmkiln.recipe_trtllm import Speculative
 from llmkiln.runtime.draft_cost import FREE_ROW, DraftCost
 from llmkiln.runtime.kv_blocks import BlockStore
@@ -150,8 +152,7 @@ class Scheduler:
         self.queue_ns_total = 0
         self._forced_decode = False  # ttft_first: the last step was a decode forced by the TPOT bound
         # waiting prompts wait for blocks a running prompt is computing (INFLIGHT_PREFIX_MIN_TOKENS); how many did
-        off = ("0", "false", "off", "no")
-        self.await_inflight_prefix = os.environ.get(INFLIGHT_PREFIX_ENV, "1").strip().lower() not in off
+        self.await_inflight_prefix = env_switch(INFLIGHT_PREFIX_ENV, True)
         self.num_inflight_prefix_waits = 0
         # Set by the engine from its runner (`batches_prefills_with_past`): a TTFT-first prefill run may then hold
         # several prompts with a past (a cached or resident prefix), up to max_prefill_tokens, in one engine call.
@@ -526,7 +527,8 @@ class Scheduler:
         if not drafts:
             return ()
         cls = match_class(n)
-        k = _draft_length(request.acceptance.p(cls), len(drafts), worth)
+        # a free row drafts whatever matched, as GenAI's prompt lookup does: the run is padded to that size anyway
+        k = len(drafts) if worth <= FREE_ROW else _draft_length(request.acceptance.p(cls), len(drafts), worth)
         if (
             k <= 0
         ):  # not worth a row now: the estimate relaxes toward the prior, so the sequence tries again later

@@ -40,6 +40,7 @@ from llmkiln.host.request_life import Refused, RequestLife
 from llmkiln.host.roles import WorkerRole
 from llmkiln.recipe import Warmup
 from llmkiln.runtime.detokenizer import IncrementalDetokenizer
+from llmkiln.runtime.profile import ServeStamps
 from llmkiln.runtime.protocol import ServingHandle
 from llmkiln.runtime.request import FinishReason, QueueFull, RequestRejected, SamplingParams
 from llmkiln.serve.heartbeat import Heartbeat
@@ -373,7 +374,7 @@ class ServeCore:
                 handle.cancel()
                 life.cancelled()
         try:
-            await self._stream(request, sender, req, handle, life, plan, (received_ns, submit_ns))
+            await self._stream(request, sender, req, handle, life, plan, ServeStamps(received_ns, submit_ns))
         finally:
             if request_id and self.by_id.get(request_id) is handle:
                 del self.by_id[request_id]
@@ -386,7 +387,7 @@ class ServeCore:
         handle: ServingHandle,
         life: RequestLife,
         plan: ConnectorPlan,
-        stamps: tuple[int, int] = (0, 0),
+        stamps: ServeStamps,
     ) -> None:
         # The prompt is context only: the first generated word keeps its leading space.
         detok = IncrementalDetokenizer(self.engine, prompt_ids=handle.prompt_ids)
@@ -395,10 +396,8 @@ class ServeCore:
         n_tokens = 0
         stopped = recorded = False
         handoff: Mapping[str, object] | None = None
-        first_seen_ns = first_sent_ns = send_ns = sends = 0
         async for ev in handle.aiter():
-            if not first_seen_ns:
-                first_seen_ns = time.time_ns()
+            stamps.seen()
             if ev.finish_reason == FinishReason.ERROR:
                 life.failed()
                 self._error(sender, f"llmkiln: generation failed: {handle.error or 'runtime error'}")
@@ -427,17 +426,15 @@ class ServeCore:
             ):  # ended normally: the prefill role's hand-off for the decode model
                 handoff = await self.host.connector.after(handle, plan)
             if req.stream and (text or final):
-                if not first_sent_ns:
-                    first_sent_ns = time.time_ns()
+                stamps.sent()
                 if final and not req.return_perf_metrics:
                     # before the final response: once the client has it, the server may be stopped
-                    self._profile(handle, stamps, (first_seen_ns, first_sent_ns), (send_ns, sends), n_tokens)
+                    self._profile(handle, stamps, n_tokens)
                     recorded = True
                 t_send = time.perf_counter_ns()
                 last = final and not req.return_perf_metrics
                 self._send(sender, text, final=last, handoff=handoff if last else None)
-                send_ns += time.perf_counter_ns() - t_send
-                sends += 1
+                stamps.send(time.perf_counter_ns() - t_send)
             pieces.append(text)
             if final:
                 break
@@ -454,7 +451,7 @@ class ServeCore:
         perf = self._perf(handle, n_tokens)
         life.completed(handle)
         if not recorded:
-            self._profile(handle, stamps, (first_seen_ns, first_sent_ns), (send_ns, sends), n_tokens)
+            self._profile(handle, stamps, n_tokens)
         if req.stream:
             if req.return_perf_metrics:
                 self._send(sender, "", final=True, perf=perf, handoff=handoff)
@@ -464,30 +461,10 @@ class ServeCore:
             text = req.prompt + text
         self._send(sender, text, final=True, perf=perf if req.return_perf_metrics else None, handoff=handoff)
 
-    def _profile(
-        self,
-        handle: ServingHandle,
-        stamps: tuple[int, int],
-        firsts: tuple[int, int],
-        sent: tuple[int, int],
-        n_tokens: int,
-    ) -> None:
+    def _profile(self, handle: ServingHandle, stamps: ServeStamps, n_tokens: int) -> None:
         """The request's serve record for the step profile (written before its final response is sent)."""
-        if self.engine.profiler is None:
-            return
-        self.engine.profiler.serve(
-            {
-                "id": handle.request_id,
-                "received": stamps[0],
-                "submit": stamps[1],
-                "first_seen": firsts[0],
-                "first_sent": firsts[1],
-                "send_us": sent[0] // 1000,  # time inside the stub's response sends (all but the last)
-                "sends": sent[1],
-                "done": time.time_ns(),
-                "tokens": n_tokens,
-            }
-        )
+        if self.engine.profiler is not None:
+            self.engine.profiler.serve(stamps.record(handle.request_id, n_tokens))
 
     def _perf(self, handle: ServingHandle, n_tokens: int) -> PerfFields:
         t = handle.timings

@@ -36,6 +36,8 @@ import uuid
 from pathlib import Path
 from typing import IO
 
+from llmkiln.env_switch import env_switch
+
 SHM_DIR = Path("/dev/shm")
 KILL_WAIT_S = 10.0
 CGROUP_PREFIX = "llmkiln-"
@@ -82,8 +84,8 @@ def _own_cgroup() -> str | None:
 
 def make_cgroup(name: str) -> Path | None:
     """A fresh cgroup v2 folder below this process's own cgroup, or None where we may not create one, the
-    kernel has no cgroup.kill (Linux < 5.14) or $LLMKILN_CGROUP is 0 (process groups only)."""
-    if os.environ.get(CGROUP_ENV, "1") == "0":
+    kernel has no cgroup.kill (Linux < 5.14) or $LLMKILN_CGROUP is off (0: process groups only)."""
+    if not env_switch(CGROUP_ENV, True):
         return None
     root, own = _cgroup2_root(), _own_cgroup()
     if root is None or own is None:

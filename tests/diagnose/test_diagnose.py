@@ -297,7 +297,9 @@ def test_low_speculative_acceptance_says_to_turn_it_off_or_draft_less(tmp_path: 
     snap.write_text(page)
     row = _row(diagnose([], [snap], recipe), "speculative drafts mostly rejected")
     assert row.status == "yes"
-    assert row.changes == {"speculative.max_draft_len": 2, "speculative.max_matching_ngram_size": 4}
+    assert recipe.speculative is not None
+    half = recipe.speculative.max_draft_len // 2  # the recipe's draft length, halved
+    assert row.changes == {"speculative.max_draft_len": half, "speculative.max_matching_ngram_size": 4}
     assert any("acceptance = 20%" in f for f in row.figures)
     good = tmp_path / "good.prom"
     good.write_text(

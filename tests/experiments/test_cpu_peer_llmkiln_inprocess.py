@@ -56,7 +56,9 @@ def test_the_stepped_loop_steps_the_engine_itself_and_refills_before_the_next_st
 
     eng.step = counting_step  # type: ignore[method-assign]
     try:
-        records = stepped_loop(eng, wl, {r.index: [1, 5, 9, 13, 17, 21][: 2 + r.index % 4] for r in reqs}, 3)
+        records = stepped_loop(
+            eng, wl.requests, {r.index: [1, 5, 9, 13, 17, 21][: 2 + r.index % 4] for r in reqs}, 3
+        )
     finally:
         eng.shutdown(2.0)
     assert eng._thread is None  # no engine thread: this loop ran every step

@@ -110,6 +110,9 @@ class FakeRunner:
                 trace.decode = (len(plan.decodes), len(plan.decodes), width, 0)
         return out
 
+    def expect_drafts(self, max_draft_len: int) -> None:
+        self.max_draft_len = max_draft_len
+
     def close(self) -> None:
         pass
 
@@ -193,6 +196,9 @@ class PagedFakeRunner:
         row = np.zeros(self.vocab_size, np.float32)
         row[value] = 1.0
         return row
+
+    def expect_drafts(self, max_draft_len: int) -> None:
+        self.max_draft_len = max_draft_len
 
     def close(self) -> None:
         pass

@@ -62,3 +62,28 @@ def test_the_environment_sets_the_limit(monkeypatch):
     monkeypatch.setenv(MAX_ENV, "lots")
     with pytest.raises(BadInput, match="LLMKILN_RUN_PADDING_MAX"):
         from_env()
+
+
+def test_speculation_pads_a_lone_sequence_to_one_plus_its_draft_length(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.delenv(MAX_ENV, raising=False)
+    p = from_env()
+    p.for_drafts(8)
+    assert (p.limit, p.max_tokens) == (8, 9)
+    p.pad(9)  # a sequence verifying 8 drafts
+    assert [p.pad(n) for n in (1, 4, 9)] == [8, 5, 0]  # every run of one sequence at 9
+    assert p.pad(10) == 0 and p.pad(18) == 0  # two sequences' drafts: beyond it, as before
+    small = from_env()
+    small.for_drafts(2)  # never below the defaults
+    assert (small.limit, small.max_tokens) == (LIMIT, MAX_TOKENS)
+
+
+def test_speculation_leaves_padding_set_by_the_environment_or_turned_off(monkeypatch):
+    monkeypatch.setenv(ENV, "2")
+    monkeypatch.delenv(MAX_ENV, raising=False)
+    p = from_env()
+    p.for_drafts(8)
+    assert (p.limit, p.max_tokens) == (2, MAX_TOKENS)
+    off = RunPadding(limit=0)
+    off.for_drafts(8)
+    assert off.limit == 0

@@ -223,6 +223,41 @@ def test_one_token_matches_draft_where_a_verified_row_is_free():
     assert first_decode_drafts(0.0) != ()
 
 
+def test_a_free_row_drafts_everything_its_lookup_found():
+    """Where a row is free (one padded sequence: a row under FREE_ROW of a token) a sequence drafts all its lookup
+    found, whatever its acceptance estimate (GenAI's prompt lookup does the same); where a row costs something,
+    p^n decides. The first decode's suffix (9, 3) never occurred, its last token did: a one-token match (prior
+    acceptance 0.4) proposing 8, 7, 6, 9."""
+    from llmkiln.runtime.draft_cost import DraftCost
+
+    def first_decode_drafts(row_cost: float) -> tuple[int, ...]:
+        sched = make_paged_scheduler(num_blocks=80, speculative=NGRAM | {"min_matching_ngram_size": 1})
+        sched.draft_cost = DraftCost()
+        for _ in range(50):
+            sched.draft_cost.update(1, 4, 10e6 + 4 * row_cost * 10e6)
+            sched.draft_cost.update(1, 0, 10e6)
+        runner = PagedFakeRunner(4, 80, BS, model=lambda seq: 3, vocab_size=V)
+        _run(sched, runner, _requests([[3, 8, 7, 6, 9]], 8, ignore_eos=True))
+        return next(d.draft_ids for plan in runner.steps for d in plan.decodes)
+
+    assert first_decode_drafts(0.02) == (
+        8,
+        7,
+        6,
+        9,
+    )  # threshold 0.04: free (p^n would stop at 3: 0.4^4 < 0.04)
+    assert first_decode_drafts(0.15) == (8,)  # threshold 0.3: 0.4 >= 0.3 > 0.4^2
+
+
+def test_the_engine_tells_its_runner_the_draft_length():
+    config = SchedulerConfig.make(
+        speculative=NGRAM | {"max_draft_len": 6}, max_batch_size=2, tokens_per_block=BS
+    )
+    runner = PagedFakeRunner(2, 40, BS)
+    LLMEngine(config, runner)
+    assert runner.max_draft_len == 6
+
+
 def test_drafts_stay_inside_the_steps_token_budget():
     sched = make_paged_scheduler(num_blocks=120, speculative=NGRAM, max_num_tokens=6, max_prefill_tokens=6)
     runner = PagedFakeRunner(4, 120, BS, model=cycle_model, vocab_size=V)

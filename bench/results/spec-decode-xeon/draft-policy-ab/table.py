@@ -1,6 +1,7 @@
 """llmkiln-ngram ÷ ovgenai-lookup output tok/s per run (tokens a decode step, acceptance), from the runs' summaries.
 
 python bench/results/spec-decode-xeon/draft-policy-ab/table.py A1 B1 B2 A2 ...    # from the repository root
+(a tag is a run folder beside this script, or any run folder's path)
 """
 
 import json
@@ -14,6 +15,8 @@ def main(tags: list[str]) -> None:
     rows: dict[tuple[str, str], dict[str, tuple[float, float, float]]] = {}
     for t in tags:
         path = HERE / t / "summary.json"
+        if not path.exists():
+            path = Path(t) / "summary.json"
         if not path.exists():
             continue
         results = json.loads(path.read_text())["results"]
