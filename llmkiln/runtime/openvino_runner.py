@@ -186,7 +186,7 @@ class OpenVinoPagedRunner:
         # one block more than the manager's: where a run's padding (runtime.run_padding) writes its KV
         self._pad_block = self.num_blocks
         self.padding: RunPadding = run_padding.from_env()
-        self.runtime_settings["run_padding"] = f"up to {self.padding.limit} tokens"
+        self.runtime_settings["run_padding"] = self.padding.describe()
         shape = [self.num_blocks + 1, self.kv_heads, self.block_size, self.head_dim]
         self.k: list[np.ndarray] = []  # numpy views of the OpenVINO tensors (bf16 via ml_dtypes)
         self.v: list[np.ndarray] = []
@@ -239,9 +239,7 @@ class OpenVinoPagedRunner:
     def expect_drafts(self, max_draft_len: int) -> None:
         """Speculation is on: pad a lone drafting sequence's runs to a steady 1 + max_draft_len (run_padding)."""
         self.padding.for_drafts(max_draft_len)
-        self.runtime_settings["run_padding"] = (
-            f"up to {self.padding.limit} tokens, runs of {self.padding.max_tokens} at most"
-        )
+        self.runtime_settings["run_padding"] = self.padding.describe()
 
     def close(self) -> None:
         """Free every OpenVINO object now, on the closing thread: left to the garbage collector, they would be

@@ -60,6 +60,10 @@ class RunPadding:
             self.limit = max(self.limit, max_draft_len)
             self.max_tokens = max(self.max_tokens, max_draft_len + 1)
 
+    def describe(self) -> str:
+        """The runner's `run_padding` setting, as reported."""
+        return f"up to {self.limit} tokens, runs of {self.max_tokens} at most"
+
     def pad(self, n: int) -> int:
         """Tokens to add to a run of n tokens (0: run as is); records the run."""
         top = min(n + self.limit, self.max_tokens)

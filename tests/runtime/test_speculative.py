@@ -9,6 +9,7 @@ import pytest
 from llmkiln.errors import BadInput, RecipeError
 from llmkiln.recipe import load_recipe
 from llmkiln.runtime.draft_acceptance import accept_drafts
+from llmkiln.runtime.draft_cost import DraftCost
 from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.metrics import EngineMetric
 from llmkiln.runtime.ngram_drafts import NgramIndex
@@ -110,6 +111,15 @@ def _requests(prompts: list[list[int]], max_tokens: int, **params) -> list[Reque
     ]
 
 
+def _one_sequence_cost(row_cost: float) -> DraftCost:
+    """A DraftCost that has seen 50 steps of 1 sequence: 10 ms, and row_cost of that per verified row."""
+    cost = DraftCost()
+    for _ in range(50):
+        cost.update(1, 4, 10e6 + 4 * row_cost * 10e6)
+        cost.update(1, 0, 10e6)
+    return cost
+
+
 def _run(scheduler, runner, requests) -> dict[str, list[int]]:
     for r in requests:
         scheduler.add_request(r)
@@ -182,17 +192,13 @@ def test_a_sequence_whose_drafts_fail_backs_off():
     what followed an earlier 3, always wrong. Where a row costs 0.15 of a token (0.3 with the margin) the
     sequence's acceptance estimate falls below that after a few misses and it stops drafting, trying one draft
     again now and then (its estimate relaxes toward the prior); where rows are nearly free it keeps drafting one."""
-    from llmkiln.runtime.draft_cost import DraftCost
 
     def alternates(seq: list[int]) -> int:
         return 10 + len(seq) // 2 if seq[-1] == 3 else 3
 
     def drafting_steps(row_cost: float) -> int:
         sched = make_paged_scheduler(num_blocks=80, speculative=NGRAM, max_seq_len=128, max_input_len=64)
-        sched.draft_cost = DraftCost()
-        for _ in range(50):  # steps of 1 sequence: 10 ms, and row_cost of that per verified row
-            sched.draft_cost.update(1, 4, 10e6 + 4 * row_cost * 10e6)
-            sched.draft_cost.update(1, 0, 10e6)
+        sched.draft_cost = _one_sequence_cost(row_cost)
         runner = PagedFakeRunner(4, 80, BS, model=alternates, vocab_size=100)
         _run(sched, runner, _requests([[5, 6, 7, 8]], 60, ignore_eos=True))
         assert sched.num_accepted_tokens == 0 < sched.num_drafted_tokens
@@ -206,14 +212,10 @@ def test_one_token_matches_draft_where_a_verified_row_is_free():
     """min_matching_ngram_size 2 keeps one-token matches out where a row costs something; where the fit prices a
     row as free (runtime.draft_cost.FREE_ROW: one padded sequence) they draft too. The prompt ends in a token that
     occurred before, its two-token suffix never did."""
-    from llmkiln.runtime.draft_cost import DraftCost
 
     def first_decode_drafts(row_cost: float) -> tuple[int, ...]:
         sched = make_paged_scheduler(num_blocks=80, speculative=NGRAM | {"min_matching_ngram_size": 2})
-        sched.draft_cost = DraftCost()
-        for _ in range(50):
-            sched.draft_cost.update(1, 4, 10e6 + 4 * row_cost * 10e6)
-            sched.draft_cost.update(1, 0, 10e6)
+        sched.draft_cost = _one_sequence_cost(row_cost)
         runner = PagedFakeRunner(4, 80, BS, model=cycle_model, vocab_size=V)
         out = _run(sched, runner, _requests([[3, 8, 7, 6, 3]], 6, ignore_eos=True))
         assert out["s0"] == _generate_plain([3, 8, 7, 6, 3], 6)
@@ -228,14 +230,10 @@ def test_a_free_row_drafts_everything_its_lookup_found():
     found, whatever its acceptance estimate (GenAI's prompt lookup does the same); where a row costs something,
     p^n decides. The first decode's suffix (9, 3) never occurred, its last token did: a one-token match (prior
     acceptance 0.4) proposing 8, 7, 6, 9."""
-    from llmkiln.runtime.draft_cost import DraftCost
 
     def first_decode_drafts(row_cost: float) -> tuple[int, ...]:
         sched = make_paged_scheduler(num_blocks=80, speculative=NGRAM | {"min_matching_ngram_size": 1})
-        sched.draft_cost = DraftCost()
-        for _ in range(50):
-            sched.draft_cost.update(1, 4, 10e6 + 4 * row_cost * 10e6)
-            sched.draft_cost.update(1, 0, 10e6)
+        sched.draft_cost = _one_sequence_cost(row_cost)
         runner = PagedFakeRunner(4, 80, BS, model=lambda seq: 3, vocab_size=V)
         _run(sched, runner, _requests([[3, 8, 7, 6, 9]], 8, ignore_eos=True))
         return next(d.draft_ids for plan in runner.steps for d in plan.decodes)
@@ -431,7 +429,6 @@ def test_the_draft_margin_can_be_set_for_measurements(monkeypatch):
 def test_a_batch_whose_rows_cost_more_than_drafts_bring_drafts_less():
     """The same requests with a learned row cost of 0.9 tokens: a draft needs p >= 0.9 at its depth, so the
     sequences (prior p = 0.7) draft nothing; with rows nearly free (0.05) they draft up to max_draft_len."""
-    from llmkiln.runtime.draft_cost import DraftCost
 
     def run(row_ns: float) -> int:
         sched = make_paged_scheduler(num_blocks=80, speculative=NGRAM)
