@@ -274,6 +274,17 @@ class Scheduler(Strict):
             why="onnxruntime's thread-pool setting (session.intra_op.allow_spinning)",
         ),
     )
+    prompt_graph: bool = Field(
+        False,
+        description="openvino-cpu: runs that carry prompt tokens go to a compiled copy of the graph of their own, "
+        "so decode-only steps keep their shape (OpenVINO's CPU plugin pays for every change of a graph's token "
+        "count: a decode step after a mixed one paid it back). Costs one more compiled copy of the weights per "
+        "graph (+0.3 GB for a 135M model in bf16).",
+        json_schema_extra=honoured_by(
+            Backend.OPENVINO_CPU,
+            why="onnxruntime's sessions and TensorRT-LLM's engines have no per-shape state to keep",
+        ),
+    )
     ttft_first: bool = Field(
         False,
         description="CPU runtime, inflight: run waiting prompts' prefill (one run per step) ahead of decode steps "

@@ -54,6 +54,7 @@ def load_engine(engine: str | Path | EngineDir, overrides: dict[str, Any] | None
             precision=recipe.precision,
             threads=recipe.scheduler.intra_op_threads,
             cascade=kv.cascade,
+            prompt_graph=recipe.scheduler.prompt_graph,
         )
     else:
         providers = folder.execution_providers()

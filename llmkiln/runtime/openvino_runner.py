@@ -17,6 +17,12 @@ executes it: no slot memory, no loads, and saves need nothing here (a prompt blo
 manager publishes it); the only copy is copy-on-write of one block when a prompt leaves a cached chain inside it. The pools are sized for the scheduler's worst case (every slot at max_seq_len)
 plus kv_cache.max_bytes of cached prefixes; `block_memory` exposes them to the KV transfer (NIXL reads and
 writes the blocks themselves).
+
+A prompt graph (recipe `scheduler.prompt_graph`): OpenVINO's CPU plugin re-derives every node's shapes and
+buffers when a graph's token count changes, and the state is the compiled model's (a second infer request of it
+does not help), so a decode step after a mixed one (decodes + a prompt chunk) paid the change back. With it, runs
+that carry prompt tokens go to a compiled copy of their graph (of each: PagedAttention's and the cascade one) and
+decode-only runs keep their steady shape. It costs the memory of one more compiled copy of the weights per graph.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import openvino.opset13 as ops
 from openvino._offline_transformations import paged_attention_transformation
 
 from llmkiln.cpu_features import detect
+from llmkiln.env_switch import env_switch
 from llmkiln.errors import BadInput, CpuLacksFeature
 from llmkiln.runtime import cascade_attention, run_padding
 from llmkiln.runtime.block_memory import PagedPools
@@ -41,6 +48,9 @@ from llmkiln.runtime.profile import StepTrace, now_ns
 from llmkiln.runtime.run_padding import RunPadding
 
 log = logging.getLogger(__name__)
+
+# on/off over the recipe's scheduler.prompt_graph (llmkiln.env_switch), for A/B measurements
+PROMPT_GRAPH_ENV = "LLMKILN_PROMPT_GRAPH"
 
 
 def _last_rows_only(model: ov.Model) -> None:
@@ -138,6 +148,7 @@ class OpenVinoPagedRunner:
         precision: str = "fp32",
         threads: int = 0,
         cascade: bool = False,
+        prompt_graph: bool = False,
     ) -> None:
         core = ov.Core()
         require_precision(precision, core)
@@ -158,8 +169,16 @@ class OpenVinoPagedRunner:
             "; " + "; ".join(settings.reasons) if settings.reasons else "",
         )
         cascade = cascade_attention.from_env(cascade)
+        prompt_graph = env_switch(PROMPT_GRAPH_ENV, prompt_graph)
         source = model.clone() if cascade else None
         self.compiled = core.compile_model(model, "CPU", settings.properties())
+        # runs that carry prompt tokens get a compiled copy of their own (see PROMPT_GRAPH_ENV)
+        self.prompt_req: ov.InferRequest | None = (
+            core.compile_model(model, "CPU", settings.properties()).create_infer_request()
+            if prompt_graph
+            else None
+        )
+        self.prompt_runs = 0
         self.settings = replace(settings, in_force=_in_force(self.compiled))
         self.runtime_settings: dict[str, str] = self.settings.describe()
         self.req = self.compiled.create_infer_request()
@@ -192,17 +211,20 @@ class OpenVinoPagedRunner:
         self.v: list[np.ndarray] = []
         self._tensors: list[ov.Tensor] = []
         bf16 = self.cache_type == ov.Type.bf16
-        for layer in range(self.num_layers):
-            for name, pools in ((f"key_cache.{layer}", self.k), (f"value_cache.{layer}", self.v)):
+        for _layer in range(self.num_layers):  # key then value of each layer: _bind_pools' order
+            for pools in (self.k, self.v):
                 tensor = ov.Tensor(self.cache_type, shape)  # OpenVINO's own allocation (aligned as it wants)
                 arr = tensor.data.view(np.uint16).view(ml_dtypes.bfloat16) if bf16 else tensor.data
                 arr[...] = 0  # touch every page now (as the onnxruntime runner does)
-                self.req.set_tensor(name, tensor)
                 self._tensors.append(tensor)
                 pools.append(arr)
+        self._bind_pools(self.req)
+        if self.prompt_req is not None:
+            self._bind_pools(self.prompt_req)
         # cascade attention (runtime.cascade_attention): a second graph on the same pools, for runs whose sequences
         # share cached blocks
         self.cascade_req: ov.InferRequest | None = None
+        self.cascade_prompt_req: ov.InferRequest | None = None
         self.cascade_runs = 0
         cascade_state = "off"
         ext = None
@@ -222,13 +244,17 @@ class OpenVinoPagedRunner:
                 source, ext, self.cache_type, self.kv_heads, self.block_size, self.head_dim
             )
             self.cascade_compiled = core.compile_model(source, "CPU", settings.properties())
-            self.cascade_req = self.cascade_compiled.create_infer_request()
-            for layer in range(self.num_layers):
-                self.cascade_req.set_tensor(f"key_cache.{layer}", self._tensors[2 * layer])
-                self.cascade_req.set_tensor(f"value_cache.{layer}", self._tensors[2 * layer + 1])
+            self.cascade_req = self._bind_pools(self.cascade_compiled.create_infer_request())
+            if prompt_graph:
+                self.cascade_prompt_req = self._bind_pools(
+                    core.compile_model(source, "CPU", settings.properties()).create_infer_request()
+                )
             self._cascade_inputs = {i.get_any_name() for i in self.cascade_compiled.inputs}
             cascade_state = "on"
         self.runtime_settings["cascade_attention"] = cascade_state
+        self.runtime_settings["prompt_graph"] = (
+            "on (runs with prompt tokens on a compiled copy of their own)" if prompt_graph else "off"
+        )
         self.block_memory: PagedPools | None = PagedPools(  # the manager's blocks, not the padding's
             [p[: self.num_blocks] for kv in zip(self.k, self.v, strict=True) for p in kv], precision
         )
@@ -249,8 +275,17 @@ class OpenVinoPagedRunner:
         self._tensors = []
         self.req = None
         self.compiled = None
+        self.prompt_req = None
         self.cascade_req = None
+        self.cascade_prompt_req = None
         self.cascade_compiled = None
+
+    def _bind_pools(self, req: ov.InferRequest) -> ov.InferRequest:
+        """Give an infer request the KV pools (every graph of this runner reads and writes the same blocks)."""
+        for layer in range(self.num_layers):
+            req.set_tensor(f"key_cache.{layer}", self._tensors[2 * layer])
+            req.set_tensor(f"value_cache.{layer}", self._tensors[2 * layer + 1])
+        return req
 
     def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]:
         for src, dst in plan.copies:  # copy-on-write of a partly shared block, before the run writes into it
@@ -268,7 +303,7 @@ class OpenVinoPagedRunner:
         if not seqs:
             return {}
         t = now_ns()
-        logits = self._run(seqs, rows)
+        logits = self._run(seqs, rows, prompt=bool(plan.prefills))
         out: dict[str, np.ndarray] = {}
         at = 0
         for (rid, *_), n in zip(seqs, rows, strict=True):
@@ -303,11 +338,13 @@ class OpenVinoPagedRunner:
         seqs: list[tuple[str, tuple[int, ...], int, tuple[int, ...]]],
         rows: list[int],
         cascade: bool | None = None,
+        prompt: bool = False,
     ) -> np.ndarray:
         """One infer over the sequences; the logits of the last `rows[i]` tokens of each, in order. A run a few
         tokens short of the recent ones gets them as padding (runtime.run_padding): a sequence of its own in the
         padding block, no logits row. `cascade`: which graph (None: the cascade graph where it pays,
-        cascade_attention.worth_it; True needs it loaded)."""
+        cascade_attention.worth_it; True needs it loaded); `prompt`: the run carries prompt tokens (it takes the
+        graph's prompt copy where there is one)."""
         bs = self.block_size
         extra = self.padding.pad(sum(len(toks) for _, toks, _, _ in seqs))
         if extra:
@@ -340,8 +377,14 @@ class OpenVinoPagedRunner:
                     "this runner has no cascade attention graph (cascade=False, or it is off here)"
                 )
             req = self.cascade_req
+            if prompt and self.cascade_prompt_req is not None:
+                req = self.cascade_prompt_req
             self.cascade_runs += 1
             feeds = {k: v for k, v in feeds.items() if k in self._cascade_inputs}
+        elif prompt and self.prompt_req is not None:
+            req = self.prompt_req
+        if prompt and req is not self.req and req is not self.cascade_req:
+            self.prompt_runs += 1
         for name, value in feeds.items():
             req.set_tensor(name, ov.Tensor(value))
         req.infer()

@@ -247,3 +247,32 @@ def test_an_engine_without_the_extension_runs_on_paged_attention_and_says_why(sm
         assert r._run([("a", (5, 6, 7), 0, (0,))], [1]).shape == (1, 1024)
     finally:
         r.close()
+
+
+def test_a_prompt_graph_takes_the_prompt_runs_and_gives_the_same_logits(smoke_xml, monkeypatch):
+    """scheduler.prompt_graph: runs that carry prompt tokens go to compiled copies of their graph (cascade and
+    PagedAttention alike), decode-only runs stay on the first ones, and every logit is what one graph gives."""
+    monkeypatch.setattr(cascade_attention, "MAX_OWN_WORK", 10**9)
+    monkeypatch.setattr(cascade_attention, "MAX_OWN_DECODE_SHARE", 1e9)
+    kw = dict(num_slots=8, max_len=1024, tokens_per_block=BS, store_max_bytes=0, precision="fp32", threads=2)
+    one = ov_runner.OpenVinoPagedRunner(smoke_xml, cascade=True, **kw)
+    two = ov_runner.OpenVinoPagedRunner(smoke_xml, cascade=True, prompt_graph=True, **kw)
+    try:
+        one.padding.limit = two.padding.limit = 0
+        assert two.prompt_req is not None and two.cascade_prompt_req is not None and one.prompt_req is None
+        assert (
+            two.runtime_settings["prompt_graph"].startswith("on")
+            and one.runtime_settings["prompt_graph"] == "off"
+        )
+        prompt_runs = 0
+        for i, plan in enumerate(_plans(1024)):
+            prompt = i < 3 or any(sid == "q" for sid, *_ in plan)  # the prefix, the prompts, the chunks of q
+            prompt_runs += prompt
+            rows = [len(toks) for _, toks, _, _ in plan]
+            a, b = one._run(plan, rows, prompt=prompt), two._run(plan, rows, prompt=prompt)
+            np.testing.assert_allclose(b, a, rtol=0, atol=1e-5 * max(1.0, float(np.abs(a).max())))
+        assert prompt_runs == 5 and two.prompt_runs == prompt_runs and one.prompt_runs == 0
+        assert two.cascade_runs == one.cascade_runs >= 7  # the copies took the same graph kinds' runs
+    finally:
+        one.close()
+        two.close()
