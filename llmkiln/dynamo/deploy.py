@@ -132,7 +132,8 @@ def _k8s_name(text: str) -> str:
 def worker_memory_mib(recipe: Recipe, engine: EngineDir | None) -> int:
     """Memory a CPU worker needs: its KV pools (from the engine's shapes), the prefix store's byte budget, the
     weights, and a base. onnx-cpu: fp32 slot pools. openvino-cpu: its block pools in the inference precision,
-    the slots' runs plus shared blocks for as many tokens as the store holds (llmkiln.runtime.openvino_runner).
+    the slots' runs plus shared blocks for as many tokens as the store holds (llmkiln.runtime.openvino_runner),
+    and the weights once more in each compiled graph (the cascade graph and the prompt graphs are copies).
     Without a built engine the pools and weights are unknown: BadInput."""
     model_files = _model_files(recipe, engine)
     if engine is None or not model_files:
@@ -151,6 +152,9 @@ def worker_memory_mib(recipe: Recipe, engine: EngineDir | None) -> int:
         block = bytes_per_block(kv.dtype, info.num_layers, info.kv_heads, kv.tokens_per_block, info.head_size)
         shared = store // block * kv.tokens_per_block * per_token
     weights = sum(f.stat().st_size for f in model_files)
+    if recipe.backend is Backend.OPENVINO_CPU:  # each compiled graph holds the weights in the inference precision
+        graphs = (2 if kv.cascade else 1) * (2 if recipe.scheduler.prompt_graph else 1)
+        weights += graphs * weights * value_bytes // 4  # the IR's are fp32 (or int8: an overestimate)
     return WORKER_BASE_MIB + -(-(pools + shared + store + weights) // MIB)
 
 
