@@ -295,7 +295,9 @@ def test_an_openvino_recipe_gets_llmkilns_worker(ov_engines_root, tmp_path):
     assert main_c["resources"]["limits"]["memory"] == f"{worker_memory_mib(recipe, engine)}Mi"
     # scheduler.prompt_graph: one more compiled copy of the (fp32) weights per graph
     assert not recipe.scheduler.prompt_graph
-    twins = recipe.model_copy(update={"scheduler": recipe.scheduler.model_copy(update={"prompt_graph": True})})
+    twins = recipe.model_copy(
+        update={"scheduler": recipe.scheduler.model_copy(update={"prompt_graph": True})}
+    )
     grown = (worker_memory_mib(twins, engine) - worker_memory_mib(recipe, engine)) * 2**20
     graphs = 2 if recipe.kv_cache.cascade else 1
     assert abs(grown - graphs * ir.with_suffix(".bin").stat().st_size) <= 2**20
