@@ -4,7 +4,7 @@ The OpenVINO runner's graph has dynamic shapes; an infer whose token count diffe
 re-derives the shapes and buffers of every node first. Measured on an AMD EPYC Zen 5 (2 cores, SmolLM2-135M bf16,
 one sequence on a 143-token past; `python -m experiments.openvino_run_shapes`): 15.3 ms a step at a constant 1 or
 5 tokens, 18.7 ms when the count wanders between 1 and 5 as speculative drafts come and go (+22%); a separate infer
-request per shape did not help, and a change of the rows asked for (`logits_indices`) or of the number of
+request per shape did not help (a separate compilation does: the runner's prompt graph), and a change of the rows asked for (`logits_indices`) or of the number of
 sequences costs nothing. A few extra tokens do cost nothing on a memory-bound step (the weights are read once
 whatever the rows: 16.0 ms for 1 token, 16.3 for 4, 18.5 for 8), so a run a few tokens short of the recent ones
 is padded to their count: OpenVINO GenAI's prompt lookup pads its candidates to a constant count for the same
