@@ -370,20 +370,17 @@ class OpenVinoPagedRunner:
         }
         if cascade is None:
             cascade = self.cascade_req is not None and cascade_attention.worth_it(seqs, bs)
-        req = self.req
+        req, twin = self.req, self.prompt_req
         if cascade:
             if self.cascade_req is None:
                 raise ValueError(
                     "this runner has no cascade attention graph (cascade=False, or it is off here)"
                 )
-            req = self.cascade_req
-            if prompt and self.cascade_prompt_req is not None:
-                req = self.cascade_prompt_req
+            req, twin = self.cascade_req, self.cascade_prompt_req
             self.cascade_runs += 1
             feeds = {k: v for k, v in feeds.items() if k in self._cascade_inputs}
-        elif prompt and self.prompt_req is not None:
-            req = self.prompt_req
-        if prompt and req is not self.req and req is not self.cascade_req:
+        if prompt and twin is not None:  # the graph's copy for runs with prompt tokens (prompt_graph)
+            req = twin
             self.prompt_runs += 1
         for name, value in feeds.items():
             req.set_tensor(name, ov.Tensor(value))

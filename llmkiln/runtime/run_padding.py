@@ -44,7 +44,10 @@ WINDOW = 8  # runs
 class RunPadding:
     """The token counts of the last WINDOW runs (before padding: a count not seen for WINDOW runs is let go)."""
 
-    def __init__(self, limit: int = LIMIT, window: int = WINDOW, max_tokens: int = MAX_TOKENS) -> None:
+    def __init__(
+        self, limit: int = LIMIT, window: int = WINDOW, max_tokens: int = MAX_TOKENS, fixed: bool = False
+    ) -> None:
+        """`fixed`: limit and max_tokens were set by the environment, and for_drafts leaves them."""
         if limit < 0 or window < 1:
             raise ValueError(f"limit must be >= 0 and window >= 1, got {limit}, {window}")
         self.limit = limit
@@ -52,7 +55,7 @@ class RunPadding:
         self._recent: deque[int] = deque(maxlen=window)
         self.padded_runs = 0
         self.padding_tokens = 0
-        self.fixed = False  # limit and max_tokens set by the environment: for_drafts leaves them
+        self.fixed = fixed
 
     def for_drafts(self, max_draft_len: int) -> None:
         """Speculation drafts up to `max_draft_len` tokens a sequence: pad a one-sequence run up to 1 + that."""
@@ -88,6 +91,8 @@ def from_env() -> RunPadding:
     for name, value in ((ENV, raw), (MAX_ENV, raw_max)):
         if value and not value.isdigit():
             raise BadInput(f"${name}={value!r}: give a token count (${ENV}=0 turns padding off)")
-    padding = RunPadding(limit=int(raw) if raw else LIMIT, max_tokens=int(raw_max) if raw_max else MAX_TOKENS)
-    padding.fixed = bool(raw or raw_max)
-    return padding
+    return RunPadding(
+        limit=int(raw) if raw else LIMIT,
+        max_tokens=int(raw_max) if raw_max else MAX_TOKENS,
+        fixed=bool(raw or raw_max),
+    )
