@@ -152,9 +152,8 @@ def worker_memory_mib(recipe: Recipe, engine: EngineDir | None) -> int:
         block = bytes_per_block(kv.dtype, info.num_layers, info.kv_heads, kv.tokens_per_block, info.head_size)
         shared = store // block * kv.tokens_per_block * per_token
     weights = sum(f.stat().st_size for f in model_files)
-    if (
-        recipe.backend is Backend.OPENVINO_CPU
-    ):  # each compiled graph holds the weights in the inference precision
+    if recipe.backend is Backend.OPENVINO_CPU:
+        # each compiled graph holds the weights once more, in the inference precision
         graphs = (2 if kv.cascade else 1) * (2 if recipe.scheduler.prompt_graph else 1)
         weights += graphs * weights * value_bytes // 4  # the IR's are fp32 (or int8: an overestimate)
     return WORKER_BASE_MIB + -(-(pools + shared + store + weights) // MIB)

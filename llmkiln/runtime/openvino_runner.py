@@ -172,13 +172,6 @@ class OpenVinoPagedRunner:
         prompt_graph = env_switch(PROMPT_GRAPH_ENV, prompt_graph)
         source = model.clone() if cascade else None
         self.compiled = core.compile_model(model, "CPU", settings.properties())
-        # runs that carry prompt tokens get a compiled copy of their own (see PROMPT_GRAPH_ENV)
-        self.prompt_req: ov.InferRequest | None = (
-            core.compile_model(model, "CPU", settings.properties()).create_infer_request()
-            if prompt_graph
-            else None
-        )
-        self.prompt_runs = 0
         self.settings = replace(settings, in_force=_in_force(self.compiled))
         self.runtime_settings: dict[str, str] = self.settings.describe()
         self.req = self.compiled.create_infer_request()
@@ -219,8 +212,9 @@ class OpenVinoPagedRunner:
                 self._tensors.append(tensor)
                 pools.append(arr)
         self._bind_pools(self.req)
-        if self.prompt_req is not None:
-            self._bind_pools(self.prompt_req)
+        # runs that carry prompt tokens get a compiled copy of their own (see the module's docstring)
+        self.prompt_req = self._twin(core, model, settings.properties()) if prompt_graph else None
+        self.prompt_runs = 0
         # cascade attention (runtime.cascade_attention): a second graph on the same pools, for runs whose sequences
         # share cached blocks
         self.cascade_req: ov.InferRequest | None = None
@@ -246,9 +240,7 @@ class OpenVinoPagedRunner:
             self.cascade_compiled = core.compile_model(source, "CPU", settings.properties())
             self.cascade_req = self._bind_pools(self.cascade_compiled.create_infer_request())
             if prompt_graph:
-                self.cascade_prompt_req = self._bind_pools(
-                    core.compile_model(source, "CPU", settings.properties()).create_infer_request()
-                )
+                self.cascade_prompt_req = self._twin(core, source, settings.properties())
             self._cascade_inputs = {i.get_any_name() for i in self.cascade_compiled.inputs}
             cascade_state = "on"
         self.runtime_settings["cascade_attention"] = cascade_state
@@ -279,6 +271,10 @@ class OpenVinoPagedRunner:
         self.cascade_req = None
         self.cascade_prompt_req = None
         self.cascade_compiled = None
+
+    def _twin(self, core: ov.Core, model: ov.Model, properties: dict[str, object]) -> ov.InferRequest:
+        """An infer request of another compilation of `model` on the same pools (scheduler.prompt_graph)."""
+        return self._bind_pools(core.compile_model(model, "CPU", properties).create_infer_request())
 
     def _bind_pools(self, req: ov.InferRequest) -> ov.InferRequest:
         """Give an infer request the KV pools (every graph of this runner reads and writes the same blocks)."""
