@@ -11,35 +11,18 @@ import statistics
 import sys
 import time
 
+from experiments.shared_prefix_runs import TABLES, cascade_runner, decodes, mixed
 from llmkiln.engine_dir import EngineDir
-from llmkiln.runtime.openvino_runner import OpenVinoPagedRunner
 
-PAST = 1504
 runners = {}
 for e in sys.argv[1:]:
-    f = EngineDir(pathlib.Path(e))
-    r = OpenVinoPagedRunner(f.openvino_model(), 9, 2048, None, 0, f.recipe().precision, cascade=True)
-    r.padding.limit = 0
-    runners[e] = r
+    r = runners[e] = cascade_runner(EngineDir(pathlib.Path(e)))
     print(
         e,
         r.runtime_settings.get("weights"),
         r.runtime_settings.get("DYNAMIC_QUANTIZATION_GROUP_SIZE"),
         flush=True,
     )
-shared = tuple(range(47))
-tables = [shared + tuple(range(100 + i * 20, 120 + i * 20)) for i in range(9)]
-for r in runners.values():
-    r._run([("s0", tuple(range(3, 3 + PAST)), 0, tables[0])], [1])
-
-
-def decodes():
-    return [(f"s{i}", (7,), PAST, tables[i]) for i in range(8)], [1] * 8
-
-
-def mixed(n):
-    seqs, rows = decodes()
-    return [("p", tuple(range(5, 5 + n)), PAST, tables[8]), *seqs], [1, *rows]
 
 
 def t(r, items, reps=9):
@@ -53,7 +36,7 @@ def t(r, items, reps=9):
 
 for rnd in range(3):
     for e, r in runners.items():
-        prefill = ([("q", tuple(range(9, 1609)), 0, tables[8])], [1])
+        prefill = ([("q", tuple(range(9, 1609)), 0, TABLES[8])], [1])
         print(
             f"{rnd} {pathlib.Path(e).name:22s} decode8 {t(r, decodes()):.1f} mixed+100 {t(r, mixed(100)):.1f} "
             f"mixed+32 {t(r, mixed(32)):.1f} prefill1600 {t(r, prefill, 3):.0f}",

@@ -12,36 +12,13 @@ import statistics
 import sys
 import time
 
+from experiments.shared_prefix_runs import cascade_runner, decodes, mixed
 from llmkiln.engine_dir import EngineDir
-from llmkiln.runtime.openvino_runner import OpenVinoPagedRunner
 
 folder = EngineDir(pathlib.Path(sys.argv[1]))
 PROMPT = int(sys.argv[2])
-PAST = 1504
-
-
-def make():
-    model = folder.openvino_model()
-    r = OpenVinoPagedRunner(model, 9, 2048, None, 0, folder.recipe().precision, cascade=True)
-    r.padding.limit = 0
-    return r
-
-
-A, B = make(), make()
+A, B = cascade_runner(folder), cascade_runner(folder)
 second = A._bind_pools(A.cascade_compiled.create_infer_request())
-shared = tuple(range(47))
-tables = [shared + tuple(range(100 + i * 20, 120 + i * 20)) for i in range(9)]
-for r in (A, B):
-    r._run([("s0", tuple(range(3, 3 + PAST)), 0, tables[0])], [1])
-
-
-def decodes():
-    return [(f"s{i}", (7,), PAST, tables[i]) for i in range(8)], [1] * 8
-
-
-def mixed(n):
-    seqs, rows = decodes()
-    return [("p", tuple(range(5, 5 + n)), PAST, tables[8]), *seqs], [1, *rows]
 
 
 def timed(r, items, req=None):
