@@ -566,8 +566,9 @@ class TorchRunner:
         self._prefixes: dict[tuple[int, int], PrefixKV] = {}
         self.block_tokens: dict[int, tuple[int, ...]] = {}
 
-    def expect_drafts(self, max_draft_len: int) -> None:
+    def expect_drafts(self, max_draft_len: int) -> bool:
         """Never called: this runner does not verify drafts."""
+        return False
 
     def close(self) -> None:
         pass

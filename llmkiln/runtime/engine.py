@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
+from llmkiln.env_switch import env_switch
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.recipe import Recipe
 from llmkiln.runtime import compute_priority
@@ -41,7 +42,7 @@ from llmkiln.runtime.request import (
 )
 from llmkiln.runtime.request_check import check_request, prompt_token_ids
 from llmkiln.runtime.sampling import make_rng, sample_token
-from llmkiln.runtime.scheduler import Scheduler, SchedulerConfig
+from llmkiln.runtime.scheduler import LONE_DRAFTS_FREE_ENV, Scheduler, SchedulerConfig
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -87,8 +88,9 @@ class LLMEngine:
                 f"speculative: {type(runner).__name__} cannot verify drafted tokens (Runner.verifies_drafts); "
                 "remove the recipe's speculative section or use backend openvino-cpu"
             )
-        if config.speculative is not None:
-            runner.expect_drafts(config.speculative.max_draft_len)
+        lone_drafts_free = config.speculative is not None and runner.expect_drafts(
+            config.speculative.max_draft_len
+        )
         self.config = config
         self.runner = runner
         self.tokenizer = tokenizer
@@ -105,6 +107,7 @@ class LLMEngine:
         self.scheduler = Scheduler(config, manager, paged=runner.paged_kv)
         self.scheduler.batch_past_prefills = runner.batches_prefills_with_past
         self.scheduler.mix_decodes = runner.mixes_decodes_with_prefills
+        self.scheduler.lone_drafts_free = lone_drafts_free and env_switch(LONE_DRAFTS_FREE_ENV, True)
         # the KV hand-off (runtime.engine_kv): reservations, exports, the routing hint, for host.kv_transfer
         self.kv = EngineKv(self.block_store, runner.block_memory, self.call)
         self.stats = metrics_mod.StepStats()

@@ -254,10 +254,12 @@ class OpenVinoPagedRunner:
         # `prompt_logits` / `next_logits` outside an engine (the quality diff's scorer): the first blocks
         self._scratch = tuple(range(min(bps, self.num_blocks)))
 
-    def expect_drafts(self, max_draft_len: int) -> None:
-        """Speculation is on: pad a lone drafting sequence's runs to a steady 1 + max_draft_len (run_padding)."""
-        self.padding.for_drafts(max_draft_len)
+    def expect_drafts(self, max_draft_len: int) -> bool:
+        """Speculation is on: pad a lone drafting sequence's runs to a steady 1 + max_draft_len (run_padding);
+        True when they are (a lone sequence's drafts are then free)."""
+        free = self.padding.for_drafts(max_draft_len)
         self.runtime_settings["run_padding"] = self.padding.describe()
+        return free
 
     def close(self) -> None:
         """Free every OpenVINO object now, on the closing thread: left to the garbage collector, they would be

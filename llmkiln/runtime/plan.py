@@ -153,8 +153,10 @@ class Runner(Protocol):
 
     def execute(self, plan: SchedulerOutput, trace: StepTrace | None = None) -> dict[str, np.ndarray]: ...
 
-    def expect_drafts(self, max_draft_len: int) -> None:
-        """Speculative decoding is on (a runner that `verifies_drafts`): decodes carry up to this many drafts."""
+    def expect_drafts(self, max_draft_len: int) -> bool:
+        """Speculative decoding is on (a runner that `verifies_drafts`): decodes carry up to this many drafts.
+        True when the runner pads a lone sequence's runs to 1 + max_draft_len tokens whatever it drafted (its
+        drafts then cost nothing: the scheduler drafts all a lookup finds)."""
         ...
 
     def close(self) -> None: ...

@@ -57,11 +57,13 @@ class RunPadding:
         self.padding_tokens = 0
         self.fixed = fixed
 
-    def for_drafts(self, max_draft_len: int) -> None:
-        """Speculation drafts up to `max_draft_len` tokens a sequence: pad a one-sequence run up to 1 + that."""
+    def for_drafts(self, max_draft_len: int) -> bool:
+        """Speculation drafts up to `max_draft_len` tokens a sequence: pad a one-sequence run up to 1 + that.
+        True when a lone sequence's runs are then padded to 1 + max_draft_len (its drafts ride free)."""
         if not self.fixed and self.limit > 0:
             self.limit = max(self.limit, max_draft_len)
             self.max_tokens = max(self.max_tokens, max_draft_len + 1)
+        return self.limit >= max_draft_len and self.max_tokens >= max_draft_len + 1
 
     def describe(self) -> str:
         """The runner's `run_padding` setting, as reported."""

@@ -198,8 +198,9 @@ class OnnxRunner:
             for i in range(L)
         ]
 
-    def expect_drafts(self, max_draft_len: int) -> None:
+    def expect_drafts(self, max_draft_len: int) -> bool:
         """Never called: this runner does not verify drafts (the engine refuses `speculative` first)."""
+        return False
 
     def close(self) -> None:
         self.session = None

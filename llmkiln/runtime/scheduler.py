@@ -44,8 +44,9 @@ in tokens of this batch, learned from the engine's decode steps (runtime.draft_c
 memory-bound batch, a good share of a token once the batch is compute-bound). A sequence whose p is too low for
 even one draft drafts nothing, and its estimate relaxes toward the prior step by step until it tries again
 (back-off). So text that does not repeat pays little, and a large batch drafts only what is likely accepted.
-Where a verified row costs nothing (one sequence whose runs are padded to 1 + max_draft_len: runtime.run_padding),
-a sequence drafts whatever its lookup found, from one-token matches up, as GenAI's prompt lookup does.
+Where a verified row costs nothing (a lone sequence whose runs the runner pads to 1 + max_draft_len, runtime.
+run_padding; `lone_drafts_free`, from the runner's `expect_drafts`), it drafts whatever its lookup found, from
+one-token matches up, at every step, as GenAI's prompt lookup does: not learned, and no standing aside.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ from llmkiln.runtime.request import FinishReason, Request, RequestStatus, TokenE
 # prompt not cached yet) waits for them instead of computing them a second time: written, they are cache hits. The
 # common prefix must be at least this many tokens; $LLMKILN_INFLIGHT_PREFIX_WAIT=0 turns it off (A/B measurements).
 INFLIGHT_PREFIX_MIN_TOKENS = 64
+LONE_DRAFTS_FREE_ENV = (
+    "LLMKILN_LONE_DRAFTS_FREE"  # 0: a lone sequence's drafts priced by draft_cost's fit too
+)
 INFLIGHT_PREFIX_ENV = "LLMKILN_INFLIGHT_PREFIX_WAIT"
 
 
@@ -170,6 +174,15 @@ class Scheduler:
         self.draft_cost = (
             DraftCost()
         )  # what a verified draft costs here (the engine feeds it its decode steps)
+        # Set by the engine from its runner (`expect_drafts`): a lone decoding sequence's runs are padded to
+        # 1 + max_draft_len tokens whatever it drafts, so its drafts cost nothing by construction: it drafts all
+        # its lookup finds, from one-token matches up, at every step, as GenAI's prompt lookup does, and its
+        # runs keep one shape. Not learned: the fit of draft_cost sees the shape changes of a sequence that
+        # drafts now and then (a 1-token run after 9-token ones pays ~5 ms), prices a row at ~3 ms and cuts the
+        # drafts, which makes the shape wander more (measured, open chat c=1: a third of the steps verified
+        # drafts, 1.45-1.51 tokens a step against GenAI's 1.66-1.74). $LLMKILN_LONE_DRAFTS_FREE=0 (read by the
+        # engine, for A/B measurements): priced by the fit like any batch.
+        self.lone_drafts_free = False
 
     # ------------------------------------------------------------------ state
     @property
@@ -489,13 +502,21 @@ class Scheduler:
         leaves room for them (decodes of earlier arrivals draft first)."""
         spec = self.config.speculative
         spare = 0
+        # a lone sequence whose runs are padded to 1 + max_draft_len anyway: its drafts are free, it always
+        # drafts (no learned price, no standing aside)
+        free = len(decoding) == 1 and self.lone_drafts_free
         if (
             spec is not None
             and (spec.max_concurrency is None or len(decoding) <= spec.max_concurrency)
-            and self.draft_cost.speculates(len(decoding))
+            and (free or self.draft_cost.speculates(len(decoding)))
         ):
             spare = max(0, self.config.scheduler.max_num_tokens - len(decoding))
-        worth = self.draft_cost.threshold(len(decoding)) if spare else 1.0
+        if not spare:
+            worth = 1.0
+        elif free:
+            worth = 0.0
+        else:
+            worth = self.draft_cost.threshold(len(decoding))
         for r in decoding:
             drafts = self._drafts(r, spare, worth) if spare else ()
             spare -= len(drafts)

@@ -110,8 +110,9 @@ class FakeRunner:
                 trace.decode = (len(plan.decodes), len(plan.decodes), width, 0)
         return out
 
-    def expect_drafts(self, max_draft_len: int) -> None:
+    def expect_drafts(self, max_draft_len: int) -> bool:
         self.max_draft_len = max_draft_len
+        return False  # no run padding: drafts are priced by the scheduler's learned cost
 
     def close(self) -> None:
         pass
@@ -197,8 +198,9 @@ class PagedFakeRunner:
         row[value] = 1.0
         return row
 
-    def expect_drafts(self, max_draft_len: int) -> None:
+    def expect_drafts(self, max_draft_len: int) -> bool:
         self.max_draft_len = max_draft_len
+        return False  # no run padding: drafts are priced by the scheduler's learned cost
 
     def close(self) -> None:
         pass

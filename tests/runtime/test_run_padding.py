@@ -68,7 +68,7 @@ def test_speculation_pads_a_lone_sequence_to_one_plus_its_draft_length(monkeypat
     monkeypatch.delenv(ENV, raising=False)
     monkeypatch.delenv(MAX_ENV, raising=False)
     p = from_env()
-    p.for_drafts(8)
+    assert p.for_drafts(8) is True  # a lone sequence's drafts ride free
     assert (p.limit, p.max_tokens) == (8, 9)
     p.pad(9)  # a sequence verifying 8 drafts
     assert [p.pad(n) for n in (1, 4, 9)] == [8, 5, 0]  # every run of one sequence at 9
@@ -82,8 +82,8 @@ def test_speculation_leaves_padding_set_by_the_environment_or_turned_off(monkeyp
     monkeypatch.setenv(ENV, "2")
     monkeypatch.delenv(MAX_ENV, raising=False)
     p = from_env()
-    p.for_drafts(8)
+    assert p.for_drafts(8) is False  # runs of 1 + 8 are not padded: drafts are priced by the scheduler
     assert (p.limit, p.max_tokens) == (2, MAX_TOKENS)
     off = RunPadding(limit=0)
-    off.for_drafts(8)
+    assert off.for_drafts(8) is False
     assert off.limit == 0

@@ -9,7 +9,7 @@ import pytest
 from llmkiln.errors import BadInput, RecipeError
 from llmkiln.recipe import load_recipe
 from llmkiln.runtime.draft_acceptance import accept_drafts
-from llmkiln.runtime.draft_cost import DraftCost
+from llmkiln.runtime.draft_cost import DraftCost, _Yield
 from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.metrics import EngineMetric
 from llmkiln.runtime.ngram_drafts import NgramIndex
@@ -245,6 +245,46 @@ def test_a_free_row_drafts_everything_its_lookup_found():
         9,
     )  # threshold 0.04: free (p^n would stop at 3: 0.4^4 < 0.04)
     assert first_decode_drafts(0.15) == (8,)  # threshold 0.3: 0.4 >= 0.3 > 0.4^2
+
+
+def test_a_lone_sequence_on_a_padding_runner_drafts_everything_at_every_step():
+    """A runner that pads a lone sequence's runs to 1 + max_draft_len (`expect_drafts` says so: the OpenVINO
+    runner) makes its drafts free by construction: the scheduler drafts all the lookup found, from one-token
+    matches, whatever the learned fit says a row costs and even where the learned yields would stand aside; with
+    two sequences the fit decides again. Same prompt as above: a one-token match proposing 8, 7, 6, 9."""
+
+    def decode_drafts(free: bool, prompts: list[list[int]]) -> list[tuple[int, ...]]:
+        sched = make_paged_scheduler(num_blocks=80, speculative=NGRAM | {"min_matching_ngram_size": 2})
+        sched.draft_cost = _one_sequence_cost(0.15)  # threshold 0.3: p^n cuts, one-token matches stay out
+        for seqs in (1, 2):
+            sched.draft_cost._yields[seqs] = _Yield()
+            sched.draft_cost._yields[seqs].add(True, 2e6)  # drafting steps yield less than plain ones
+            sched.draft_cost._yields[seqs].add(False, 1e6)
+        sched.lone_drafts_free = free
+        runner = PagedFakeRunner(4, 80, BS, model=lambda seq: 3, vocab_size=V)
+        _run(sched, runner, _requests(prompts, 8, ignore_eos=True))
+        return [d.draft_ids for plan in runner.steps for d in plan.decodes]
+
+    assert decode_drafts(True, [[3, 8, 7, 6, 9]])[0] == (8, 7, 6, 9)
+    assert all(decode_drafts(True, [[3, 8, 7, 6, 9]])[1:])  # every step found a match and drafted it
+    assert decode_drafts(False, [[3, 8, 7, 6, 9]])[0] == ()  # the learned yields stand aside
+    assert not any(decode_drafts(True, [[3, 8, 7, 6, 9], [3, 8, 7, 6, 9]]))  # two sequences: learned
+
+
+def test_the_engine_tells_the_scheduler_whether_a_lone_sequences_drafts_are_free(monkeypatch):
+    from llmkiln.runtime.scheduler import LONE_DRAFTS_FREE_ENV
+
+    config = SchedulerConfig.make(speculative=NGRAM, max_batch_size=2, tokens_per_block=BS)
+    runner = PagedFakeRunner(2, 40, BS)
+    assert LLMEngine(config, runner).scheduler.lone_drafts_free is False  # the fake runner does not pad
+    monkeypatch.setattr(runner, "expect_drafts", lambda k: True)
+    monkeypatch.delenv(LONE_DRAFTS_FREE_ENV, raising=False)
+    assert LLMEngine(config, runner).scheduler.lone_drafts_free is True
+    monkeypatch.setenv(LONE_DRAFTS_FREE_ENV, "0")  # for A/B measurements: priced by the fit
+    assert LLMEngine(config, runner).scheduler.lone_drafts_free is False
+    monkeypatch.setenv(LONE_DRAFTS_FREE_ENV, "maybe")
+    with pytest.raises(BadInput, match=LONE_DRAFTS_FREE_ENV):
+        LLMEngine(config, runner)
 
 
 def test_the_engine_tells_its_runner_the_draft_length():
