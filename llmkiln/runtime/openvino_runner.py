@@ -168,6 +168,8 @@ class OpenVinoPagedRunner:
             settings.effective_threads,
             "; " + "; ".join(settings.reasons) if settings.reasons else "",
         )
+        for warning in settings.warnings:
+            log.warning("%s", warning)
         cascade = cascade_attention.from_env(cascade)
         prompt_graph = env_switch(PROMPT_GRAPH_ENV, prompt_graph)
         source = model.clone() if cascade else None

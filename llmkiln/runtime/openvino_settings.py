@@ -15,6 +15,11 @@ beta of 1.0 (`unfuse_mlp`): the same function, the MLP then runs as plain bf16 F
 threads fused and unfused take the same time: a 64-token prefill of bench-ov-bf16 20.5 ms either way).
 Reproducer outside llmkiln: experiments/openvino_mlp_sigfpe.py.
 
+One choice is only advice: int8 weights (recipe `weights: int8`) pay on a CPU without AMX (AMD Zen 5: 1.07-1.12x
+tok/s) and lose on one with AMX computing in bf16, whose bf16 products outrun the int8 weights' decompression
+(Intel Xeon, SmolLM2: decode 1.2x, prefill 1.2-1.4x slower than bf16 weights; bench/results/openvino-int8-weights).
+Such an engine still runs; `warnings` says so, the runner logs it and the report carries it (`weights_advice`).
+
 `OpenVinoSettings.describe()` is what the engine reports (`LLMEngine.runtime_settings`, /metrics
 `llmkiln_runtime_setting`): the choices made here and what the compiled model says is in force.
 """
@@ -53,6 +58,7 @@ class OpenVinoSettings:
     cpu: CpuFeatures
     weights: str = "checkpoint"  # what the IR holds: checkpoint (as exported) | int8 (recipe `weights: int8`)
     reasons: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # a choice of the recipe that this CPU runs slower than another
     in_force: dict[str, str] = field(default_factory=dict)  # read back from the compiled model
 
     def properties(self) -> dict[str, object]:
@@ -71,6 +77,8 @@ class OpenVinoSettings:
         out["mlp_fusion"] = (
             "off (one thread with AMX bf16: OpenVINO 2026.4 SIGFPE)" if self.unfuse_mlp else "auto"
         )
+        if self.warnings:
+            out["weights_advice"] = "; ".join(self.warnings)
         out.update(self.in_force)
         return out
 
@@ -88,6 +96,12 @@ def choose(cpu: CpuFeatures, precision: str, threads: int, weights: str = "check
             "AMX + bf16 + one thread: OpenVINO's fused MLP kernel divides by zero at compile time (SIGFPE); "
             "the MLP runs unfused"
         )
+    warnings: list[str] = []
+    if weights == "int8" and cpu.amx and precision == "bf16":
+        warnings.append(
+            f"int8 weights run slower than bf16 weights on this CPU with AMX ({cpu.model}: decode 1.2x, prefill "
+            "1.2-1.4x, measured on SmolLM2; they pay without AMX): build the recipe without `weights: int8` here"
+        )
     return OpenVinoSettings(
         precision=precision,
         threads=threads,
@@ -96,4 +110,5 @@ def choose(cpu: CpuFeatures, precision: str, threads: int, weights: str = "check
         cpu=cpu,
         weights=weights,
         reasons=tuple(reasons),
+        warnings=tuple(warnings),
     )
