@@ -196,6 +196,10 @@ class SpecStats(BaseModel):
     verifications: int  # decodes that verified at least one draft
     acceptance_rate: float | None  # accepted / drafted (None: nothing drafted)
     mean_accepted_length: float | None  # accepted drafts per verification
+    # of drafted / accepted, those drafted where a row was free (a lone padded sequence: no cost whatever the
+    # acceptance); 0 from an engine that does not count them
+    free_drafted_tokens: int = 0
+    free_accepted_tokens: int = 0
 
 
 class LevelStats(BaseModel):

@@ -61,11 +61,20 @@ def llmkiln_signals(s: MetricSnapshot) -> Signals:
         )
     drafted = _engine(s, M.SPEC_DRAFTED_TOKENS)
     if drafted:
-        sig.spec_drafted = Figure(drafted, 'llmkiln_engine{metric="spec_drafted_tokens"}')
-        sig.spec_acceptance = Figure(
-            (accepted or 0.0) / drafted,
-            'llmkiln_engine{metric="spec_accepted_tokens"} / llmkiln_engine{metric="spec_drafted_tokens"}',
+        free = _engine(s, M.SPEC_FREE_DRAFTED_TOKENS) or 0.0
+        free_accepted = _engine(s, M.SPEC_FREE_ACCEPTED_TOKENS) or 0.0
+        priced = drafted - free
+        sig.spec_free_drafted = Figure(free, 'llmkiln_engine{metric="spec_free_drafted_tokens"}')
+        sig.spec_drafted = Figure(
+            priced,
+            'llmkiln_engine{metric="spec_drafted_tokens"} - llmkiln_engine{metric="spec_free_drafted_tokens"}',
         )
+        if priced > 0:
+            sig.spec_acceptance = Figure(
+                ((accepted or 0.0) - free_accepted) / priced,
+                "(spec_accepted_tokens - spec_free_accepted_tokens) / (spec_drafted_tokens - "
+                "spec_free_drafted_tokens), llmkiln_engine{metric=...}",
+            )
     prompt, hit = s.total("llmkiln_prompt_tokens_total"), s.total("llmkiln_prefix_cache_hit_tokens_total")
     if prompt:
         sig.hit_rate = Figure(

@@ -254,9 +254,17 @@ def low_acceptance(sig: Signals, cur: Current) -> Row:
         "speculative.max_matching_ngram_size (fewer, surer matches)",
         "no data",
     )
-    drafted, rate = sig.spec_drafted, sig.spec_acceptance
-    row.figures = [_f("drafted tokens", drafted, ""), _f("acceptance", rate, "%")]
+    drafted, rate, free = sig.spec_drafted, sig.spec_acceptance, sig.spec_free_drafted
+    row.figures = [
+        _f("drafted tokens (rows that cost)", drafted, ""),
+        _f("acceptance", rate, "%"),
+        _f("drafted tokens (free rows: a lone padded sequence)", free, ""),
+    ]
     if drafted is None or rate is None or drafted.value < MIN_DRAFTED:
+        # drafts that rode free cost nothing whatever their acceptance (a lone sequence's runs are padded to
+        # 1 + max_draft_len anyway): no finding from them
+        if free is not None and free.value >= MIN_DRAFTED:
+            row.status = "no"
         return row
     row.status = "yes" if rate.value < LOW_ACCEPTANCE else "no"
     if row.status == "yes" and cur.speculative is not None:

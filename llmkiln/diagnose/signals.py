@@ -42,8 +42,11 @@ class Signals:
     rejected: Figure | None = None
     warmup_requests: Figure | None = None
     throughput_drop: Figure | None = None  # 1 - out tok/s at the highest load / best out tok/s (bench)
-    spec_drafted: Figure | None = None  # speculative decoding: tokens drafted
-    spec_acceptance: Figure | None = None  # accepted / drafted (0-1)
+    # speculative decoding: tokens drafted where a verified row costs something (all drafts but the free ones),
+    # and their accepted / drafted (0-1)
+    spec_drafted: Figure | None = None
+    spec_acceptance: Figure | None = None
+    spec_free_drafted: Figure | None = None  # tokens drafted where a row was free (a lone padded sequence)
     notes: list[str] = field(default_factory=list)
 
     def merge(self, other: Signals) -> Signals:

@@ -79,6 +79,10 @@ class EngineMetric(enum.StrEnum):
     SPEC_DRAFTED_TOKENS = "spec_drafted_tokens"
     SPEC_ACCEPTED_TOKENS = "spec_accepted_tokens"
     SPEC_VERIFICATIONS = "spec_verifications"
+    # of the drafted / accepted tokens, those drafted where a verified row was free (a lone sequence whose runs
+    # are padded to 1 + max_draft_len): their acceptance costs nothing either way
+    SPEC_FREE_DRAFTED_TOKENS = "spec_free_drafted_tokens"
+    SPEC_FREE_ACCEPTED_TOKENS = "spec_free_accepted_tokens"
     SPEC_ACCEPTANCE_RATE = "spec_acceptance_rate"  # accepted / drafted (0 before any draft)
     SPEC_MEAN_ACCEPTED_LENGTH = "spec_mean_accepted_length"  # accepted drafts per verification
 
@@ -133,6 +137,8 @@ def snapshot(
         M.SPEC_DRAFTED_TOKENS: scheduler.num_drafted_tokens,
         M.SPEC_ACCEPTED_TOKENS: scheduler.num_accepted_tokens,
         M.SPEC_VERIFICATIONS: scheduler.num_verifications,
+        M.SPEC_FREE_DRAFTED_TOKENS: scheduler.num_free_drafted_tokens,
+        M.SPEC_FREE_ACCEPTED_TOKENS: scheduler.num_free_accepted_tokens,
         M.SPEC_ACCEPTANCE_RATE: _ratio(scheduler.num_accepted_tokens, scheduler.num_drafted_tokens),
         M.SPEC_MEAN_ACCEPTED_LENGTH: _ratio(scheduler.num_accepted_tokens, scheduler.num_verifications),
     }

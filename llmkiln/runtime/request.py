@@ -155,6 +155,7 @@ class Request:
         default_factory=DraftAcceptance
     )  # per match class (runtime.ngram_drafts)
     draft_class: int = 0  # the match class of the drafts in flight
+    draft_free: bool = False  # the drafts in flight ride free (a lone padded sequence's: no row cost)
 
     @property
     def slot_id(self) -> int:

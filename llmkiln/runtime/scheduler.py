@@ -171,6 +171,10 @@ class Scheduler:
         self.num_drafted_tokens = 0
         self.num_accepted_tokens = 0
         self.num_verifications = 0
+        # of those, the drafts that rode free (rows priced under FREE_ROW: a lone sequence's padded runs), where a
+        # low acceptance costs nothing (kiln diagnose judges the acceptance of the others)
+        self.num_free_drafted_tokens = 0
+        self.num_free_accepted_tokens = 0
         self.draft_cost = (
             DraftCost()
         )  # what a verified draft costs here (the engine feeds it its decode steps)
@@ -556,6 +560,7 @@ class Scheduler:
             request.acceptance.relax(cls)
             return ()
         request.draft_class = cls
+        request.draft_free = worth <= FREE_ROW
         return drafts[:k]
 
     def _decode_item(self, request: Request, drafts: tuple[int, ...] = ()) -> DecodeItem:
@@ -710,6 +715,9 @@ class Scheduler:
         self.num_verifications += 1
         self.num_drafted_tokens += drafted
         self.num_accepted_tokens += accepted
+        if request.draft_free:
+            self.num_free_drafted_tokens += drafted
+            self.num_free_accepted_tokens += accepted
         request.acceptance.record(request.draft_class, drafted, accepted)
 
     def release_saves(self, saves: list[BlockCopy], written: bool) -> None:

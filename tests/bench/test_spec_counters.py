@@ -30,6 +30,15 @@ def test_a_levels_speculation_is_the_difference_of_the_counters():
     assert spec_counters.level_delta({}, {}) is None  # a server without the counters
     nothing = spec_counters.level_delta(before, before)
     assert nothing is not None and nothing.acceptance_rate is None
+    assert (spec.free_drafted_tokens, spec.free_accepted_tokens) == (
+        0,
+        0,
+    )  # an engine that does not count them
+    free = spec_counters.level_delta(
+        {"spec_free_drafted_tokens": 8, "spec_free_accepted_tokens": 1},
+        {**after, "spec_free_drafted_tokens": 72, "spec_free_accepted_tokens": 9},
+    )
+    assert free is not None and (free.free_drafted_tokens, free.free_accepted_tokens) == (64, 8)
 
 
 def test_the_report_shows_speculation_only_when_measured():

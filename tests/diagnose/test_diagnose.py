@@ -312,3 +312,18 @@ def test_low_speculative_acceptance_says_to_turn_it_off_or_draft_less(tmp_path: 
     assert (
         _row(diagnose([], [STORIES_PROM], recipe), "speculative drafts mostly rejected").status == "no data"
     )
+    # drafts that rode free (a lone sequence, its runs padded anyway) cost nothing: only the others are judged
+    free = tmp_path / "free.prom"
+    counters = {"spec_free_drafted_tokens": 400, "spec_free_accepted_tokens": 80}
+    free.write_text(
+        page + "".join(f'llmkiln_engine{{metric="{k}",model="llmkiln"}} {v}\n' for k, v in counters.items())
+    )
+    row = _row(diagnose([], [free], recipe), "speculative drafts mostly rejected")
+    assert row.status == "no" and any("free rows: a lone padded sequence) = 400" in f for f in row.figures)
+    half_free = tmp_path / "half-free.prom"
+    counters = {"spec_free_drafted_tokens": 200, "spec_free_accepted_tokens": 70}  # the others: 10 of 200
+    half_free.write_text(
+        page + "".join(f'llmkiln_engine{{metric="{k}",model="llmkiln"}} {v}\n' for k, v in counters.items())
+    )
+    row = _row(diagnose([], [half_free], recipe), "speculative drafts mostly rejected")
+    assert row.status == "yes" and any("acceptance = 5%" in f for f in row.figures)

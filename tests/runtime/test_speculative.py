@@ -263,9 +263,13 @@ def test_a_lone_sequence_on_a_padding_runner_drafts_everything_at_every_step():
         sched.lone_drafts_free = free
         runner = PagedFakeRunner(4, 80, BS, model=lambda seq: 3, vocab_size=V)
         _run(sched, runner, _requests(prompts, 8, ignore_eos=True))
+        counted.update(free=sched.num_free_drafted_tokens, drafted=sched.num_drafted_tokens)
         return [d.draft_ids for plan in runner.steps for d in plan.decodes]
 
+    counted: dict[str, int] = {}
+
     assert decode_drafts(True, [[3, 8, 7, 6, 9]])[0] == (8, 7, 6, 9)
+    assert counted["free"] == counted["drafted"] > 0  # counted as free drafts (kiln diagnose leaves them)
     assert all(decode_drafts(True, [[3, 8, 7, 6, 9]])[1:])  # every step found a match and drafted it
     assert decode_drafts(False, [[3, 8, 7, 6, 9]])[0] == ()  # the learned yields stand aside
     assert not any(decode_drafts(True, [[3, 8, 7, 6, 9], [3, 8, 7, 6, 9]]))  # two sequences: learned
