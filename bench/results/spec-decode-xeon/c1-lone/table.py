@@ -1,0 +1,38 @@
+"""The c1-lone rounds as one table: per round and workload, llmkiln-ngram ÷ GenAI's prompt lookup (out tok/s) with
+a lone sequence's drafts free (on, the default) and priced by the learned fit (off, $LLMKILN_LONE_DRAFTS_FREE=0),
+GenAI's from the round's `on` run; tokens a decode step.
+
+    python bench/results/spec-decode-xeon/c1-lone/table.py bench/results/spec-decode-xeon/c1-lone
+"""
+
+import json
+import sys
+from pathlib import Path
+
+root = Path(sys.argv[1])
+
+
+def cell(folder: Path, wl: str, system: str) -> dict | None:
+    f = folder / "summary.json"
+    if not f.exists():
+        return None
+    return json.loads(f.read_text())["results"].get(wl, {}).get(system, {}).get("1")
+
+
+print(
+    "| round | workload | on ÷ GenAI | off ÷ GenAI | on ÷ off | tok/s on / off / GenAI | tokens a step on / off / GenAI |"
+)
+print("|---|---|---:|---:|---:|---:|---:|")
+for r in sorted({p.name.split("-")[0] for p in root.glob("R*-on")}):
+    for wl in ("grounded", "open"):
+        on = cell(root / f"{r}-on", wl, "llmkiln-ngram")
+        g = cell(root / f"{r}-on", wl, "ovgenai-lookup")
+        off = cell(root / f"{r}-off", wl, "llmkiln-ngram")
+        if not (on and g and off):
+            continue
+        t = [x["output_tok_s"] for x in (on, off, g)]
+        s = [x["spec"]["tokens_per_decode_step"] for x in (on, off, g)]
+        print(
+            f"| {r} | {wl} | {t[0] / t[2]:.2f} | {t[1] / t[2]:.2f} | {t[0] / t[1]:.2f} | "
+            f"{t[0]:.0f} / {t[1]:.0f} / {t[2]:.0f} | {s[0]:.2f} / {s[1]:.2f} / {s[2]:.2f} |"
+        )
