@@ -255,7 +255,10 @@ class Scheduler:
         out = SchedulerOutput()
         budget = cfg.scheduler.max_num_tokens
         running = sorted(self.running(), key=lambda r: r.arrival_seq)
-        self._plan_decodes([r for r in running if r.prefill_done], out)
+        # prompt chunks may join this run (any running prompt or waiting request): a lone decode's drafts are
+        # then not free (the run is no small padded one)
+        prompts = bool(self.waiting) or any(not r.prefill_done for r in running)
+        self._plan_decodes([r for r in running if r.prefill_done], out, with_prompts=prompts)
         budget -= out.num_tokens
         limit = self._run_limit(bool(out.decodes))
         for r in running:
@@ -316,7 +319,7 @@ class Scheduler:
                 self.waiting.remove(request)
                 self._admit(request, hits, now_ns, out)
         if self.mix_decodes:  # the decode tokens ride in the prefill run (same projected time as above)
-            self._plan_decodes(decoding, out)
+            self._plan_decodes(decoding, out, with_prompts=True)
             out.decodes.sort(key=lambda d: d.slot)
         for request, _, _ in picked:
             self._plan_chunk(request, limit, out)
@@ -501,14 +504,17 @@ class Scheduler:
             self.pool.unpin([src for src, _ in out.copies])
             out.copies = []
 
-    def _plan_decodes(self, decoding: list[Request], out: SchedulerOutput) -> None:
+    def _plan_decodes(
+        self, decoding: list[Request], out: SchedulerOutput, with_prompts: bool = False
+    ) -> None:
         """One decode item per decoding sequence, with drafts where speculation is on and the step's max_num_tokens
-        leaves room for them (decodes of earlier arrivals draft first)."""
+        leaves room for them (decodes of earlier arrivals draft first). `with_prompts`: prompt chunks may share
+        the run."""
         spec = self.config.speculative
         spare = 0
-        # a lone sequence whose runs are padded to 1 + max_draft_len anyway: its drafts are free, it always
-        # drafts (no learned price, no standing aside)
-        free = len(decoding) == 1 and self.lone_drafts_free
+        # a lone sequence in a run of its own, padded to 1 + max_draft_len anyway: its drafts are free, it always
+        # drafts (no learned price, no standing aside); beside prompt tokens its rows cost like any
+        free = len(decoding) == 1 and self.lone_drafts_free and not with_prompts
         if (
             spec is not None
             and (spec.max_concurrency is None or len(decoding) <= spec.max_concurrency)

@@ -275,6 +275,40 @@ def test_a_lone_sequence_on_a_padding_runner_drafts_everything_at_every_step():
     assert not any(decode_drafts(True, [[3, 8, 7, 6, 9], [3, 8, 7, 6, 9]]))  # two sequences: learned
 
 
+@pytest.mark.parametrize("ttft_first", [False, True])
+def test_a_lone_sequence_beside_prompt_chunks_drafts_at_the_learned_price(ttft_first):
+    """Its drafts are free only in a run of its own (padded); beside another request's prompt chunks its rows cost
+    like any (the run is no small padded one), so the learned price decides — here: no drafts. Once the prompt is
+    done (one output token, then it finishes) the lone sequence drafts again."""
+    sched = make_paged_scheduler(
+        num_blocks=120,
+        speculative=NGRAM | {"min_matching_ngram_size": 2},
+        max_prefill_tokens=8,
+        max_num_tokens=16,
+        ttft_first=ttft_first,
+    )
+    sched.draft_cost = _one_sequence_cost(0.15)
+    sched.draft_cost._yields[1] = _Yield()
+    sched.draft_cost._yields[1].add(True, 2e6)  # drafting steps yield less than plain ones
+    sched.draft_cost._yields[1].add(False, 1e6)
+    sched.lone_drafts_free = True
+    sched.mix_decodes = (
+        ttft_first  # TTFT-first: the decode rides in the prefill run (the OpenVINO runner's way)
+    )
+    runner = PagedFakeRunner(4, 120, BS, model=lambda seq: 3, vocab_size=V)
+    long = [4, 5, 6, 7, 8] * 10  # 50 tokens: several chunks of 8
+    reqs = _requests([[3, 8, 7, 6, 9]], 24, ignore_eos=True) + [
+        Request("s1", long, SamplingParams(max_tokens=1), timings=RequestTimings(1))
+    ]
+    _run(sched, runner, reqs)
+    beside = [d.draft_ids for p in runner.steps if p.prefills for d in p.decodes if d.request_id == "s0"]
+    alone = [d.draft_ids for p in runner.steps if not p.prefills for d in p.decodes]
+    assert beside and not any(beside)  # s0 decoded beside s1's chunks, never drafting
+    assert alone and all(
+        alone[:-1]
+    )  # alone: drafts at every step (the last one has no room left: max_tokens)
+
+
 def test_the_engine_tells_the_scheduler_whether_a_lone_sequences_drafts_are_free(monkeypatch):
     from llmkiln.runtime.scheduler import LONE_DRAFTS_FREE_ENV
 
