@@ -47,18 +47,13 @@ def signals_from_bench(report: BenchReport, recipe: Recipe | None = None) -> Sig
     spec = [x.speculative for x in levels if x.speculative is not None]
     drafted = sum(x.drafted_tokens for x in spec)
     if drafted:
-        free = sum(x.free_drafted_tokens for x in spec)
-        priced = drafted - free
-        accepted = sum(x.accepted_tokens - x.free_accepted_tokens for x in spec)
-        sig.spec_free_drafted = Figure(free, "bench report: speculative.free_drafted_tokens over all levels")
-        sig.spec_drafted = Figure(
-            priced, "bench report: speculative drafted_tokens - free_drafted_tokens over all levels"
+        sig.set_speculation(
+            drafted,
+            sum(x.accepted_tokens for x in spec),
+            sum(x.free_drafted_tokens for x in spec),
+            sum(x.free_accepted_tokens for x in spec),
+            "bench report, sum over levels: speculative.",
         )
-        if priced > 0:
-            sig.spec_acceptance = Figure(
-                accepted / priced,
-                "bench report: speculative (accepted - free_accepted) / (drafted - free_drafted) over all levels",
-            )
     sig.requests = Figure(sum(x.num_requests for x in levels), "bench report: requests over all levels")
     rejected = sum(
         x.num_errors for x in levels if any("queue full" in e or "rejected" in e for e in x.errors)

@@ -61,20 +61,13 @@ def llmkiln_signals(s: MetricSnapshot) -> Signals:
         )
     drafted = _engine(s, M.SPEC_DRAFTED_TOKENS)
     if drafted:
-        free = _engine(s, M.SPEC_FREE_DRAFTED_TOKENS) or 0.0
-        free_accepted = _engine(s, M.SPEC_FREE_ACCEPTED_TOKENS) or 0.0
-        priced = drafted - free
-        sig.spec_free_drafted = Figure(free, 'llmkiln_engine{metric="spec_free_drafted_tokens"}')
-        sig.spec_drafted = Figure(
-            priced,
-            'llmkiln_engine{metric="spec_drafted_tokens"} - llmkiln_engine{metric="spec_free_drafted_tokens"}',
+        sig.set_speculation(
+            drafted,
+            accepted or 0.0,
+            _engine(s, M.SPEC_FREE_DRAFTED_TOKENS) or 0.0,
+            _engine(s, M.SPEC_FREE_ACCEPTED_TOKENS) or 0.0,
+            "llmkiln_engine metric spec_",
         )
-        if priced > 0:
-            sig.spec_acceptance = Figure(
-                ((accepted or 0.0) - free_accepted) / priced,
-                "(spec_accepted_tokens - spec_free_accepted_tokens) / (spec_drafted_tokens - "
-                "spec_free_drafted_tokens), llmkiln_engine{metric=...}",
-            )
     prompt, hit = s.total("llmkiln_prompt_tokens_total"), s.total("llmkiln_prefix_cache_hit_tokens_total")
     if prompt:
         sig.hit_rate = Figure(

@@ -49,6 +49,22 @@ class Signals:
     spec_free_drafted: Figure | None = None  # tokens drafted where a row was free (a lone padded sequence)
     notes: list[str] = field(default_factory=list)
 
+    def set_speculation(
+        self, drafted: float, accepted: float, free: float, free_accepted: float, source: str
+    ) -> None:
+        """The speculation figures from the counters (all drafts, accepted, and of those the free ones): drafted
+        and acceptance of the drafts whose rows cost something, the free ones apart. `source`: the prefix that, with
+        a counter's name (drafted_tokens, ...), says where it was read (a metric family, a bench report's fields)."""
+        priced = drafted - free
+        self.spec_free_drafted = Figure(free, f"{source}free_drafted_tokens")
+        self.spec_drafted = Figure(priced, f"{source}drafted_tokens - {source}free_drafted_tokens")
+        if priced > 0:
+            self.spec_acceptance = Figure(
+                (accepted - free_accepted) / priced,
+                f"({source}accepted_tokens - {source}free_accepted_tokens) / ({source}drafted_tokens - "
+                f"{source}free_drafted_tokens)",
+            )
+
     def merge(self, other: Signals) -> Signals:
         """self, with other's figures where self has none."""
         out = Signals(notes=[*self.notes, *other.notes])
