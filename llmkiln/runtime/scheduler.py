@@ -69,9 +69,8 @@ from llmkiln.runtime.request import FinishReason, Request, RequestStatus, TokenE
 # prompt not cached yet) waits for them instead of computing them a second time: written, they are cache hits. The
 # common prefix must be at least this many tokens; $LLMKILN_INFLIGHT_PREFIX_WAIT=0 turns it off (A/B measurements).
 INFLIGHT_PREFIX_MIN_TOKENS = 64
-LONE_DRAFTS_FREE_ENV = (
-    "LLMKILN_LONE_DRAFTS_FREE"  # 0: a lone sequence's drafts priced by draft_cost's fit too
-)
+# 0: a lone sequence's drafts are priced by draft_cost's fit too (A/B measurements; read by the engine)
+LONE_DRAFTS_FREE_ENV = "LLMKILN_LONE_DRAFTS_FREE"
 INFLIGHT_PREFIX_ENV = "LLMKILN_INFLIGHT_PREFIX_WAIT"
 
 

@@ -30,10 +30,8 @@ def test_a_levels_speculation_is_the_difference_of_the_counters():
     assert spec_counters.level_delta({}, {}) is None  # a server without the counters
     nothing = spec_counters.level_delta(before, before)
     assert nothing is not None and nothing.acceptance_rate is None
-    assert (spec.free_drafted_tokens, spec.free_accepted_tokens) == (
-        0,
-        0,
-    )  # an engine that does not count them
+    # an engine that does not count them
+    assert (spec.free_drafted_tokens, spec.free_accepted_tokens) == (0, 0)
     free = spec_counters.level_delta(
         {"spec_free_drafted_tokens": 8, "spec_free_accepted_tokens": 1},
         {**after, "spec_free_drafted_tokens": 72, "spec_free_accepted_tokens": 9},

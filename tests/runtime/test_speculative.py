@@ -120,6 +120,16 @@ def _one_sequence_cost(row_cost: float) -> DraftCost:
     return cost
 
 
+def _drafting_yields_less(cost: DraftCost, *batch_sizes: int) -> DraftCost:
+    """cost, with learned yields that put drafting aside at these batch sizes (2 ms a token out with drafts, 1 ms
+    without)."""
+    for seqs in batch_sizes:
+        cost._yields[seqs] = _Yield()
+        cost._yields[seqs].add(True, 2e6)
+        cost._yields[seqs].add(False, 1e6)
+    return cost
+
+
 def _run(scheduler, runner, requests) -> dict[str, list[int]]:
     for r in requests:
         scheduler.add_request(r)
@@ -255,11 +265,8 @@ def test_a_lone_sequence_on_a_padding_runner_drafts_everything_at_every_step():
 
     def decode_drafts(free: bool, prompts: list[list[int]]) -> list[tuple[int, ...]]:
         sched = make_paged_scheduler(num_blocks=80, speculative=NGRAM | {"min_matching_ngram_size": 2})
-        sched.draft_cost = _one_sequence_cost(0.15)  # threshold 0.3: p^n cuts, one-token matches stay out
-        for seqs in (1, 2):
-            sched.draft_cost._yields[seqs] = _Yield()
-            sched.draft_cost._yields[seqs].add(True, 2e6)  # drafting steps yield less than plain ones
-            sched.draft_cost._yields[seqs].add(False, 1e6)
+        # threshold 0.3: p^n cuts, one-token matches stay out; and the yields stand aside
+        sched.draft_cost = _drafting_yields_less(_one_sequence_cost(0.15), 1, 2)
         sched.lone_drafts_free = free
         runner = PagedFakeRunner(4, 80, BS, model=lambda seq: 3, vocab_size=V)
         _run(sched, runner, _requests(prompts, 8, ignore_eos=True))
@@ -287,14 +294,10 @@ def test_a_lone_sequence_beside_prompt_chunks_drafts_at_the_learned_price(ttft_f
         max_num_tokens=16,
         ttft_first=ttft_first,
     )
-    sched.draft_cost = _one_sequence_cost(0.15)
-    sched.draft_cost._yields[1] = _Yield()
-    sched.draft_cost._yields[1].add(True, 2e6)  # drafting steps yield less than plain ones
-    sched.draft_cost._yields[1].add(False, 1e6)
+    sched.draft_cost = _drafting_yields_less(_one_sequence_cost(0.15), 1)
     sched.lone_drafts_free = True
-    sched.mix_decodes = (
-        ttft_first  # TTFT-first: the decode rides in the prefill run (the OpenVINO runner's way)
-    )
+    # TTFT-first: the decode rides in the prefill run (the OpenVINO runner's way)
+    sched.mix_decodes = ttft_first
     runner = PagedFakeRunner(4, 120, BS, model=lambda seq: 3, vocab_size=V)
     long = [4, 5, 6, 7, 8] * 10  # 50 tokens: several chunks of 8
     reqs = _requests([[3, 8, 7, 6, 9]], 24, ignore_eos=True) + [
@@ -304,9 +307,8 @@ def test_a_lone_sequence_beside_prompt_chunks_drafts_at_the_learned_price(ttft_f
     beside = [d.draft_ids for p in runner.steps if p.prefills for d in p.decodes if d.request_id == "s0"]
     alone = [d.draft_ids for p in runner.steps if not p.prefills for d in p.decodes]
     assert beside and not any(beside)  # s0 decoded beside s1's chunks, never drafting
-    assert alone and all(
-        alone[:-1]
-    )  # alone: drafts at every step (the last one has no room left: max_tokens)
+    # alone: drafts at every step (the last one has no room left: max_tokens)
+    assert alone and all(alone[:-1])
 
 
 def test_the_engine_tells_the_scheduler_whether_a_lone_sequences_drafts_are_free(monkeypatch):
