@@ -2,19 +2,19 @@
 SDPAToPagedAttention with score aggregation allowed (`allow_score_aggregation = true`, pipeline_impl.cpp) and feeds a
 score_aggregation_window input; llmkiln's runner calls paged_attention_transformation with every option off. Same
 IR, both ways, one process each in turn (`--aggregation` sets the option and feeds zeros), steady runs of a lone
-sequence on a 300-token past: its token alone, with 8 drafts (9 logits rows), with 8 padding tokens.
+sequence on a 300-token past: its token alone, with 8 drafts (9 logits rows), with 8 padding tokens
+(experiments.lone_sequence_runs).
 
     PYTHONPATH=. python bench/results/spec-decode-xeon/c1-profile/genai_transform_probe.py engines/smollm2-ov-bf16 300 [--aggregation]
 """
 
 import pathlib
-import statistics
 import sys
-import time
 
 import numpy as np
 import openvino as ov
 
+from experiments.lone_sequence_runs import REPS, alone, drafted, lone_runner, padded, steady
 from llmkiln.engine_dir import EngineDir
 from llmkiln.runtime import openvino_runner
 
@@ -49,34 +49,14 @@ class Feeds:
 
 folder = EngineDir(pathlib.Path(sys.argv[1]))
 PAST = int(sys.argv[2])
-REPS = 24
-r = openvino_runner.OpenVinoPagedRunner(
-    folder.openvino_model(), 8, 4096, None, 0, folder.recipe().precision, cascade=False
-)
-if AGGREGATION:
-    r.req = Feeds(r.req)  # type: ignore[assignment]
-r.padding.limit = 0
-table = tuple(range(0, 60))
-r._run([("s0", tuple(range(3, 3 + PAST)), 0, table)], [1])
-pad = ("", (0,) * 8, 0, (r._pad_block,))
+r = lone_runner(folder, PAST, wrap=Feeds if AGGREGATION else None)
 SHAPES = {
-    "token alone": ([("s0", (5,), PAST, table)], [1]),
-    "token + 8 drafts (rows 9)": ([("s0", tuple(range(5, 14)), PAST, table)], [9]),
-    "token + 8 padding": ([("s0", (5,), PAST, table), pad], [1, 0]),
+    "token alone": alone(PAST),
+    "token + 8 drafts (rows 9)": drafted(PAST),
+    "token + 8 padding": padded(r, PAST),
 }
-
-
-def timed(seqs, rows) -> float:
-    ts = []
-    for _ in range(REPS + 2):
-        a = time.perf_counter()
-        r._run(seqs, rows)
-        ts.append((time.perf_counter() - a) * 1000)
-    return statistics.median(ts[2:])
-
-
 print(
     f"{folder.path.name}, past {PAST}, score aggregation {'on' if AGGREGATION else 'off'}, medians of {REPS} (ms)"
 )
 for rnd in range(3):
-    print(f"round {rnd + 1}: " + " | ".join(f"{k} {timed(*v):.2f}" for k, v in SHAPES.items()), flush=True)
+    print(f"round {rnd + 1}: " + " | ".join(f"{k} {steady(r, v):.2f}" for k, v in SHAPES.items()), flush=True)

@@ -1,6 +1,7 @@
 """Where 8 more tokens go in a lone sequence's run: OpenVINO's own per-node timing (PERF_COUNT) of the runner's
 graph, summed by node type (and kernel), medians over REPS steady runs, for the token alone and with 8 drafts (9
-logits rows) on a 300-token past.
+logits rows) on a 300-token past
+(experiments.lone_sequence_runs).
 
     PYTHONPATH=. python bench/results/spec-decode-xeon/c1-profile/node_split_probe.py engines/smollm2-ov-bf16 300
 """
@@ -10,8 +11,9 @@ import statistics
 import sys
 from collections import defaultdict
 
+from experiments.lone_sequence_runs import REPS, alone, drafted, lone_runner
+from experiments.shared_prefix_runs import Run
 from llmkiln.engine_dir import EngineDir
-from llmkiln.runtime import openvino_runner
 from llmkiln.runtime.openvino_settings import OpenVinoSettings
 
 real_properties = OpenVinoSettings.properties
@@ -25,23 +27,14 @@ OpenVinoSettings.properties = with_perf_count  # type: ignore[method-assign]
 
 folder = EngineDir(pathlib.Path(sys.argv[1]))
 PAST = int(sys.argv[2])
-REPS = 24
-r = openvino_runner.OpenVinoPagedRunner(
-    folder.openvino_model(), 8, 4096, None, 0, folder.recipe().precision, cascade=False
-)
-r.padding.limit = 0
-table = tuple(range(0, 60))
-r._run([("s0", tuple(range(3, 3 + PAST)), 0, table)], [1])
-SHAPES = {
-    "token alone": ([("s0", (5,), PAST, table)], [1]),
-    "token + 8 drafts (rows 9)": ([("s0", tuple(range(5, 14)), PAST, table)], [9]),
-}
+r = lone_runner(folder, PAST)
+SHAPES = {"token alone": alone(PAST), "token + 8 drafts (rows 9)": drafted(PAST)}
 
 
-def split(seqs, rows) -> dict[str, float]:
+def split(run: Run) -> dict[str, float]:
     per: dict[str, list[float]] = defaultdict(list)
     for i in range(REPS + 2):
-        r._run(seqs, rows)
+        r._run(*run)
         if i < 2:
             continue
         sums: dict[str, float] = defaultdict(float)
@@ -55,7 +48,7 @@ def split(seqs, rows) -> dict[str, float]:
 
 print(f"{folder.path.name}, past {PAST}, medians of {REPS} runs, ms by node type [kernel]")
 for rnd in range(2):
-    a, b = (split(*v) for v in SHAPES.values())
+    a, b = (split(v) for v in SHAPES.values())
     rows = sorted(set(a) | set(b), key=lambda k: -max(a.get(k, 0), b.get(k, 0)))
     print(f"round {rnd + 1}: node type [kernel] | token alone | + 8 drafts | difference")
     for k in rows[:12]:

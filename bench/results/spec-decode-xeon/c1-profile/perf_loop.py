@@ -8,27 +8,20 @@ import pathlib
 import sys
 import time
 
+from experiments.lone_sequence_runs import alone, drafted, lone_runner
 from llmkiln.engine_dir import EngineDir
-from llmkiln.runtime import openvino_runner
 
 folder = EngineDir(pathlib.Path(sys.argv[1]))
 mode = sys.argv[2]
 PAST = 300
-r = openvino_runner.OpenVinoPagedRunner(
-    folder.openvino_model(), 8, 4096, None, 0, folder.recipe().precision, cascade=False
-)
-r.padding.limit = 0
-table = tuple(range(0, 60))
-r._run([("s0", tuple(range(3, 3 + PAST)), 0, table)], [1])
-seqs, rows = (
-    ([("s0", (5,), PAST, table)], [1]) if mode == "1" else ([("s0", tuple(range(5, 14)), PAST, table)], [1])
-)
+r = lone_runner(folder, PAST)
+run = alone(PAST) if mode == "1" else drafted(PAST, rows=1)
 for _ in range(20):
-    r._run(seqs, rows)
+    r._run(*run)
 pathlib.Path(f"/tmp/perf_ready_{mode}").write_text("1")
 n = 0
 t = time.perf_counter()
 while time.perf_counter() - t < 14:
-    r._run(seqs, rows)
+    r._run(*run)
     n += 1
-print(mode, "runs", n, "ms/run %.2f" % ((time.perf_counter() - t) * 1000 / n))
+print(mode, "runs", n, f"ms/run {(time.perf_counter() - t) * 1000 / n:.2f}")

@@ -1,5 +1,7 @@
-"""The runner's _run taken apart (a copy of its body): building the feeds, binding them, infer, the logits copy;
-a lone sequence on a 300-token past, the token alone and with 8 drafts (9 rows), medians of 24, three rounds.
+"""The runner's _run taken apart: building the feeds, binding them, infer, the logits copy; a lone sequence on a
+300-token past, the token alone and with 8 drafts (9 rows), medians of 24, three rounds
+(experiments.lone_sequence_runs). A stand-in for the runner's infer request stamps the time of the first
+set_tensor, of infer's start and end, and _run's return; the phases are the gaps.
 
     PYTHONPATH=. python bench/results/spec-decode-xeon/c1-profile/run_split_probe.py engines/smollm2-ov-bf16
 """
@@ -9,61 +11,66 @@ import statistics
 import sys
 import time
 
-import numpy as np
 import openvino as ov
 
+from experiments.lone_sequence_runs import REPS, alone, drafted, lone_runner
+from experiments.shared_prefix_runs import Run
 from llmkiln.engine_dir import EngineDir
-from llmkiln.runtime import openvino_runner
+
+
+class Stamps:
+    """The request, stamping perf_counter at the first set_tensor of a run and around infer."""
+
+    def __init__(self, req: ov.InferRequest) -> None:
+        self._req = req
+        self.first_set: float | None = None
+        self.infer_start = self.infer_end = 0.0
+
+    def set_tensor(self, name: str, tensor: ov.Tensor) -> None:
+        if self.first_set is None:
+            self.first_set = time.perf_counter()
+        self._req.set_tensor(name, tensor)
+
+    def infer(self) -> None:
+        self.infer_start = time.perf_counter()
+        self._req.infer()
+        self.infer_end = time.perf_counter()
+
+    def __getattr__(self, name: str):
+        return getattr(self._req, name)
+
 
 folder = EngineDir(pathlib.Path(sys.argv[1]))
 PAST = 300
-r = openvino_runner.OpenVinoPagedRunner(
-    folder.openvino_model(), 8, 4096, None, 0, folder.recipe().precision, cascade=False
-)
-r.padding.limit = 0
-table = tuple(range(0, 60))
-r._run([("s0", tuple(range(3, 3 + PAST)), 0, table)], [1])
-bs = r.block_size
+r = lone_runner(folder, PAST, wrap=Stamps)
+stamps: Stamps = r.req  # type: ignore[assignment]
 
 
-def split(seqs, rows):
-    t0 = time.perf_counter()
-    ids = np.concatenate([np.asarray(toks, np.int64) for _, toks, _, _ in seqs])
-    pos = np.concatenate([np.arange(p, p + len(toks), dtype=np.int64) for _, toks, p, _ in seqs])
-    begins = np.cumsum([0] + [len(toks) for _, toks, _, _ in seqs]).astype(np.int32)
-    used = [table[: -(-(p + len(toks)) // bs)] for _, toks, p, table in seqs]
-    feeds = {
-        "input_ids": ids,
-        "position_ids": pos,
-        "past_lens": np.asarray([p for _, _, p, _ in seqs], np.int32),
-        "subsequence_begins": begins,
-        "block_indices": np.concatenate([np.asarray(tb, np.int32) for tb in used]),
-        "block_indices_begins": np.cumsum([0] + [len(tb) for tb in used]).astype(np.int32),
-        "max_context_len": np.asarray(max(p + len(toks) for _, toks, p, _ in seqs), np.int32),
-        "logits_indices": np.concatenate(
-            [np.arange(end - n, end, dtype=np.int64) for end, n in zip(begins[1:], rows, strict=True)]
-        ),
-    }
-    t1 = time.perf_counter()
-    req = r.req
-    for name, value in feeds.items():
-        req.set_tensor(name, ov.Tensor(value))
-    t2 = time.perf_counter()
-    req.infer()
-    t3 = time.perf_counter()
-    np.array(req.get_tensor("logits").data[: sum(rows), 0], dtype=np.float32)
-    t4 = time.perf_counter()
-    return [(t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, (t4 - t3) * 1e3]
+def split(run: Run) -> list[float]:
+    """Median ms of: the feeds, binding them, infer, the logits copy."""
+    phases = []
+    for i in range(REPS + 2):
+        stamps.first_set = None
+        t0 = time.perf_counter()
+        r._run(*run)
+        t1 = time.perf_counter()
+        assert stamps.first_set is not None
+        if i >= 2:
+            phases.append(
+                [
+                    stamps.first_set - t0,
+                    stamps.infer_start - stamps.first_set,
+                    stamps.infer_end - stamps.infer_start,
+                    t1 - stamps.infer_end,
+                ]
+            )
+    return [statistics.median(p[k] for p in phases) * 1000 for k in range(4)]
 
 
-SH = {
-    "alone": ([("s0", (5,), PAST, table)], [1]),
-    "9 rows9": ([("s0", tuple(range(5, 14)), PAST, table)], [9]),
-}
+SH = {"alone": alone(PAST), "9 rows9": drafted(PAST)}
 for _ in range(3):
     cells = []
     for k, v in SH.items():
-        xs = [split(*v) for _ in range(26)][2:]
-        med = [statistics.median(x[i] for x in xs) for i in range(4)]
-        cells.append(f"{k}: feeds {med[0]:.3f} set {med[1]:.3f} infer {med[2]:.2f} logits {med[3]:.3f}")
+        feeds, bind, infer, logits = split(v)
+        cells.append(f"{k}: feeds {feeds:.3f} set {bind:.3f} infer {infer:.2f} logits {logits:.3f}")
     print(" | ".join(cells), flush=True)

@@ -1,43 +1,19 @@
 """Does setting fresh input tensors at every infer cost the OpenVINO runner? OpenVINO GenAI's ModelRunner keeps
 one tensor per input and writes into it (`_get_or_resize_tensor`); llmkiln's runner wraps each run's numpy arrays
 in new ov.Tensors. Same runs both ways (a lone sequence on a 300-token past: its token alone, with 8 drafts, with 8
-padding), steady, medians of REPS, three rounds in turn.
+padding; experiments.lone_sequence_runs), steady, medians of REPS, three rounds in turn.
 
     PYTHONPATH=. python bench/results/spec-decode-xeon/c1-profile/tensor_reuse_probe.py engines/smollm2-ov-bf16 300
 """
 
 import pathlib
-import statistics
 import sys
-import time
 
 import openvino as ov
 
+from experiments.lone_sequence_runs import REPS, alone, drafted, lone_runner, padded, steady
 from llmkiln.engine_dir import EngineDir
 from llmkiln.runtime.openvino_runner import OpenVinoPagedRunner
-
-folder = EngineDir(pathlib.Path(sys.argv[1]))
-PAST = int(sys.argv[2])
-REPS = 24
-r = OpenVinoPagedRunner(folder.openvino_model(), 8, 4096, None, 0, folder.recipe().precision, cascade=False)
-r.padding.limit = 0
-table = tuple(range(0, 60))
-r._run([("s0", tuple(range(3, 3 + PAST)), 0, table)], [1])
-pad = ("", (0,) * 8, 0, (r._pad_block,))
-SHAPES = {
-    "token alone": ([("s0", (5,), PAST, table)], [1]),
-    "token + 8 drafts (rows 9)": ([("s0", tuple(range(5, 14)), PAST, table)], [9]),
-    "token + 8 padding": ([("s0", (5,), PAST, table), pad], [1, 0]),
-}
-
-
-def timed(seqs, rows) -> float:
-    ts = []
-    for _ in range(REPS + 2):
-        a = time.perf_counter()
-        r._run(seqs, rows)
-        ts.append((time.perf_counter() - a) * 1000)
-    return statistics.median(ts[2:])
 
 
 class InPlace:
@@ -56,20 +32,26 @@ class InPlace:
         return getattr(self._req, name)
 
 
-def run_reused(seqs, rows) -> float:
+def steady_in_place(r: OpenVinoPagedRunner, run) -> float:
     real = r.req
     r.req = InPlace(real)  # type: ignore[assignment]
     try:
-        return timed(seqs, rows)
+        return steady(r, run)
     finally:
         r.req = real
 
 
+folder = EngineDir(pathlib.Path(sys.argv[1]))
+PAST = int(sys.argv[2])
+r = lone_runner(folder, PAST)
+SHAPES = {
+    "token alone": alone(PAST),
+    "token + 8 drafts (rows 9)": drafted(PAST),
+    "token + 8 padding": padded(r, PAST),
+}
 print(
     f"{folder.path.name}, past {PAST}, medians of {REPS} steady runs (ms): fresh tensors / written in place"
 )
 for rnd in range(3):
-    cells = []
-    for k, v in SHAPES.items():
-        cells.append(f"{k} {timed(*v):.2f} / {run_reused(*v):.2f}")
+    cells = [f"{k} {steady(r, v):.2f} / {steady_in_place(r, v):.2f}" for k, v in SHAPES.items()]
     print(f"round {rnd + 1}: " + " | ".join(cells), flush=True)
