@@ -100,7 +100,13 @@ WORKER = ROOT / "experiments" / "cpu_peer_openvino_genai_worker.py"
 ENV_SCRIPT = ROOT / "scripts" / "openvino_genai_env.sh"
 SYSTEMS = ("llmkiln-plain", "llmkiln-ngram", "ovgenai-plain", "ovgenai-lookup")
 WORKLOADS = ("grounded", "open")
-SPEC_KEYS = ("spec_drafted_tokens", "spec_accepted_tokens", "spec_verifications")
+SPEC_KEYS = (
+    "spec_drafted_tokens",
+    "spec_accepted_tokens",
+    "spec_verifications",
+    "spec_history_drafted_tokens",
+    "spec_history_accepted_tokens",
+)
 # (speculative system, its plain reference); the last pair is for information only (two different engines)
 COMPARISONS = (
     ("llmkiln-ngram", "llmkiln-plain"),
@@ -275,6 +281,7 @@ class Config:
     genai_draft_len: int | None = None  # GenAI's K when it differs from llmkiln's (None: draft_len)
     ngram: int = 3
     ngram_min: int = 2  # llmkiln only: speculative.min_matching_ngram_size (the bundled recipe's)
+    history_tokens: int = 0  # llmkiln only: speculative.history_tokens (earlier replies as a draft source)
     seed: int = 0
     systems: tuple[str, ...] = SYSTEMS
     workloads: tuple[str, ...] = WORKLOADS
@@ -297,6 +304,7 @@ class Config:
             "max_draft_len": self.draft_len,
             "max_matching_ngram_size": self.ngram,
             "min_matching_ngram_size": self.ngram_min,
+            "history_tokens": self.history_tokens,
         }
         return _merge(self.sets, {"speculative": spec})
 
@@ -468,6 +476,8 @@ def level_summary(c: int, run: LevelRun, max_tokens: int) -> dict[str, Any]:
             "mean_accepted_length": accepted / verifications
             if verifications and accepted is not None
             else None,
+            "history_drafted": run.spec.get("history_drafted"),
+            "history_accepted": run.spec.get("history_accepted"),
             "genai_mean_step_acceptance": run.spec.get("genai_mean_step_acceptance"),
             "decode_tokens": decode_tokens,
             "decode_steps": steps,
@@ -563,6 +573,8 @@ def _spec_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, 
         "spec_drafted_tokens": "drafted",
         "spec_accepted_tokens": "accepted",
         "spec_verifications": "verifications",
+        "spec_history_drafted_tokens": "history_drafted",
+        "spec_history_accepted_tokens": "history_accepted",
     }
     return {names[k]: (after[k] - before[k]) if k in after and k in before else None for k in SPEC_KEYS}
 
@@ -1044,6 +1056,13 @@ _ARGV: list[str] = []
     show_default=True,
     help="llmkiln-ngram: the shortest n-gram looked up (speculative.min_matching_ngram_size).",
 )
+@click.option(
+    "--history-tokens",
+    type=int,
+    default=0,
+    show_default=True,
+    help="llmkiln-ngram: earlier replies' tokens kept as a second draft source (speculative.history_tokens).",
+)
 @click.option("--systems", default=None, help=f"A subset of {','.join(SYSTEMS)} [default: all].")
 @click.option("--workloads", default=None, help=f"A subset of {','.join(WORKLOADS)} [default: both].")
 @click.option("--seed", type=int, default=0, show_default=True, help="The workloads' order.")
@@ -1080,6 +1099,7 @@ def cli(
     genai_draft_len: int | None,
     ngram: int,
     ngram_min: int,
+    history_tokens: int,
     systems: str | None,
     workloads: str | None,
     seed: int,
@@ -1104,8 +1124,8 @@ def cli(
     ):
         if v < lo:
             raise BadInput(f"{what} {v}: give at least {lo}")
-    if ngram < 1 or threads < 0 or cache_gb < 1:
-        raise BadInput("--ngram and --cache-gb must be at least 1, --threads at least 0")
+    if ngram < 1 or threads < 0 or cache_gb < 1 or history_tokens < 0:
+        raise BadInput("--ngram and --cache-gb must be at least 1, --threads and --history-tokens at least 0")
     cfg = Config(
         out_dir=out_dir,
         raw_dir=DEFAULT_RAW if out_dir == DEFAULT_OUT else out_dir / "raw",
@@ -1118,6 +1138,7 @@ def cli(
         genai_draft_len=genai_draft_len,
         ngram=ngram,
         ngram_min=ngram_min,
+        history_tokens=history_tokens,
         seed=seed,
         systems=name_list(systems, SYSTEMS, "--systems"),
         workloads=name_list(workloads, WORKLOADS, "--workloads"),

@@ -174,6 +174,19 @@ class Speculative(_Section):
         ),
     )
 
+    history_tokens: NonNegInt = Field(
+        0,
+        description="ngram on openvino-cpu: tokens of earlier requests' outputs kept as a second draft source "
+        "(what most often followed the same last tokens there, as SuffixDecoding / vLLM's suffix method), drafted "
+        "where a verified row is free (one sequence) and the sequence's own lookup matched on one token or none; "
+        "0: off. Output unchanged (drafts are verified); like a prefix cache, a reply resembling earlier replies "
+        "comes faster. runtime.draft_history.",
+        json_schema_extra=honoured_by(
+            Backend.OPENVINO_CPU,
+            why="TensorRT-LLM's NGramDecodingConfig looks up the request's own tokens only",
+        ),
+    )
+
     @model_validator(mode="after")
     def _method_fields(self) -> Speculative:
         if self.method == "ngram" and self.draft_model is not None:
@@ -184,6 +197,8 @@ class Speculative(_Section):
             )
         if self.method != "ngram" and self.max_matching_ngram_size != 2:
             raise ValueError(f"max_matching_ngram_size: only for method ngram, not {self.method}; remove it")
+        if self.method != "ngram" and self.history_tokens:
+            raise ValueError(f"history_tokens: only for method ngram, not {self.method}; remove it")
         if self.min_matching_ngram_size > self.max_matching_ngram_size:
             raise ValueError(
                 f"min_matching_ngram_size: {self.min_matching_ngram_size} exceeds max_matching_ngram_size "

@@ -18,6 +18,8 @@ COUNTERS = (
     M.SPEC_VERIFICATIONS,
     M.SPEC_FREE_DRAFTED_TOKENS,
     M.SPEC_FREE_ACCEPTED_TOKENS,
+    M.SPEC_HISTORY_DRAFTED_TOKENS,
+    M.SPEC_HISTORY_ACCEPTED_TOKENS,
 )
 _LINE = re.compile(r'^llmkiln_engine\{[^}]*\bmetric="(spec_[a-z_]+)"[^}]*\}\s+(\S+)$')
 
@@ -53,13 +55,17 @@ def level_delta(before: Mapping[str, float], after: Mapping[str, float]) -> Spec
     if not after:
         return None
     d = {str(c): int(after.get(str(c), 0.0) - before.get(str(c), 0.0)) for c in COUNTERS}
-    drafted, accepted, verified, free_drafted, free_accepted = (d[str(c)] for c in COUNTERS)
+    drafted, accepted, verified, free_drafted, free_accepted, history_drafted, history_accepted = (
+        d[str(c)] for c in COUNTERS
+    )
     return SpecStats(
         drafted_tokens=drafted,
         accepted_tokens=accepted,
         verifications=verified,
         free_drafted_tokens=free_drafted,
         free_accepted_tokens=free_accepted,
+        history_drafted_tokens=history_drafted,
+        history_accepted_tokens=history_accepted,
         acceptance_rate=accepted / drafted if drafted else None,
         mean_accepted_length=accepted / verified if verified else None,
     )

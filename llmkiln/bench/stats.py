@@ -200,6 +200,9 @@ class SpecStats(BaseModel):
     # acceptance); 0 from an engine that does not count them
     free_drafted_tokens: int = 0
     free_accepted_tokens: int = 0
+    # of the free ones, those drafted from earlier requests' outputs (speculative.history_tokens)
+    history_drafted_tokens: int = 0
+    history_accepted_tokens: int = 0
 
 
 class LevelStats(BaseModel):

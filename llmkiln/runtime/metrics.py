@@ -83,6 +83,9 @@ class EngineMetric(enum.StrEnum):
     # are padded to 1 + max_draft_len): their acceptance costs nothing either way
     SPEC_FREE_DRAFTED_TOKENS = "spec_free_drafted_tokens"
     SPEC_FREE_ACCEPTED_TOKENS = "spec_free_accepted_tokens"
+    # of the free ones, those drafted from earlier requests' outputs (speculative.history_tokens)
+    SPEC_HISTORY_DRAFTED_TOKENS = "spec_history_drafted_tokens"
+    SPEC_HISTORY_ACCEPTED_TOKENS = "spec_history_accepted_tokens"
     SPEC_ACCEPTANCE_RATE = "spec_acceptance_rate"  # accepted / drafted (0 before any draft)
     SPEC_MEAN_ACCEPTED_LENGTH = "spec_mean_accepted_length"  # accepted drafts per verification
 
@@ -139,6 +142,8 @@ def snapshot(
         M.SPEC_VERIFICATIONS: scheduler.num_verifications,
         M.SPEC_FREE_DRAFTED_TOKENS: scheduler.num_free_drafted_tokens,
         M.SPEC_FREE_ACCEPTED_TOKENS: scheduler.num_free_accepted_tokens,
+        M.SPEC_HISTORY_DRAFTED_TOKENS: scheduler.num_history_drafted_tokens,
+        M.SPEC_HISTORY_ACCEPTED_TOKENS: scheduler.num_history_accepted_tokens,
         M.SPEC_ACCEPTANCE_RATE: _ratio(scheduler.num_accepted_tokens, scheduler.num_drafted_tokens),
         M.SPEC_MEAN_ACCEPTED_LENGTH: _ratio(scheduler.num_accepted_tokens, scheduler.num_verifications),
     }

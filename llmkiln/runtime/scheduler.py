@@ -46,7 +46,10 @@ even one draft drafts nothing, and its estimate relaxes toward the prior step by
 (back-off). So text that does not repeat pays little, and a large batch drafts only what is likely accepted.
 Where a verified row costs nothing (a lone sequence whose runs the runner pads to 1 + max_draft_len, runtime.
 run_padding; `lone_drafts_free`, from the runner's `expect_drafts`), it drafts whatever its lookup found, from
-one-token matches up, at every step, as GenAI's prompt lookup does: not learned, and no standing aside.
+one-token matches up, at every step, as GenAI's prompt lookup does: not learned, and no standing aside. With
+`speculative.history_tokens`, such a sequence whose own lookup matched on one token or nothing drafts from the
+outputs of earlier requests instead (runtime.draft_history: their most frequent continuation of its last
+tokens), and the finished requests' outputs are recorded there.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from llmkiln import recipe as recipe_schema
 from llmkiln.env_switch import env_switch
 from llmkiln.recipe_trtllm import Speculative
 from llmkiln.runtime.draft_cost import FREE_ROW, DraftCost
+from llmkiln.runtime.draft_history import DraftHistory
 from llmkiln.runtime.kv_blocks import BlockStore
 from llmkiln.runtime.ngram_drafts import NgramIndex, match_class
 from llmkiln.runtime.plan import BlockCopy, DecodeItem, PrefillChunk, SchedulerOutput, StepCosts
@@ -174,6 +178,11 @@ class Scheduler:
         # low acceptance costs nothing (kiln diagnose judges the acceptance of the others)
         self.num_free_drafted_tokens = 0
         self.num_free_accepted_tokens = 0
+        # of the free ones, those drafted from earlier requests' outputs (speculative.history_tokens)
+        self.num_history_drafted_tokens = 0
+        self.num_history_accepted_tokens = 0
+        spec = config.speculative
+        self.draft_history = DraftHistory(spec.history_tokens) if spec and spec.history_tokens else None
         self.draft_cost = (
             DraftCost()
         )  # what a verified draft costs here (the engine feeds it its decode steps)
@@ -554,6 +563,14 @@ class Scheduler:
         # worth its row too, as GenAI's prompt lookup drafts at every step
         shortest = 1 if worth <= FREE_ROW else spec.min_matching_ngram_size
         drafts, n = index.match(k, shortest)
+        request.draft_history = False
+        if worth <= FREE_ROW and n <= 1 and self.draft_history is not None:
+            # the sequence's own text matched on one token or nothing: earlier replies, where they know the tail
+            # on two tokens or more (or at all, when the sequence has nothing)
+            found, m = self.draft_history.match(index.tokens, k, 1 if not drafts else 2)
+            if found:
+                request.draft_history = True
+                drafts, n = found, m
         if not drafts:
             return ()
         cls = match_class(n)
@@ -723,6 +740,11 @@ class Scheduler:
         if request.draft_free:
             self.num_free_drafted_tokens += drafted
             self.num_free_accepted_tokens += accepted
+        if request.draft_history:
+            # not the sequence's own lookup: its acceptance estimate stays its own text's
+            self.num_history_drafted_tokens += drafted
+            self.num_history_accepted_tokens += accepted
+            return
         request.acceptance.record(request.draft_class, drafted, accepted)
 
     def release_saves(self, saves: list[BlockCopy], written: bool) -> None:
@@ -764,6 +786,8 @@ class Scheduler:
         )
 
     def _finish(self, request: Request, reason: FinishReason, now_ns: int) -> None:
+        if self.draft_history is not None and request.output_ids:
+            self.draft_history.record(request.prompt_ids, request.output_ids)
         if request.slot is not None:
             if self.pool is None:
                 computed = min(request.num_computed_tokens, request.num_prompt_tokens)

@@ -37,6 +37,12 @@ def test_a_levels_speculation_is_the_difference_of_the_counters():
         {**after, "spec_free_drafted_tokens": 72, "spec_free_accepted_tokens": 9},
     )
     assert free is not None and (free.free_drafted_tokens, free.free_accepted_tokens) == (64, 8)
+    history = spec_counters.level_delta(
+        {"spec_history_drafted_tokens": 4},
+        {**after, "spec_history_drafted_tokens": 40, "spec_history_accepted_tokens": 12},
+    )
+    assert history is not None
+    assert (history.history_drafted_tokens, history.history_accepted_tokens) == (36, 12)
 
 
 def test_the_report_shows_speculation_only_when_measured():

@@ -66,6 +66,18 @@ def test_speculative_greedy_replies_equal_plain_ones_token_for_token(
     assert after["spec_verifications"] > 0 and after["spec_mean_accepted_length"] > 0.5
 
 
+def test_drafts_from_earlier_replies_change_no_token(engine: Path, references: list[Reference]):
+    """speculative.history_tokens: a lone sequence whose own text matches nothing drafts from the replies before
+    it (runtime.draft_history); every reply still equals transformers' greedy one."""
+    history = {"speculative": NGRAM["speculative"] | {"history_tokens": 4096}}
+    params = SamplingParams(max_tokens=MAX_TOKENS)
+    with load_engine(EngineDir(engine), history) as spec:
+        for ref in references:
+            assert spec.generate([ref.prompt_ids], params)[0] == ref.reply_ids, ref.prompt_text
+        m = spec.metrics()
+    assert m["spec_history_drafted_tokens"] > 0 and m["spec_history_accepted_tokens"] > 0, m
+
+
 def test_triton_serves_speculative_replies_equal_to_transformers(engine: Path, references: list[Reference]):
     refs = references[:4]
     off = {"num_speculative_tokens": np.array([[0]], dtype=np.int32)}

@@ -1,0 +1,116 @@
+"""Drafts from earlier requests' outputs (runtime.draft_history, recipe speculative.history_tokens): the most
+frequent continuation of the longest known suffix, bounded, and — in the scheduler — used only where a row is
+free and the sequence's own lookup found one token or nothing, with greedy output unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmkiln.errors import RecipeError
+from llmkiln.recipe import load_recipe
+from llmkiln.runtime.draft_history import DraftHistory
+from llmkiln.runtime.request import Request, RequestTimings, SamplingParams
+from tests.runtime.conftest import PagedFakeRunner, apply_plan, make_paged_scheduler
+
+BS = 4
+NGRAM = {"method": "ngram", "max_draft_len": 4, "max_matching_ngram_size": 3, "min_matching_ngram_size": 2}
+
+
+def test_a_draft_walks_the_most_frequent_continuation_of_the_longest_known_suffix():
+    h = DraftHistory(1000, max_ngram=3)
+    h.record([0], [1, 2, 3, 4])
+    h.record([0], [1, 2, 3, 5])
+    h.record([0], [1, 2, 3, 5])
+    h.record([7], [2, 6])
+    assert h.match([9, 0], 4) == ((1, 2, 3, 5), 1)  # 5 followed (1, 2, 3) twice, 4 once
+    assert h.match([9, 0, 1], 2) == ((2, 3), 2)  # k drafts at most; matched on (0, 1)
+    # the longest suffix decides: after (7, 2) came 6, after 2 alone mostly 3
+    assert h.match([7, 2], 1) == ((6,), 2)
+    assert h.match([8, 2], 1) == ((3,), 1)
+    assert h.match([8, 2], 1, min_ngram=2) == ((), 0)  # (8, 2) never seen
+    assert h.match([42], 4) == ((), 0)
+    assert h.match([], 4) == ((), 0)
+
+
+def test_the_history_forgets_its_oldest_outputs_beyond_its_size():
+    h = DraftHistory(6, max_ngram=2)
+    h.record([0], [1, 2, 3])
+    h.record([0], [1, 4, 5])
+    assert len(h) == 6 and h.match([0, 1], 1) == ((2,), 2)  # a tie: the first recorded
+    h.record([0], [1, 4, 6])  # the first output goes, its counts with it
+    assert len(h) == 6
+    assert h.match([0, 1], 2) == ((4, 5), 2)
+    assert h.match([2], 1) == ((), 0)
+    h.record([0], [])  # nothing to record
+    assert len(h) == 6
+    with pytest.raises(ValueError, match="max_tokens must be >= 1"):
+        DraftHistory(0)
+
+
+# a model whose reply is the same phrase whatever the prompt (after the prompt's last token, 0): a sequence's own
+# text never predicts it, earlier replies do
+PHRASE = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+V = 11
+
+
+def phrase_model(seq: list[int]) -> int:
+    start = len(seq) - 1 - seq[::-1].index(0)
+    return PHRASE[(len(seq) - start - 1) % len(PHRASE)]
+
+
+def _serve(sched, runner, prompts: list[list[int]], tag: str) -> dict[str, list[int]]:
+    for i, p in enumerate(prompts):
+        sched.add_request(
+            Request(f"{tag}{i}", p, SamplingParams(max_tokens=10, ignore_eos=True), timings=RequestTimings(i))
+        )
+    outputs: dict[str, list[int]] = {}
+    for step in range(200):
+        if not sched.has_work():
+            return outputs
+        plan = sched.schedule(now_ns=step)
+        for request, ev in apply_plan(sched, runner, plan, now_ns=step):
+            if ev.token_id is not None:
+                outputs.setdefault(request.request_id, []).append(ev.token_id)
+    raise AssertionError("did not finish")
+
+
+def test_a_lone_sequence_drafts_from_earlier_replies_where_its_own_text_has_nothing():
+    def serve(history_tokens: int) -> tuple[list[int], int, object]:
+        sched = make_paged_scheduler(num_blocks=80, speculative=NGRAM | {"history_tokens": history_tokens})
+        sched.lone_drafts_free = True
+        runner = PagedFakeRunner(4, 80, BS, model=phrase_model, vocab_size=V)
+        first = _serve(sched, runner, [[10, 9, 0]], "a")
+        assert first["a0"] == PHRASE
+        before = len(runner.steps)
+        second = _serve(sched, runner, [[5, 0]], "b")
+        assert second["b0"] == PHRASE  # output unchanged
+        return [len(runner.steps) - before], sched.num_history_drafted_tokens, sched
+
+    steps_off, drafted_off, _ = serve(0)
+    steps_on, drafted_on, sched = serve(4096)
+    assert drafted_off == 0 and sched.draft_history is not None
+    # (0) and then the phrase are known from the first reply: 4 drafts a step, all right
+    assert drafted_on > 0 and sched.num_history_accepted_tokens == drafted_on
+    assert steps_on[0] < steps_off[0]
+    assert sched.num_free_drafted_tokens >= drafted_on  # history drafts are free drafts
+    assert len(sched.draft_history) == 2 * len(PHRASE)  # both replies recorded
+
+
+def test_two_decoding_sequences_do_not_draft_from_the_history():
+    """Their rows cost something: the history's drafts (acceptance not tracked per sequence) stay out."""
+    sched = make_paged_scheduler(num_blocks=80, speculative=NGRAM | {"history_tokens": 4096})
+    sched.lone_drafts_free = True
+    runner = PagedFakeRunner(4, 80, BS, model=phrase_model, vocab_size=V)
+    _serve(sched, runner, [[10, 9, 0]], "a")
+    out = _serve(sched, runner, [[5, 0], [6, 0]], "b")
+    assert out == {"b0": PHRASE, "b1": PHRASE}
+    assert sched.num_history_drafted_tokens == 0
+
+
+def test_history_tokens_is_an_ngram_field_of_openvino_cpu():
+    recipe, _ = load_recipe("smollm2-ov-fp32", {"speculative": NGRAM | {"history_tokens": 2048}})
+    assert recipe.speculative is not None and recipe.speculative.history_tokens == 2048
+    with pytest.raises(RecipeError, match=r"speculative.history_tokens: not used by backend trtllm-llmapi"):
+        load_recipe("tiny-trtllm-llmapi-ngram", {"speculative": {"history_tokens": 2048}})
+    with pytest.raises(RecipeError, match="history_tokens"):
+        load_recipe("smollm2-ov-fp32", {"speculative": NGRAM | {"history_tokens": -1}})
