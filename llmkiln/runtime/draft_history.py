@@ -49,7 +49,7 @@ class DraftHistory:
         starts from); forgets the oldest outputs beyond max_tokens."""
         if not output:
             return
-        lead = tuple(int(t) for t in context[-self.max_ngram :]) if self.max_ngram > 1 else ()
+        lead = tuple(int(t) for t in context[-self.max_ngram :])
         seq = lead + tuple(int(t) for t in output)
         self._count(seq, len(lead), +1)
         self._recorded.append((len(lead), seq))

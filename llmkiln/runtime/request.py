@@ -156,9 +156,8 @@ class Request:
     )  # per match class (runtime.ngram_drafts)
     draft_class: int = 0  # the match class of the drafts in flight
     draft_free: bool = False  # the drafts in flight ride free (a lone padded sequence's: no row cost)
-    draft_history: bool = (
-        False  # the drafts in flight come from earlier requests' outputs (runtime.draft_history)
-    )
+    # the drafts in flight come from earlier requests' outputs (runtime.draft_history)
+    draft_history: bool = False
 
     @property
     def slot_id(self) -> int:

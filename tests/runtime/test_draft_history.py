@@ -45,6 +45,9 @@ def test_the_history_forgets_its_oldest_outputs_beyond_its_size():
     assert len(h) == 6
     with pytest.raises(ValueError, match="max_tokens must be >= 1"):
         DraftHistory(0)
+    unigrams = DraftHistory(10, max_ngram=1)
+    unigrams.record([7, 0], [1, 2])
+    assert unigrams.match([0], 2) == ((1, 2), 1)  # a reply's first token follows its prompt's last one
 
 
 # a model whose reply is the same phrase whatever the prompt (after the prompt's last token, 0): a sequence's own
