@@ -10,6 +10,7 @@ from llmkiln.errors import RecipeError
 from llmkiln.recipe import load_recipe
 from llmkiln.runtime.draft_history import DraftHistory
 from llmkiln.runtime.request import Request, RequestTimings, SamplingParams
+from llmkiln.runtime.scheduler import Scheduler
 from tests.runtime.conftest import PagedFakeRunner, apply_plan, make_paged_scheduler
 
 BS = 4
@@ -78,25 +79,25 @@ def _serve(sched, runner, prompts: list[list[int]], tag: str) -> dict[str, list[
 
 
 def test_a_lone_sequence_drafts_from_earlier_replies_where_its_own_text_has_nothing():
-    def serve(history_tokens: int) -> tuple[list[int], int, object]:
+    def second_reply_steps(history_tokens: int) -> tuple[int, Scheduler]:
+        """Steps of a second request, the first one's reply recorded before it (with history_tokens > 0)."""
         sched = make_paged_scheduler(num_blocks=80, speculative=NGRAM | {"history_tokens": history_tokens})
         sched.lone_drafts_free = True
         runner = PagedFakeRunner(4, 80, BS, model=phrase_model, vocab_size=V)
-        first = _serve(sched, runner, [[10, 9, 0]], "a")
-        assert first["a0"] == PHRASE
+        assert _serve(sched, runner, [[10, 9, 0]], "a") == {"a0": PHRASE}
         before = len(runner.steps)
-        second = _serve(sched, runner, [[5, 0]], "b")
-        assert second["b0"] == PHRASE  # output unchanged
-        return [len(runner.steps) - before], sched.num_history_drafted_tokens, sched
+        assert _serve(sched, runner, [[5, 0]], "b") == {"b0": PHRASE}  # output unchanged
+        return len(runner.steps) - before, sched
 
-    steps_off, drafted_off, _ = serve(0)
-    steps_on, drafted_on, sched = serve(4096)
-    assert drafted_off == 0 and sched.draft_history is not None
-    # (0) and then the phrase are known from the first reply: 4 drafts a step, all right
-    assert drafted_on > 0 and sched.num_history_accepted_tokens == drafted_on
-    assert steps_on[0] < steps_off[0]
-    assert sched.num_free_drafted_tokens >= drafted_on  # history drafts are free drafts
-    assert len(sched.draft_history) == 2 * len(PHRASE)  # both replies recorded
+    steps_off, off = second_reply_steps(0)
+    steps_on, on = second_reply_steps(4096)
+    assert off.draft_history is None and off.num_history_drafted_tokens == 0
+    # the phrase is known from the first reply (after its prompt's last token, 0): 4 drafts a step, all right
+    assert on.num_history_drafted_tokens > 0
+    assert on.num_history_accepted_tokens == on.num_history_drafted_tokens
+    assert steps_on < steps_off
+    assert on.num_free_drafted_tokens >= on.num_history_drafted_tokens  # history drafts are free drafts
+    assert on.draft_history is not None and len(on.draft_history) == 2 * len(PHRASE)  # both replies recorded
 
 
 def test_two_decoding_sequences_do_not_draft_from_the_history():
