@@ -536,13 +536,14 @@ class Scheduler:
         else:
             worth = self.draft_cost.threshold(len(decoding))
         for r in decoding:
-            drafts = self._drafts(r, spare, worth) if spare else ()
+            drafts = self._drafts(r, spare, worth, free) if spare else ()
             spare -= len(drafts)
             out.decodes.append(self._decode_item(r, drafts))
 
-    def _drafts(self, request: Request, spare: int, worth: float) -> tuple[int, ...]:
+    def _drafts(self, request: Request, spare: int, worth: float, padded: bool = False) -> tuple[int, ...]:
         """Up to the request's draft length of n-gram drafts, within what its max_tokens / max_seq_len and its
-        KV reservation allow (all accepted plus the model's token must still fit)."""
+        KV reservation allow (all accepted plus the model's token must still fit). `padded`: a lone sequence in
+        a run of its own, padded to 1 + max_draft_len (its rows free by construction, not by a learned price)."""
         spec = self.config.speculative
         assert spec is not None
         k = request.params.num_speculative_tokens
@@ -564,9 +565,10 @@ class Scheduler:
         shortest = 1 if worth <= FREE_ROW else spec.min_matching_ngram_size
         drafts, n = index.match(k, shortest)
         request.draft_history = False
-        if worth <= FREE_ROW and n <= 1 and self.draft_history is not None:
+        if padded and n <= 1 and self.draft_history is not None:
             # the sequence's own text matched on one token or nothing: earlier replies, where they know the tail
-            # on two tokens or more (or at all, when the sequence has nothing)
+            # on two tokens or more (or at all, when the sequence has nothing). Only in a padded run: a learned
+            # price under FREE_ROW (a memory-bound batch) is not nothing, and these drafts are mostly wrong
             found, m = self.draft_history.match(index.tokens, k, 1 if not drafts else 2)
             if found:
                 request.draft_history = True

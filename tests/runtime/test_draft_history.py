@@ -8,6 +8,7 @@ import pytest
 
 from llmkiln.errors import RecipeError
 from llmkiln.recipe import load_recipe
+from llmkiln.runtime.draft_cost import FREE_ROW, DraftCost
 from llmkiln.runtime.draft_history import DraftHistory
 from llmkiln.runtime.request import Request, RequestTimings, SamplingParams
 from llmkiln.runtime.scheduler import Scheduler
@@ -101,9 +102,16 @@ def test_a_lone_sequence_drafts_from_earlier_replies_where_its_own_text_has_noth
 
 
 def test_two_decoding_sequences_do_not_draft_from_the_history():
-    """Their rows cost something: the history's drafts (acceptance not tracked per sequence) stay out."""
+    """Their rows are not padded: even where the learned price of a row is under FREE_ROW (a memory-bound batch,
+    nearly free) the history's drafts (mostly wrong, acceptance not tracked per source) stay out."""
     sched = make_paged_scheduler(num_blocks=80, speculative=NGRAM | {"history_tokens": 4096})
     sched.lone_drafts_free = True
+    cheap = DraftCost()  # two sequences: 10 ms a step, a verified row 0.1% of that
+    for _ in range(50):
+        cheap.update(2, 4, 10e6 + 4 * 0.001 * 10e6)
+        cheap.update(2, 0, 10e6)
+    assert cheap.threshold(2) <= FREE_ROW
+    sched.draft_cost = cheap
     runner = PagedFakeRunner(4, 80, BS, model=phrase_model, vocab_size=V)
     _serve(sched, runner, [[10, 9, 0]], "a")
     out = _serve(sched, runner, [[5, 0], [6, 0]], "b")
