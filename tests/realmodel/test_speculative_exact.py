@@ -81,7 +81,8 @@ def test_drafts_from_earlier_replies_change_no_token(engine: Path, references: l
 def test_triton_serves_speculative_replies_equal_to_transformers(engine: Path, references: list[Reference]):
     refs = references[:4]
     off = {"num_speculative_tokens": np.array([[0]], dtype=np.int32)}
-    with serve_engine(engine, overrides=NGRAM) as served:
+    history = {"speculative": NGRAM["speculative"] | {"history_tokens": 4096}}
+    with serve_engine(engine, overrides=history) as served:
         requests = [
             {"prompt": ref.prompt_text, "max_tokens": MAX_TOKENS, "exclude_input_in_output": True}
             for ref in refs
@@ -97,3 +98,5 @@ def test_triton_serves_speculative_replies_equal_to_transformers(engine: Path, r
         if k.startswith("llmkiln_engine{") and 'metric="spec_drafted_tokens"' in k
     ]
     assert drafted and drafted[0] > 0, "the engine's drafted tokens on /metrics"
+    # the history's own counters are there too (drafts from earlier replies where a lone sequence decodes)
+    assert any('metric="spec_history_drafted_tokens"' in k for k in values), sorted(values)[:20]
