@@ -9,7 +9,9 @@ import statistics as st
 import sys
 
 for path in sys.argv[1:]:
-    steps = [e for e in (json.loads(x) for x in open(path, encoding="utf-8") if x.strip()) if e["kind"] == "step"]
+    steps = [
+        e for e in (json.loads(x) for x in open(path, encoding="utf-8") if x.strip()) if e["kind"] == "step"
+    ]
     after_prompt, after_decode = [], []
     for a, b in zip(steps, steps[1:], strict=False):
         if b["decode"] and not b["prefill"]:
