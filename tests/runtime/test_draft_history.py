@@ -12,7 +12,7 @@ from llmkiln.runtime.draft_cost import FREE_ROW, DraftCost
 from llmkiln.runtime.draft_history import DraftHistory
 from llmkiln.runtime.request import Request, RequestTimings, SamplingParams
 from llmkiln.runtime.scheduler import Scheduler
-from tests.runtime.conftest import PagedFakeRunner, apply_plan, make_paged_scheduler
+from tests.runtime.conftest import PagedFakeRunner, make_paged_scheduler, run_to_completion
 
 BS = 4
 NGRAM = {"method": "ngram", "max_draft_len": 4, "max_matching_ngram_size": 3, "min_matching_ngram_size": 2}
@@ -63,20 +63,12 @@ def phrase_model(seq: list[int]) -> int:
     return PHRASE[(len(seq) - start - 1) % len(PHRASE)]
 
 
-def _serve(sched, runner, prompts: list[list[int]], tag: str) -> dict[str, list[int]]:
+def _serve(sched, runner, prompts: list[list[int]], tag: str) -> dict[str, list[int | None]]:
     for i, p in enumerate(prompts):
         sched.add_request(
             Request(f"{tag}{i}", p, SamplingParams(max_tokens=10, ignore_eos=True), timings=RequestTimings(i))
         )
-    outputs: dict[str, list[int]] = {}
-    for step in range(200):
-        if not sched.has_work():
-            return outputs
-        plan = sched.schedule(now_ns=step)
-        for request, ev in apply_plan(sched, runner, plan, now_ns=step):
-            if ev.token_id is not None:
-                outputs.setdefault(request.request_id, []).append(ev.token_id)
-    raise AssertionError("did not finish")
+    return run_to_completion(sched, runner, max_steps=200)
 
 
 def test_a_lone_sequence_drafts_from_earlier_replies_where_its_own_text_has_nothing():

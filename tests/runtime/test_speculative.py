@@ -19,8 +19,8 @@ from tests.runtime.conftest import (
     EOS,
     FakeRunner,
     PagedFakeRunner,
-    apply_plan,
     make_paged_scheduler,
+    run_to_completion,
 )
 
 BS = 4
@@ -130,18 +130,10 @@ def _drafting_yields_less(cost: DraftCost, *batch_sizes: int) -> DraftCost:
     return cost
 
 
-def _run(scheduler, runner, requests) -> dict[str, list[int]]:
+def _run(scheduler, runner, requests) -> dict[str, list[int | None]]:
     for r in requests:
         scheduler.add_request(r)
-    outputs: dict[str, list[int]] = {}
-    for step in range(1000):
-        if not scheduler.has_work():
-            return outputs
-        plan = scheduler.schedule(now_ns=step)
-        for request, ev in apply_plan(scheduler, runner, plan, now_ns=step):
-            if ev.token_id is not None:
-                outputs.setdefault(request.request_id, []).append(ev.token_id)
-    raise AssertionError("did not finish")
+    return run_to_completion(scheduler, runner, max_steps=1000)
 
 
 @pytest.mark.parametrize("ttft_first", [False, True])
