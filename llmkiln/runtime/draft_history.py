@@ -78,6 +78,17 @@ class DraftHistory:
                     if not c:
                         del followers[key]
 
+    def instead_of(
+        self, own: tuple[int, ...], own_n: int, tail: Sequence[int], k: int
+    ) -> tuple[tuple[int, ...], int] | None:
+        """Drafts to use instead of the sequence's own lookup (`own`, matched on `own_n` tokens), or None: only
+        where the own lookup matched on one token or nothing, and then a history match on 2+ tokens, or any when
+        the own found nothing."""
+        if own_n > 1:
+            return None
+        found, n = self.match(tail, k, 1 if not own else 2)
+        return (found, n) if found else None
+
     def match(self, tail: Sequence[int], k: int, min_ngram: int = 1) -> tuple[tuple[int, ...], int]:
         """(up to k drafts continuing `tail`, the length of the suffix the first one matched on; 0: none). Each
         draft is the most frequent follower of the longest suffix (max_ngram down to min_ngram) of the tail and

@@ -564,15 +564,16 @@ class Scheduler:
         # worth its row too, as GenAI's prompt lookup drafts at every step
         shortest = 1 if worth <= FREE_ROW else spec.min_matching_ngram_size
         drafts, n = index.match(k, shortest)
-        request.draft_history = False
-        if padded and n <= 1 and self.draft_history is not None:
-            # the sequence's own text matched on one token or nothing: earlier replies, where they know the tail
-            # on two tokens or more (or at all, when the sequence has nothing). Only in a padded run: a learned
-            # price under FREE_ROW (a memory-bound batch) is not nothing, and these drafts are mostly wrong
-            found, m = self.draft_history.match(index.tokens, k, 1 if not drafts else 2)
-            if found:
-                request.draft_history = True
-                drafts, n = found, m
+        # earlier replies where the own lookup found little; only in a padded run: a learned price under
+        # FREE_ROW (a memory-bound batch) is not nothing, and these drafts are mostly wrong
+        better = (
+            self.draft_history.instead_of(drafts, n, index.tokens, k)
+            if padded and self.draft_history is not None
+            else None
+        )
+        request.draft_history = better is not None
+        if better is not None:
+            drafts, n = better
         if not drafts:
             return ()
         cls = match_class(n)

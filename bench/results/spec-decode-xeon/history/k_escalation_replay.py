@@ -9,16 +9,15 @@ tokens 19.6 ms, 16 25.4, 24 33.2; 0.4 for a kinder case), and ~5 ms for each swi
     PYTHONPATH=. python bench/results/spec-decode-xeon/history/k_escalation_replay.py RUN/raw grounded|open
 """
 
-import json
 import sys
 from pathlib import Path
 
+from experiments.draft_replay import accepted, drafts, load
 from llmkiln.runtime.draft_history import DraftHistory
 from llmkiln.runtime.ngram_drafts import NgramIndex
 
 raw, workload = Path(sys.argv[1]), sys.argv[2]
-requests = json.loads((raw / f"ovgenai-requests-{workload}.json").read_text())["levels"]["1"]
-replies = json.loads((raw / f"llmkiln-ngram-{workload}.outputs.json").read_text())["1"]["output_ids"]
+run = load(raw, workload)
 SWITCH_MS = 5.0
 
 
@@ -31,28 +30,19 @@ def replay(k1: int, k2: int, per_hi: float) -> tuple[float, float, int]:
     history = DraftHistory(16384)
     ms = 0.0
     tokens = steps = switches = 0
-    for req in requests:
-        prompt, reply = req["ids"], replies[str(req["index"])]
+    for prompt, reply in run:
         own = NgramIndex(3)
         own.extend(prompt)
         pos, k = 0, k1
         while pos < len(reply):
-            drafts, n = own.match(k, 1)
-            if n <= 1:
-                found, _ = history.match(own.tokens, k, 1 if not drafts else 2)
-                drafts = found or drafts
-            accepted = 0
-            for j, t in enumerate(drafts):
-                if pos + j >= len(reply) or reply[pos + j] != t:
-                    break
-                accepted += 1
-            step = min(accepted + 1, len(reply) - pos)
+            took = accepted(drafts(own, history, k), reply, pos)
+            step = min(took + 1, len(reply) - pos)
             ms += cost_ms(1 + k, per_hi)
             steps += 1
             tokens += step
             own.extend(reply[pos : pos + step])
             pos += step
-            nxt = k2 if (k == k1 and accepted == k1) or (k == k2 and accepted >= k1) else k1
+            nxt = k2 if (k == k1 and took == k1) or (k == k2 and took >= k1) else k1
             if nxt != k:
                 switches += 1
                 ms += SWITCH_MS
