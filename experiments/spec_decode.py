@@ -968,6 +968,18 @@ def render_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def level_result(out_dir: Path, workload: str, system: str, c: int) -> dict[str, Any] | None:
+    """One level of a run's summary.json (`level_summary`'s fields); None where the run has no such file or
+    level (the bench/results tables read the rounds with it)."""
+    f = out_dir / "summary.json"
+    if not f.exists():
+        return None
+    level: dict[str, Any] | None = (
+        json.loads(f.read_text(encoding="utf-8"))["results"].get(workload, {}).get(system, {}).get(str(c))
+    )
+    return level
+
+
 def write_summary(summary: dict[str, Any], out_dir: Path) -> Path:
     write_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     md = out_dir / "SUMMARY.md"

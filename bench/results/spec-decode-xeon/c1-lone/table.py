@@ -2,21 +2,15 @@
 a lone sequence's drafts free (on, the default) and priced by the learned fit (off, $LLMKILN_LONE_DRAFTS_FREE=0),
 GenAI's from the round's `on` run; tokens a decode step.
 
-    python bench/results/spec-decode-xeon/c1-lone/table.py bench/results/spec-decode-xeon/c1-lone
+    PYTHONPATH=. python bench/results/spec-decode-xeon/c1-lone/table.py bench/results/spec-decode-xeon/c1-lone
 """
 
-import json
 import sys
 from pathlib import Path
 
+from experiments.spec_decode import level_result
+
 root = Path(sys.argv[1])
-
-
-def cell(folder: Path, wl: str, system: str) -> dict | None:
-    f = folder / "summary.json"
-    if not f.exists():
-        return None
-    return json.loads(f.read_text())["results"].get(wl, {}).get(system, {}).get("1")
 
 
 print(
@@ -25,9 +19,9 @@ print(
 print("|---|---|---:|---:|---:|---:|---:|")
 for r in sorted({p.name.split("-")[0] for p in root.glob("R*-on")}, key=lambda x: int(x[1:])):
     for wl in ("grounded", "open"):
-        on = cell(root / f"{r}-on", wl, "llmkiln-ngram")
-        g = cell(root / f"{r}-on", wl, "ovgenai-lookup")
-        off = cell(root / f"{r}-off", wl, "llmkiln-ngram")
+        on = level_result(root / f"{r}-on", wl, "llmkiln-ngram", 1)
+        g = level_result(root / f"{r}-on", wl, "ovgenai-lookup", 1)
+        off = level_result(root / f"{r}-off", wl, "llmkiln-ngram", 1)
         if not (on and g):
             continue
         if off is None:  # a round without the learned-price run (R5-R8)

@@ -3,22 +3,16 @@ source (H: `--history-tokens 16384`, speculative.history_tokens) and without (N:
 each ÷ GenAI's prompt lookup (out tok/s, GenAI from the round's H run); tokens a decode step; the history's drafts
 and how many were accepted; means over the rounds.
 
-    python bench/results/spec-decode-xeon/history/table.py bench/results/spec-decode-xeon/history
+    PYTHONPATH=. python bench/results/spec-decode-xeon/history/table.py bench/results/spec-decode-xeon/history
 """
 
-import json
 import sys
 from pathlib import Path
 from statistics import mean
 
+from experiments.spec_decode import level_result
+
 root = Path(sys.argv[1])
-
-
-def cell(folder: Path, wl: str, system: str) -> dict | None:
-    f = folder / "summary.json"
-    if not f.exists():
-        return None
-    return json.loads(f.read_text())["results"].get(wl, {}).get(system, {}).get("1")
 
 
 print(
@@ -29,9 +23,9 @@ print("|---|---|---:|---:|---:|---:|---:|---:|")
 ratios: dict[str, dict[str, list[float]]] = {}
 for r in sorted({p.name.split("-")[0] for p in root.glob("R*-H")}, key=lambda x: int(x[1:])):
     for wl in ("grounded", "open"):
-        h = cell(root / f"{r}-H", wl, "llmkiln-ngram")
-        g = cell(root / f"{r}-H", wl, "ovgenai-lookup")
-        n = cell(root / f"{r}-N", wl, "llmkiln-ngram")
+        h = level_result(root / f"{r}-H", wl, "llmkiln-ngram", 1)
+        g = level_result(root / f"{r}-H", wl, "ovgenai-lookup", 1)
+        n = level_result(root / f"{r}-N", wl, "llmkiln-ngram", 1)
         if not (h and g and n):
             continue
         t = [x["output_tok_s"] for x in (h, n, g)]
