@@ -40,7 +40,7 @@ class DraftHistory:
         # n-gram -> {follower: count}: plain dicts of ints, which Python's cycle collector leaves untracked (45k
         # Counters for 16k tokens made a full collection 3.6 ms dearer; these add nothing to it)
         self._followers: dict[tuple[int, ...], dict[int, int]] = {}
-        self._recorded: deque[tuple[int, tuple[int, ...]]] = deque()  # (context tokens, context + output)
+        self._recorded: deque[tuple[int, tuple[int, ...]]] = deque()  # (lead length, lead + output) a reply
         self.num_tokens = 0  # output tokens held
 
     def __len__(self) -> int:
