@@ -68,6 +68,23 @@ def test_ratios_are_taken_within_each_round_and_averaged(tmp_path):
     assert "**1.25** (1.50 / 1.00)" in md and "NOT met" in md and "short turns" in md
 
 
+def test_openvino_genai_served_the_same_way_is_a_peer_of_its_own(tmp_path):
+    for k, genai_ttft in ((1, 80.0), (2, 120.0)):
+        folder = tmp_path / "bench-short" / f"round-{k}"
+        _round(folder, ours=300, vllm=200)
+        _report(folder / "bench-ov-bf16-ovgenai-dynamo.json", {8: (250, genai_ttft, 150, 60)})
+    runs = cst.load(tmp_path)
+    assert "bench-ov-bf16/ovgenai-dynamo" in runs["bench-short"][0]  # not "bench-ov-bf16-ovgenai/dynamo"
+    rows = {(r["peer"], r["metric"]): r for r in cst.evaluate(runs)}
+    served = rows[("bench-ov-bf16/ovgenai-dynamo", "TTFT p50")]
+    assert served["rounds"] == pytest.approx([60 / 80, 60 / 120]) and served["met"] is False  # 0.625 > 0.6
+    assert "inprocess_rounds" not in served  # the in-process column belongs to the in-process peer
+    assert rows[("bench-ov-bf16/ovgenai-dynamo", "tok/s")]["value"] == pytest.approx(1.2)
+    assert rows[("bench-ov-bf16/ovgenai-dynamo", "ITL p99")]["met"] is True  # 50 / 60
+    md = cst.summary_markdown(runs, cst.evaluate(runs))
+    assert "bench-ov-bf16/dynamo ÷ bench-ov-bf16/ovgenai-dynamo" in md
+
+
 def test_a_missing_peer_is_not_applicable(tmp_path):
     folder = tmp_path / "smollm2-peers" / "round-1"
     folder.mkdir(parents=True)
