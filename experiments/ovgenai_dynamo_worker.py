@@ -103,9 +103,15 @@ def driver_main(model_dir: Path, precision: str, settings: PipelineSettings) -> 
     import openvino as ov
     import openvino_genai as og  # type: ignore[import-not-found]
 
-    out = os.fdopen(
-        os.dup(1), "w"
-    )  # the protocol's own copy of stdout; fd 1 (OpenVINO's prints) goes to stderr
+    try:  # the kernel ends this process with its worker (stdin's EOF is seen only between steps)
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    # the protocol's own copy of stdout; fd 1 (OpenVINO's prints) goes to stderr
+    out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     pipe, facts = open_pipeline(og, model_dir, precision, settings)
     out.write(
