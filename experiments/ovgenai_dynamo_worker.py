@@ -373,6 +373,8 @@ class GenAIWorker(DynamoEngine):
         driver = self.driver
         if driver is None:
             raise EngineShutdown("the worker is not running")
+        if driver.proc.poll() is not None:  # its reader has ended every stream: a new one would wait forever
+            raise EngineShutdown(f"the OpenVINO GenAI driver exited ({driver.proc.returncode})")
         ids = [int(t) for t in request["token_ids"]]
         self._next_id += 1
         rid = self._next_id

@@ -111,6 +111,9 @@ def test_requests_stream_through_the_driver_process(tmp_path):
         with pytest.raises(EngineShutdown, match="driver exited"):
             async for _ in worker.generate({**request, "token_ids": [0]}, Ctx("d")):
                 pass
+        await asyncio.to_thread(worker.driver.proc.wait, 10)
+        with pytest.raises(EngineShutdown, match="driver exited"):  # a request after the driver died
+            await worker.generate(request, Ctx("e")).__anext__()
         await worker.cleanup()
         assert worker.driver is None
 
