@@ -4,7 +4,7 @@ engines are compared served against served — openvino-genai ships no OpenAI se
 is its server, not a pip package), and an in-process harness has no serving path at all.
 
 Run by the launcher (llmkiln.dynamo.launcher, ClusterSpec.worker_command) in the venv of
-scripts/openvino_genai_dynamo_env.sh (openvino-genai + Dynamo's runtime; no llmkiln import, as
+scripts/openvino_genai_env.sh (openvino-genai + Dynamo's runtime; no llmkiln import, as
 experiments/cpu_peer_openvino_genai_worker.py, whose model folder, pipeline and generation config it reuses):
 
     VENV/bin/python experiments/ovgenai_dynamo_worker.py --engine ENGINE_DIR [--threads N] [--overrides JSON] ...
@@ -16,9 +16,10 @@ the engine's resolved recipe (max_num_seqs, max_num_batched_tokens), the recipe'
 the rest (KV events, roles, drain) it ignores. The pipeline's settings are otherwise the in-process peer's
 (PipelineSettings: prefix caching, dynamic split-fuse, 4 GB of KV cache).
 
-One thread drives the pipeline as OpenVINO Model Server does: it adds the requests that arrived, runs `step()`
-while any is unfinished, and after every step hands each request's new tokens to its stream (the event loop's
-queue); with nothing to do it waits for the next request. `generate` sends the prompt's token ids (the frontend
+A driver process of its own drives the pipeline (`driver_main`; its `step()` holds the GIL, so a thread would
+freeze the worker's event loop): it adds the requests that arrived, runs `step()` while any is unfinished, and
+after every step sends each request's new tokens back, which the worker's reader thread hands to the request's
+stream (the event loop's queue); with nothing to do it waits for the next request. `generate` sends the prompt's token ids (the frontend
 tokenized it) and yields token ids, one chunk per step that gave the request any, the last with the finish
 reason and usage.
 """
@@ -140,7 +141,8 @@ def driver_main(model_dir: Path, precision: str, settings: PipelineSettings) -> 
                 msg = json.loads(line)
                 rid = int(msg["id"])
                 if msg["op"] == "drop":
-                    dropped.add(rid)
+                    if rid in live:  # an ended request has nothing to drop
+                        dropped.add(rid)
                     continue
                 cfg = og.GenerationConfig()
                 cfg.max_new_tokens = int(msg["max"])
