@@ -285,6 +285,15 @@ def new_record(req: PeerRequest, send_ns: int) -> dict[str, Any]:
     }
 
 
+def read_tokens(handle: Any) -> list[int]:
+    """The tokens a GenerationHandle has for its reader since the last read (a step's worth, or none)."""
+    ids: list[int] = []
+    while handle.can_read():
+        for out in handle.read().values():
+            ids.extend(int(t) for t in out.generated_ids)
+    return ids
+
+
 def closed_loop(
     pipe: Any,
     requests: Sequence[PeerRequest],
@@ -337,15 +346,11 @@ def closed_loop(
         steps.append(now - t0)
         for rid in list(live):
             handle, rec, req = live[rid]
-            got = 0
-            while handle.can_read():
-                for out in handle.read().values():
-                    ids = [int(t) for t in out.generated_ids]
-                    n = len(ids)
-                    rec["output_ids"].extend(ids)
-                    rec["token_ns"].extend([now] * n)
-                    rec["num_output_tokens"] += n
-                    got += n
+            ids = read_tokens(handle)
+            got = len(ids)
+            rec["output_ids"].extend(ids)
+            rec["token_ns"].extend([now] * got)
+            rec["num_output_tokens"] += got
             if got:
                 rec["step_tokens"].append(got)
             if not is_running(handle):
@@ -608,9 +613,7 @@ def greedy_tokens(
     while pipe.has_non_finished_requests():
         pipe.step()
         for i, h in enumerate(handles):
-            while h.can_read():
-                for out in h.read().values():
-                    toks[i].extend(int(t) for t in out.generated_ids)
+            toks[i].extend(read_tokens(h))
     del pipe
     with tempfile.TemporaryDirectory() as tmp, _stdout_to(Path(tmp) / "ov.log"):
         llm = og.LLMPipeline(str(model_dir), "CPU", **settings.properties(precision))

@@ -427,10 +427,12 @@ def _serve(
             yield server.url, server.model, "completions", facts
 
 
+@functools.cache
 def ovgenai_worker_command(engine: Path) -> tuple[str, ...]:
     """The GenAI Dynamo worker's command (the venv of scripts/openvino_genai_env.sh running
     experiments/ovgenai_dynamo_worker.py); BadInput (exit 2) for an engine that is not openvino-cpu, or a venv that
-    is missing or predates the Dynamo runtime in it (naming the script that makes it)."""
+    is missing or predates the Dynamo runtime in it (naming the script that makes it). Cached: run_cpu_peers checks
+    every GenAI system before measuring, _serve then takes the same command without probing the venv again."""
     from experiments.cpu_peer_openvino_genai import ENV_SCRIPT
     from experiments.cpu_peer_openvino_genai import find_venv as find_ovgenai_venv
 

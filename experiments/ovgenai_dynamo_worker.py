@@ -58,8 +58,10 @@ from dynamo.llm.exceptions import EngineShutdown, InvalidArgument
 
 from experiments.cpu_peer_openvino_genai_worker import (
     PipelineSettings,
+    generation_config,
     make_model_dir,
     open_pipeline,
+    read_tokens,
 )
 
 log = logging.getLogger("ovgenai.dynamo.worker")
@@ -144,14 +146,7 @@ def driver_main(model_dir: Path, precision: str, settings: PipelineSettings) -> 
                     if rid in live:  # an ended request has nothing to drop
                         dropped.add(rid)
                     continue
-                cfg = og.GenerationConfig()
-                cfg.max_new_tokens = int(msg["max"])
-                cfg.do_sample = False
-                if msg.get("ignore_eos"):
-                    cfg.ignore_eos = True
-                    cfg.min_new_tokens = cfg.max_new_tokens
-                elif msg.get("stops"):
-                    cfg.stop_token_ids = {int(t) for t in msg["stops"]}
+                cfg = generation_config(og, int(msg["max"]), bool(msg["ignore_eos"]), msg["stops"], settings)
                 try:
                     handle = pipe.add_request(rid, ov.Tensor(np.asarray([msg["ids"]], np.int64)), cfg)
                 except Exception as exc:  # refused: the request ends with the reason
@@ -165,10 +160,7 @@ def driver_main(model_dir: Path, precision: str, settings: PipelineSettings) -> 
         pipe.step()
         for rid in list(live):
             handle, max_tokens = live[rid]
-            got: list[int] = []
-            while handle.can_read():
-                for res in handle.read().values():
-                    got.extend(int(t) for t in res.generated_ids)
+            got = read_tokens(handle)
             emitted[rid] += len(got)
             status = handle.get_status()
             if rid in dropped:
@@ -261,16 +253,8 @@ class DriverClient:
 
 
 class GenAIWorker(DynamoEngine):
-    def __init__(
-        self, engine: Path, threads: int, settings: PipelineSettings, precision: str, ctx: int
-    ) -> None:
-        self.engine, self.threads, self.settings, self.precision, self.ctx = (
-            engine,
-            threads,
-            settings,
-            precision,
-            ctx,
-        )
+    def __init__(self, engine: Path, settings: PipelineSettings, precision: str, ctx: int) -> None:
+        self.engine, self.settings, self.precision, self.ctx = engine, settings, precision, ctx
         self.driver: DriverClient | None = None
         self._next_id = 0
         self._ids: dict[str, int] = {}  # Dynamo's request id -> the driver's
@@ -301,7 +285,7 @@ class GenAIWorker(DynamoEngine):
         )
         name = args.served_model_name or (recipe.get("serve") or {}).get("model_name") or engine.name
         ctx = int((recipe.get("limits") or {}).get("max_seq_len") or 4096)
-        worker = cls(engine, threads, settings, str(recipe.get("precision") or "fp32"), ctx)
+        worker = cls(engine, settings, str(recipe.get("precision") or "fp32"), ctx)
         cfg = WorkerConfig(
             namespace=args.namespace,
             component=args.component,
@@ -319,9 +303,13 @@ class GenAIWorker(DynamoEngine):
 
     async def start(self, worker_id: int) -> EngineConfig:
         record = os.environ.get(INSTANCE_FILE_ENV)
-        if record:
-            Path(record).parent.mkdir(parents=True, exist_ok=True)
-            Path(record).write_text(json.dumps({"instance_id": worker_id, "pid": os.getpid()}))
+        if record:  # as llmkiln.dynamo.registration.record_instance (not importable here): whole, owner-only
+            path = Path(record)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(json.dumps({"instance_id": worker_id, "pid": os.getpid()}))
+            tmp.chmod(0o600)
+            os.replace(tmp, path)
         models = Path(os.environ.get("LLMKILN_OVGENAI_MODELS", "/tmp/llmkiln-ovgenai/models"))
         model_dir = models / self.engine.name
         await asyncio.to_thread(make_model_dir, self.engine, model_dir)
