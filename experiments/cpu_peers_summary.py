@@ -220,6 +220,22 @@ def _target_text(t: dict[str, Any]) -> str:
     return f"{t['system']} ÷ {t['peer']}, c={t['concurrency']} {what} {op} {t['limit']:g}×"
 
 
+def workload_line(cfg: dict[str, Any]) -> str:
+    if cfg.get("workload", "shared-prefix") == "unique":
+        lo, hi = cfg["prompt_tokens"]
+        return f"Workload unique (seed {cfg['seed']}): prompts of {lo}-{hi} tokens that share nothing"
+    return (
+        f"Workload shared-prefix (seed {cfg['seed']}): one system prompt of {cfg['system_tokens']} tokens + a fresh "
+        f"user turn of {cfg['user_tokens'][0]}-{cfg['user_tokens'][1]} tokens per request (no prompt repeats)"
+    )
+
+
+def servers_line(cfg: dict[str, Any]) -> str:
+    if cfg.get("cold"):
+        return "cold servers (a fresh server for every level, no warm-up request: nothing cached)"
+    return f"warm servers ({cfg['warmup']} warm-up requests per system, not measured)"
+
+
 def summary_markdown(summary: dict[str, Any]) -> str:
     cfg, machine, systems = summary["config"], summary["machine"], summary["systems"]
     levels = [int(c) for c in cfg["levels"]]
@@ -227,10 +243,10 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     lines = [
         "# bench-cpu-peers: llmkiln's CPU engine vs vLLM's CPU build, one run, one client",
         "",
-        f"Workload shared-prefix (seed {cfg['seed']}): one system prompt of {cfg['system_tokens']} tokens + a fresh "
-        f"user turn of {cfg['user_tokens'][0]}-{cfg['user_tokens'][1]} tokens per request (no prompt repeats), "
-        f"{cfg['output_tokens']}{' ± ' + str(cfg['output_spread']) if cfg.get('output_spread') else ''} output tokens, greedy, closed loop; warm servers ({cfg['warmup']} warm-up requests "
-        f"per system, not measured); requests per level {counts}. Every system gets the same requests, the same "
+        f"{workload_line(cfg)}, "
+        f"{cfg['output_tokens']}{' ± ' + str(cfg['output_spread']) if cfg.get('output_spread') else ''} output "
+        f"tokens, greedy, closed loop; {servers_line(cfg)}; requests per level {counts}. Every system gets the "
+        "same requests, the same "
         "weights (the engine's source checkpoint) and the same tokenizer (the engine's tokenizer.json; vLLM's ids "
         "checked through its /tokenize), on the same cores; the OpenAI servers are measured with "
         "llmkiln.bench.openai_client (completions), Triton with llmkiln.bench.client (gRPC streaming).",

@@ -434,3 +434,106 @@ def test_short_turns_and_recipe_sets_reach_the_workload_the_servers_and_the_comm
         CpuPeersConfig.make(sets=("scheduler",))
     with pytest.raises(BadInput, match="--user-tokens"):
         CpuPeersConfig.make(user_tokens="forty")
+
+
+def test_the_unique_workload_and_cold_servers_reach_the_spec_the_command_and_the_summary():
+    cfg = CpuPeersConfig.make(
+        recipes="bench-ov-bf16",
+        systems="bench-ov-bf16/dynamo",
+        workload="unique",
+        prompt_tokens="900-1000",
+        cold=True,
+    )
+    spec = cfg.spec()
+    assert spec.name == "unique" and spec.prompt_tokens == (900, 1000) and cfg.warmup == 0
+    assert spec.num_requests == sum(cfg.requests)  # no warm-up requests drawn
+    assert cfg.command().endswith("--requests 24,32,64 --workload unique --prompt-tokens 900-1000 --cold"), (
+        cfg.command()
+    )
+    s = fake_summary()
+    s["config"].update(workload="unique", prompt_tokens=[900, 1000], cold=True, warmup=0)
+    s["targets"] = targets(s)
+    md = summary_markdown(s)
+    assert "Workload unique (seed 0): prompts of 900-1000 tokens that share nothing" in md
+    assert "cold servers (a fresh server for every level, no warm-up request: nothing cached)" in md
+    for bad, match in (
+        ({"workload": "chat"}, "--workload"),
+        ({"prompt_tokens": "900-1000"}, "add --workload unique"),
+        ({"workload": "unique", "user_tokens": "30-40"}, "drop --workload unique"),
+        ({"cold": True, "warmup": 4}, "no warm-up"),
+        ({"warmup": 0}, "--cold"),
+    ):
+        with pytest.raises(BadInput, match=match):
+            CpuPeersConfig.make(**bad)
+
+
+def test_keep_takes_a_run_from_before_the_workload_fields_as_shared_prefix_warm(tmp_path):
+    cfg = CpuPeersConfig.make(out_dir=tmp_path)
+    old = cpu_peers.summary_config(cfg)
+    for k in ("workload", "prompt_tokens", "cold"):
+        del old[k]
+    (tmp_path / "summary.json").write_text(
+        json.dumps({"config": old, "systems": {"vllm-bf16": {"levels": {}}}})
+    )
+    assert cpu_peers._kept_systems(tmp_path, cpu_peers.summary_config(cfg)) == {"vllm-bf16": {"levels": {}}}
+    unique = CpuPeersConfig.make(out_dir=tmp_path, workload="unique")
+    with pytest.raises(BadInput, match="workload"):
+        cpu_peers._kept_systems(tmp_path, cpu_peers.summary_config(unique))
+
+
+@pytest.mark.parametrize("cold", [False, True])
+def test_cold_starts_a_server_per_level_and_sends_no_warm_up(tmp_path, monkeypatch, cold):
+    """run_system with a stand-in server and client: warm = one server, the warm-up, every level; cold = a server
+    for every level, nothing before its level's requests."""
+    from contextlib import contextmanager
+
+    from rich.console import Console
+
+    events: list[str] = []
+
+    @contextmanager
+    def serve(cfg, system, engines, model_dir):
+        events.append("start")
+        yield "http://127.0.0.1:1/v1", "m", "completions", {"ready_s": 1.0}
+        events.append("stop")
+
+    def bench(url, model, api, wl, c, label, cfg):
+        events.append(f"{'warm-up' if 'warm-up' in label else 'level'} c={c} n={len(wl.requests)}")
+        rec = RequestRecord(index=0, group="unique", send_ns=0, num_prompt_tokens=10)
+        rec.token_ns, rec.end_ns, rec.num_output_tokens = [MS, 2 * MS], 2 * MS, 2
+        lv = level_stats(c, [rec])
+
+        class Report:
+            levels = [lv]
+
+        return Report(), [rec]
+
+    monkeypatch.setattr(cpu_peers, "_serve", serve)
+    monkeypatch.setattr(cpu_peers, "_bench", bench)
+    monkeypatch.setattr(cpu_peers, "make_report", lambda *a, **k: None)
+    monkeypatch.setattr(cpu_peers, "print_report", lambda *a, **k: None)
+    monkeypatch.setattr(cpu_peers, "save_report", lambda *a, **k: None)
+    monkeypatch.setattr(cpu_peers, "save_records", lambda *a, **k: None)
+    cfg = CpuPeersConfig.make(
+        out_dir=tmp_path,
+        concurrency="1,2",
+        requests="3,5",
+        workload="unique",
+        prompt_tokens="20-30",
+        cold=cold,
+    )
+    from llmkiln.bench.workloads import BenchRequest, Workload
+
+    reqs = [BenchRequest(i, f"prompt {i}", 4, 20, "unique") for i in range(cfg.spec().num_requests)]
+    wl = Workload("unique", 0, {}, reqs)
+    warm, levels = cpu_peers.split_workload(wl, cfg.warmup, cfg.levels, cfg.requests)
+    (system,) = [s for s in all_systems(("bench-ov-bf16",)) if s.name == "vllm-bf16"]
+    monkeypatch.setattr(cpu_peers, "check_tokenization", lambda *a: {"same": True})
+    monkeypatch.setattr(cpu_peers, "require_same_tokens", lambda *a: None)
+    entry = cpu_peers.run_system(cfg, system, {}, tmp_path, None, warm, levels, Console(quiet=True))
+    assert "error" not in entry and set(entry["levels"]) == {"1", "2"}
+    if cold:
+        assert events == ["start", "level c=1 n=3", "stop", "start", "level c=2 n=5", "stop"]
+        assert entry["ready_s_per_level"] == {"1": 1.0, "2": 1.0}
+    else:
+        assert events == ["start", "warm-up c=2 n=8", "level c=1 n=3", "level c=2 n=5", "stop"]
