@@ -236,7 +236,8 @@ class Scheduler(Strict):
     max_prefill_tokens_decoding: PositiveInt | None = Field(
         None,
         description="Largest prefill run (chunk, or prompts batched) while sequences are decoding: it bounds how "
-        "long a prefill stalls them; with nothing decoding a run takes max_prefill_tokens. None: "
+        "long a prefill stalls them; with nothing decoding a run takes max_prefill_tokens. In decode-first steps "
+        "each long prompt brings this many tokens and the oldest takes them (first come, first served). None: "
         "max_prefill_tokens always. A decode worker of prefill/decode separation gets its local-prefill limit "
         "here.",
         json_schema_extra=RUNTIME_ONLY,

@@ -10,7 +10,15 @@ once, when it is added (`Request.block_hashes`).
 
 Budget of a step: `max_num_tokens` tokens; decodes (1 each) first, then the chunks of prompts already running,
 then admissions in policy order while slots and budget last. A chunk is at most `max_prefill_tokens` tokens when
-chunked prefill is on; with it off a prompt is prefilled whole. Static batching admits only when nothing runs,
+chunked prefill is on (`max_prefill_tokens_decoding` while sequences decode); with it off a prompt is prefilled
+whole. Long prompts (more left than that cap) go first come, first served: each brings the cap's worth of tokens
+to the step, and the oldest of them takes what the long ones brought, as much as it needs (up to
+`max_prefill_tokens`), before the next one gets any (a long prompt with nothing left for it waits, not admitted; shorter prompts behind it go ahead). A step
+holds the prompt tokens it held when each long prompt took one cap (a lone long prompt among decodes still takes
+one cap: their stall stays bounded), but the first of several long prompts is done in a fraction of the steps
+instead of all of them finishing together (on 2 Intel Xeon cores, 1550-1700-token prompts that share nothing,
+c=8: TTFT p50 879 -> ~430 ms, bench/results/cpu-speed-xeon/unique). $LLMKILN_LONG_PROMPTS_FCFS=0 shares the
+tokens out a cap per prompt instead (A/B measurements). Static batching admits only when nothing runs,
 once `max_batch_size` requests wait or the oldest has waited `static_batch_timeout_ms`.
 
 A waiting prompt whose next uncached blocks a running prompt is computing (a burst on a system prompt nobody has
@@ -76,6 +84,8 @@ INFLIGHT_PREFIX_MIN_TOKENS = 64
 # 0: a lone sequence's drafts are priced by draft_cost's fit too (A/B measurements; read by the engine)
 LONE_DRAFTS_FREE_ENV = "LLMKILN_LONE_DRAFTS_FREE"
 INFLIGHT_PREFIX_ENV = "LLMKILN_INFLIGHT_PREFIX_WAIT"
+# 0: every prompt of a step takes at most a cap (max_prefill_tokens[_decoding]) in turn, long ones sharing the step
+LONG_PROMPTS_FCFS_ENV = "LLMKILN_LONG_PROMPTS_FCFS"
 
 
 @dataclass(frozen=True)
@@ -160,6 +170,7 @@ class Scheduler:
         self._forced_decode = False  # ttft_first: the last step was a decode forced by the TPOT bound
         # waiting prompts wait for blocks a running prompt is computing (INFLIGHT_PREFIX_MIN_TOKENS); how many did
         self.await_inflight_prefix = env_switch(INFLIGHT_PREFIX_ENV, True)
+        self.long_prompts_fcfs = env_switch(LONG_PROMPTS_FCFS_ENV, True)
         self.num_inflight_prefix_waits = 0
         # Set by the engine from its runner (`batches_prefills_with_past`): a TTFT-first prefill run may then hold
         # several prompts with a past (a cached or resident prefix), up to max_prefill_tokens, in one engine call.
@@ -269,14 +280,28 @@ class Scheduler:
         self._plan_decodes([r for r in running if r.prefill_done], out, with_prompts=prompts)
         budget -= out.num_tokens
         limit = self._run_limit(bool(out.decodes))
+        chunked = cfg.scheduler.chunked_prefill
+        pool = self._long_prompt_pool(running, limit) if chunked and self.long_prompts_fcfs else None
+
+        def take(request: Request, rest: int) -> int:
+            """The request's chunk this step: a cap, or for a long prompt (first come, first served) the pool."""
+            nonlocal pool
+            if pool is None or rest <= limit:
+                return min(budget, limit)
+            size = min(budget, rest, pool)
+            pool -= size
+            return size
+
         for r in running:
             if not r.prefill_done and budget > 0:
-                budget -= self._plan_chunk(r, min(budget, limit), out)
+                size = take(r, r.num_prompt_tokens - r.num_computed_tokens)
+                if size > 0:
+                    budget -= self._plan_chunk(r, size, out)
         if self._may_admit(now_ns):
             inflight = self._inflight_keys(running)
             i = 0
             while i < len(self.waiting) and self._free_slots:
-                if cfg.scheduler.chunked_prefill and budget <= 0:
+                if chunked and budget <= 0:
                     break
                 request = self.waiting[i]
                 hits = self._lookup(request)
@@ -286,11 +311,17 @@ class Scheduler:
                 if not self._fits(request, hits, self.pool.num_available if self.pool else 0):
                     break
                 remaining = request.num_prompt_tokens - self._admission_start(request, hits)
-                if not cfg.scheduler.chunked_prefill and remaining > budget and not out.is_empty:
+                if not chunked and remaining > budget and not out.is_empty:
                     break
+                size = take(request, remaining)
+                if (
+                    size <= 0
+                ):  # a long prompt the older ones left no tokens for: it waits, shorter ones may go
+                    i += 1
+                    continue
                 self.waiting.pop(i)
                 self._admit(request, hits, now_ns, out)
-                budget -= self._plan_chunk(request, min(budget, limit), out)
+                budget -= self._plan_chunk(request, size, out)
                 if inflight is not None:
                     inflight.update(request.block_hashes)
         out.decodes.sort(key=lambda d: d.slot)
@@ -332,6 +363,16 @@ class Scheduler:
         for request, _, _ in picked:
             self._plan_chunk(request, limit, out)
         return out
+
+    def _long_prompt_pool(self, running: list[Request], limit: int) -> int:
+        """The tokens this step's long prompts (more than `limit` left) take together: `limit` for each running one
+        and for each waiting one that a free slot could take (its whole prompt counted: cached blocks are looked up
+        only when it is admitted)."""
+        n = sum(
+            1 for r in running if not r.prefill_done and r.num_prompt_tokens - r.num_computed_tokens > limit
+        )
+        n += sum(1 for r in self.waiting[: len(self._free_slots)] if r.num_prompt_tokens > limit)
+        return n * limit
 
     def _run_limit(self, decoding: bool) -> int:
         """The most prompt tokens one step's prefill may take: max_prefill_tokens, or while sequences decode

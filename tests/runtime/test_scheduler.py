@@ -241,3 +241,79 @@ def test_block_store_full_skips_saves_but_stays_correct():
     for r in reqs:
         assert outputs[r.request_id] == reference_generate(r.prompt_ids, 3)
     _assert_all_free(sched)
+
+
+def _chunks(plan) -> dict[str, int]:
+    return {c.request_id: len(c.token_ids) for c in plan.prefills}
+
+
+def test_long_prompts_go_first_come_first_served_in_the_tokens_they_bring():
+    """Each long prompt (more left than the cap) brings a cap of tokens to the step; the oldest takes them all
+    while it needs them; a long one left with nothing waits (not admitted) and shorter ones behind it go ahead.
+    Outputs stay the reference model's."""
+    sched = make_scheduler(
+        num_blocks=256,
+        max_batch_size=5,
+        max_num_tokens=160,
+        max_prefill_tokens=128,
+        max_prefill_tokens_decoding=32,
+    )
+    runner = _runner(sched)
+    first = make_requests(1, prompt_len=10, max_tokens=8, seed=10)[0]
+    sched.add_request(first)
+    done: dict[str, list[int | None]] = {}
+    for request, ev in apply_plan(
+        sched, runner, sched.schedule(now_ns=0)
+    ):  # its prompt: it decodes from now on
+        done.setdefault(request.request_id, []).append(ev.token_id)
+    longs = make_requests(3, prompt_len=100, max_tokens=3, seed=11)
+    short = make_requests(1, prompt_len=20, max_tokens=3, seed=12)[0]
+    for r in [*longs, short]:
+        sched.add_request(r)
+    plan = sched.schedule(now_ns=1)
+    # three long prompts bring 3 x 32: the oldest takes all 96; the other two wait; the short one takes its 20
+    assert _chunks(plan) == {longs[0].request_id: 96, short.request_id: 20} and len(plan.decodes) == 1
+    assert set(plan.admitted) == {longs[0].request_id, short.request_id}
+    assert [r.request_id for r in sched.waiting] == [longs[1].request_id, longs[2].request_id]
+    for request, ev in apply_plan(sched, runner, plan):
+        done.setdefault(request.request_id, []).append(ev.token_id)
+    plan = sched.schedule(now_ns=2)
+    # the first long prompt's last 4 tokens (no longer long), then the next one takes the two caps left
+    assert _chunks(plan) == {longs[0].request_id: 4, longs[1].request_id: 64}
+    for request, ev in apply_plan(sched, runner, plan):
+        done.setdefault(request.request_id, []).append(ev.token_id)
+    for rid, ids in run_to_completion(sched, runner).items():
+        done.setdefault(rid, []).extend(ids)
+    for r in [*longs, short]:
+        assert done[r.request_id] == reference_generate(r.prompt_ids, 3)
+    assert done[first.request_id] == reference_generate(first.prompt_ids, 8)
+    _assert_all_free(sched)
+
+
+def test_a_lone_long_prompt_among_decodes_still_takes_one_cap():
+    """With sequences decoding, one long prompt brings one cap (max_prefill_tokens_decoding): their stall stays
+    bounded as before."""
+    sched = make_scheduler(
+        num_blocks=256,
+        max_batch_size=4,
+        max_num_tokens=128,
+        max_prefill_tokens=64,
+        max_prefill_tokens_decoding=16,
+    )
+    runner = _runner(sched)
+    first = make_requests(1, prompt_len=10, max_tokens=20, seed=13)[0]
+    sched.add_request(first)
+    apply_plan(sched, runner, sched.schedule(now_ns=0))  # its prompt, then it decodes
+    long = make_requests(1, prompt_len=100, max_tokens=2, seed=14)[0]
+    sched.add_request(long)
+    plan = sched.schedule(now_ns=1)
+    assert _chunks(plan) == {long.request_id: 16} and len(plan.decodes) == 1
+
+
+def test_without_first_come_first_served_long_prompts_share_the_step_a_cap_each():
+    sched = make_scheduler(num_blocks=256, max_batch_size=4, max_num_tokens=128, max_prefill_tokens=32)
+    sched.long_prompts_fcfs = False  # $LLMKILN_LONG_PROMPTS_FCFS=0
+    longs = make_requests(3, prompt_len=100, max_tokens=3, seed=15)
+    for r in longs:
+        sched.add_request(r)
+    assert _chunks(sched.schedule(now_ns=0)) == {r.request_id: 32 for r in longs}

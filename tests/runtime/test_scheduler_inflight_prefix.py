@@ -98,6 +98,9 @@ def test_off_by_the_environment_every_prompt_computes_the_prefix(monkeypatch):
 def test_a_short_shared_run_is_not_worth_waiting_for():
     """Less than INFLIGHT_PREFIX_MIN_TOKENS in common: computed again rather than waited for."""
     sched = make_paged_scheduler(num_blocks=200, max_batch_size=4, max_num_tokens=64, max_prefill_tokens=32)
+    sched.long_prompts_fcfs = (
+        False  # both long prompts in the first step (first come, first served would hold one)
+    )
     short = PREFIX[: scheduler_mod.INFLIGHT_PREFIX_MIN_TOKENS - BS]
     reqs = make_requests(2, prompt_len=40, max_tokens=2, prefix=short, seed=3)
     for r in reqs:
