@@ -162,6 +162,13 @@ async def closed_loop(
 @click.option("--requests", "requests_", default=None, help="Requests per level [default: 24,32,64].")
 @click.option("--warmup", type=int, default=None, help="Warm-up requests, not measured [default: 8].")
 @click.option("--user-tokens", default=None, help="Fresh tokens per request [default: 80-120].")
+@click.option(
+    "--workload",
+    type=click.Choice(["shared-prefix", "unique"]),
+    default=None,
+    help="cpu_peers' workloads [default: shared-prefix].",
+)
+@click.option("--prompt-tokens", default=None, help="unique: prompt length [default: 1550-1700].")
 @click.option("--output-spread", type=int, default=None, help="Output tokens 32 ± this [default: 0].")
 @click.option("--set", "sets", multiple=True, help="Recipe fields for the engine, SECTION.FIELD=VALUE.")
 @click.option(
@@ -180,6 +187,8 @@ def cli(
     requests_: str | None,
     warmup: int | None,
     user_tokens: str | None,
+    workload: str | None,
+    prompt_tokens: str | None,
     output_spread: int | None,
     sets: tuple[str, ...],
     harness: str,
@@ -192,6 +201,8 @@ def cli(
         warmup=warmup,
         user_tokens=user_tokens,
         output_spread=output_spread,
+        workload=workload,
+        prompt_tokens=prompt_tokens,
     )
     overrides = recipe_sets(sets, "--set") if sets else None
     folder = resolve_engine(engine, engines_dir)

@@ -17,7 +17,7 @@ to the step, and the oldest of them takes what the long ones brought, as much as
 holds the prompt tokens it held when each long prompt took one cap (a lone long prompt among decodes still takes
 one cap: their stall stays bounded), but the first of several long prompts is done in a fraction of the steps
 instead of all of them finishing together (on 2 Intel Xeon cores, 1550-1700-token prompts that share nothing,
-c=8: TTFT p50 879 -> ~430 ms, bench/results/cpu-speed-xeon/unique). $LLMKILN_LONG_PROMPTS_FCFS=0 shares the
+c=8, in-process: TTFT p50 -16..-39%, bench/results/cpu-speed-xeon/unique-cold). $LLMKILN_LONG_PROMPTS_FCFS=0 shares the
 tokens out a cap per prompt instead (A/B measurements). Static batching admits only when nothing runs,
 once `max_batch_size` requests wait or the oldest has waited `static_batch_timeout_ms`.
 
