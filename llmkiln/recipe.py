@@ -242,6 +242,14 @@ class Scheduler(Strict):
         "here.",
         json_schema_extra=RUNTIME_ONLY,
     )
+    decoding_cap_needs_short_prompts: bool = Field(
+        False,
+        description="true: max_prefill_tokens_decoding applies only while short prompts are about; when none of "
+        "the last 16 admitted prompts had that few tokens to compute (a stream of long prompts: documents, prompts "
+        "that share nothing), a prompt takes up to max_prefill_tokens a step while sequences decode, as vLLM's "
+        "and OpenVINO GenAI's schedulers let it. false: the cap always applies.",
+        json_schema_extra=RUNTIME_ONLY,
+    )
     max_queue_size: Annotated[int, Field(gt=0, le=MAX_QUEUE_SIZE)] = Field(
         64,
         description="Waiting requests beyond this are rejected at once.",

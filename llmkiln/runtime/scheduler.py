@@ -18,7 +18,10 @@ holds the prompt tokens it held when each long prompt took one cap (a lone long 
 one cap: their stall stays bounded), but the first of several long prompts is done in a fraction of the steps
 instead of all of them finishing together (on 2 Intel Xeon cores, 1550-1700-token prompts that share nothing,
 c=8, in-process: TTFT p50 -16..-39%, bench/results/cpu-speed-xeon/unique-cold). $LLMKILN_LONG_PROMPTS_FCFS=0 shares the
-tokens out a cap per prompt instead (A/B measurements). Static batching admits only when nothing runs,
+tokens out a cap per prompt instead (A/B measurements). With `decoding_cap_needs_short_prompts` the cap while
+decoding applies only while short prompts are about: once none of the last `SHORT_PROMPT_WINDOW` admitted prompts
+had at most the cap to compute, prompts take up to `max_prefill_tokens` a step (a stream of long prompts gets
+vLLM's and OpenVINO GenAI's big runs; one short prompt admitted brings the cap back). Static batching admits only when nothing runs,
 once `max_batch_size` requests wait or the oldest has waited `static_batch_timeout_ms`.
 
 A waiting prompt whose next uncached blocks a running prompt is computing (a burst on a system prompt nobody has
@@ -63,6 +66,7 @@ tokens), and the finished requests' outputs are recorded there.
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +90,8 @@ LONE_DRAFTS_FREE_ENV = "LLMKILN_LONE_DRAFTS_FREE"
 INFLIGHT_PREFIX_ENV = "LLMKILN_INFLIGHT_PREFIX_WAIT"
 # 0: every prompt of a step takes at most a cap (max_prefill_tokens[_decoding]) in turn, long ones sharing the step
 LONG_PROMPTS_FCFS_ENV = "LLMKILN_LONG_PROMPTS_FCFS"
+# scheduler.decoding_cap_needs_short_prompts: the admitted prompts looked at (their tokens left to compute)
+SHORT_PROMPT_WINDOW = 16
 
 
 @dataclass(frozen=True)
@@ -171,6 +177,8 @@ class Scheduler:
         # waiting prompts wait for blocks a running prompt is computing (INFLIGHT_PREFIX_MIN_TOKENS); how many did
         self.await_inflight_prefix = env_switch(INFLIGHT_PREFIX_ENV, True)
         self.long_prompts_fcfs = env_switch(LONG_PROMPTS_FCFS_ENV, True)
+        # tokens left to compute of the last admitted prompts (scheduler.decoding_cap_needs_short_prompts)
+        self._admitted_rest: deque[int] = deque(maxlen=SHORT_PROMPT_WINDOW)
         self.num_inflight_prefix_waits = 0
         # Set by the engine from its runner (`batches_prefills_with_past`): a TTFT-first prefill run may then hold
         # several prompts with a past (a cached or resident prefix), up to max_prefill_tokens, in one engine call.
@@ -379,7 +387,16 @@ class Scheduler:
         max_prefill_tokens_decoding when set (it bounds their stall; an idle engine takes whole chunks)."""
         cfg = self.config.scheduler
         cap = cfg.max_prefill_tokens_decoding
-        return cap if decoding and cap is not None else cfg.max_prefill_tokens
+        if cap is None or not decoding:
+            return cfg.max_prefill_tokens
+        if cfg.decoding_cap_needs_short_prompts and self._only_long_prompts(cap):
+            return cfg.max_prefill_tokens
+        return cap
+
+    def _only_long_prompts(self, cap: int) -> bool:
+        """A stream of long prompts: the last SHORT_PROMPT_WINDOW admitted all had more than `cap` to compute."""
+        rests = self._admitted_rest
+        return len(rests) == rests.maxlen and min(rests) > cap
 
     def _has_prefill_work(self, running: list[Request]) -> bool:
         return any(not r.prefill_done for r in running) or bool(self.waiting and self._free_slots)
@@ -690,6 +707,7 @@ class Scheduler:
             self.block_store.record_lookup(request.num_prompt_tokens, request.num_cached_tokens)
         request.num_computed_tokens = request.num_cached_tokens
         request.num_saved_blocks = len(hits)
+        self._admitted_rest.append(request.num_prompt_tokens - request.num_computed_tokens)
 
     def _plan_chunk(self, request: Request, budget: int, out: SchedulerOutput) -> int:
         """Plan the next prefill chunk of a running request; returns the tokens it uses."""

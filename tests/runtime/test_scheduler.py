@@ -317,3 +317,42 @@ def test_without_first_come_first_served_long_prompts_share_the_step_a_cap_each(
     for r in longs:
         sched.add_request(r)
     assert _chunks(sched.schedule(now_ns=0)) == {r.request_id: 32 for r in longs}
+
+
+def test_the_decoding_cap_can_wait_for_short_prompts():
+    """decoding_cap_needs_short_prompts: after SHORT_PROMPT_WINDOW long prompts in a row a prompt takes
+    max_prefill_tokens a step while sequences decode; one short prompt admitted brings the cap back. Without the
+    setting the cap always applies."""
+    from llmkiln.runtime.scheduler import SHORT_PROMPT_WINDOW
+
+    for on in (True, False):
+        sched = make_scheduler(
+            num_blocks=4096,
+            max_batch_size=SHORT_PROMPT_WINDOW + 4,
+            max_num_tokens=256,
+            max_prefill_tokens=128,
+            max_prefill_tokens_decoding=16,
+            decoding_cap_needs_short_prompts=on,
+        )
+        runner = _runner(sched)
+        # long prompts (40 tokens > the cap of 16), one after the other, each to its first token; they go on decoding
+        for r in make_requests(SHORT_PROMPT_WINDOW, prompt_len=40, max_tokens=150, seed=20):
+            sched.add_request(r)
+            while r.num_computed_tokens < len(r.prompt_ids):
+                apply_plan(sched, runner, sched.schedule(now_ns=0))
+        probe = make_requests(1, prompt_len=100, max_tokens=2, seed=21)[0]
+        sched.add_request(probe)
+        plan = sched.schedule(now_ns=1)
+        assert len(plan.decodes) == SHORT_PROMPT_WINDOW
+        assert _chunks(plan) == {probe.request_id: 100 if on else 16}
+        apply_plan(sched, runner, plan)
+        if not on:
+            continue
+        short = make_requests(1, prompt_len=10, max_tokens=150, seed=22)[0]
+        sched.add_request(short)
+        apply_plan(
+            sched, runner, sched.schedule(now_ns=2)
+        )  # admitted whole: a short prompt among the last 16
+        probe2 = make_requests(1, prompt_len=100, max_tokens=2, seed=23)[0]
+        sched.add_request(probe2)
+        assert _chunks(sched.schedule(now_ns=3))[probe2.request_id] == 16
