@@ -11,18 +11,21 @@ once, when it is added (`Request.block_hashes`).
 Budget of a step: `max_num_tokens` tokens; decodes (1 each) first, then the chunks of prompts already running,
 then admissions in policy order while slots and budget last. A chunk is at most `max_prefill_tokens` tokens when
 chunked prefill is on (`max_prefill_tokens_decoding` while sequences decode); with it off a prompt is prefilled
-whole. Long prompts (more left than that cap) go first come, first served: each brings the cap's worth of tokens
-to the step, and the oldest of them takes what the long ones brought, as much as it needs (up to
-`max_prefill_tokens`), before the next one gets any (a long prompt with nothing left for it waits, not admitted; shorter prompts behind it go ahead). A step
-holds the prompt tokens it held when each long prompt took one cap (a lone long prompt among decodes still takes
-one cap: their stall stays bounded), but the first of several long prompts is done in a fraction of the steps
-instead of all of them finishing together (on 2 Intel Xeon cores, 1550-1700-token prompts that share nothing,
-c=8, in-process: TTFT p50 -16..-39%, bench/results/cpu-speed-xeon/unique-cold). $LLMKILN_LONG_PROMPTS_FCFS=0 shares the
-tokens out a cap per prompt instead (A/B measurements). With `decoding_cap_needs_short_prompts` the cap while
-decoding applies only while short prompts are about: once none of the last `SHORT_PROMPT_WINDOW` admitted prompts
-had at most the cap to compute, prompts take up to `max_prefill_tokens` a step (a stream of long prompts gets
-vLLM's and OpenVINO GenAI's big runs; one short prompt admitted brings the cap back). Static batching admits only when nothing runs,
-once `max_batch_size` requests wait or the oldest has waited `static_batch_timeout_ms`.
+whole. Static batching admits only when nothing runs, once `max_batch_size` requests wait or the oldest has
+waited `static_batch_timeout_ms`.
+
+Long prompts (more left than that cap) go first come, first served: each brings the cap's worth of tokens to the
+step, and the oldest of them takes what the long ones brought, as much as it needs (up to `max_prefill_tokens`),
+before the next one gets any; a long prompt with nothing left for it waits, not admitted, and shorter prompts
+behind it go ahead. A step holds the prompt tokens it held when each long prompt took one cap (a lone long prompt
+among decodes still takes one cap: their stall stays bounded), but the first of several long prompts is done in a
+fraction of the steps instead of all of them finishing together (2 Intel Xeon cores, 1550-1700-token prompts
+that share nothing, c=8, in-process: TTFT p50 -16..-39%, bench/results/cpu-speed-xeon/unique-cold).
+$LLMKILN_LONG_PROMPTS_FCFS=0 shares the tokens out a cap per prompt instead (A/B measurements). With
+`decoding_cap_needs_short_prompts` the cap while decoding applies only while short prompts are about: once none
+of the last `SHORT_PROMPT_WINDOW` admitted prompts had at most the cap to compute, prompts take up to
+`max_prefill_tokens` a step (a stream of long prompts gets vLLM's and OpenVINO GenAI's big runs; one short prompt
+admitted brings the cap back).
 
 A waiting prompt whose next uncached blocks a running prompt is computing (a burst on a system prompt nobody has
 cached yet) is passed over until they are written, then starts on them as cache hits: the prefix is computed
@@ -322,10 +325,8 @@ class Scheduler:
                 if not chunked and remaining > budget and not out.is_empty:
                     break
                 size = take(request, remaining)
-                if (
-                    size <= 0
-                ):  # a long prompt the older ones left no tokens for: it waits, shorter ones may go
-                    i += 1
+                if size <= 0:
+                    i += 1  # a long prompt the older ones left no tokens for: it waits, shorter ones may go
                     continue
                 self.waiting.pop(i)
                 self._admit(request, hits, now_ns, out)
