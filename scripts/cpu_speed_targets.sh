@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The CPU-speed issue's target table in one run: llmkiln's OpenVINO engines served (`kiln serve --dynamo`, fp32
 # and bf16), vLLM's CPU build (fp32, bf16), OpenVINO GenAI bf16 in-process and served through the same front door
-# (cpu_peers' RECIPE/ovgenai-dynamo) and llmkiln's runtime in-process (engine against engine), on one model, two workloads (bench-cpu-peers' 80-120-token user turns and short 30-40-token turns, both
-# after one 1500-token system prompt, 32 ± 16 output tokens), closed loop at c=8 and c=32 (64 and 128 requests,
+# (cpu_peers' RECIPE/ovgenai-dynamo) and llmkiln's runtime in-process (engine against engine), on one model, two
+# workloads (bench-cpu-peers' 80-120-token user turns and short 30-40-token turns, both after one 1500-token
+# system prompt, 32 ± 16 output tokens), closed loop at c=8 and c=32 (64 and 128 requests,
 # max_batch_size / max-num-seqs 32 for every system), in ROUNDS rounds with the systems' order reversed every other
 # round (this VM's speed drifts by ±10-40% from minute to minute: a slow minute must not land on one system only).
 #

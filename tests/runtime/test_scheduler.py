@@ -247,6 +247,19 @@ def _chunks(plan) -> dict[str, int]:
     return {c.request_id: len(c.token_ids) for c in plan.prefills}
 
 
+def _record(done: dict[str, list[int | None]], events) -> None:
+    for request, ev in events:
+        done.setdefault(request.request_id, []).append(ev.token_id)
+
+
+def _start_decoding(sched, runner, done: dict[str, list[int | None]], max_tokens: int, seed: int):
+    """One request, its prompt run alone: it decodes from the next step on."""
+    request = make_requests(1, prompt_len=10, max_tokens=max_tokens, seed=seed)[0]
+    sched.add_request(request)
+    _record(done, apply_plan(sched, runner, sched.schedule(now_ns=0)))
+    return request
+
+
 def test_long_prompts_go_first_come_first_served_in_the_tokens_they_bring():
     """Each long prompt (more left than the cap) brings a cap of tokens to the step; the oldest takes them all
     while it needs them; a long one left with nothing waits (not admitted) and shorter ones behind it go ahead.
@@ -259,13 +272,8 @@ def test_long_prompts_go_first_come_first_served_in_the_tokens_they_bring():
         max_prefill_tokens_decoding=32,
     )
     runner = _runner(sched)
-    first = make_requests(1, prompt_len=10, max_tokens=8, seed=10)[0]
-    sched.add_request(first)
     done: dict[str, list[int | None]] = {}
-    for request, ev in apply_plan(
-        sched, runner, sched.schedule(now_ns=0)
-    ):  # its prompt: it decodes from now on
-        done.setdefault(request.request_id, []).append(ev.token_id)
+    first = _start_decoding(sched, runner, done, max_tokens=8, seed=10)
     longs = make_requests(3, prompt_len=100, max_tokens=3, seed=11)
     short = make_requests(1, prompt_len=20, max_tokens=3, seed=12)[0]
     for r in [*longs, short]:
@@ -275,13 +283,11 @@ def test_long_prompts_go_first_come_first_served_in_the_tokens_they_bring():
     assert _chunks(plan) == {longs[0].request_id: 96, short.request_id: 20} and len(plan.decodes) == 1
     assert set(plan.admitted) == {longs[0].request_id, short.request_id}
     assert [r.request_id for r in sched.waiting] == [longs[1].request_id, longs[2].request_id]
-    for request, ev in apply_plan(sched, runner, plan):
-        done.setdefault(request.request_id, []).append(ev.token_id)
+    _record(done, apply_plan(sched, runner, plan))
     plan = sched.schedule(now_ns=2)
     # the first long prompt's last 4 tokens (no longer long), then the next one takes the two caps left
     assert _chunks(plan) == {longs[0].request_id: 4, longs[1].request_id: 64}
-    for request, ev in apply_plan(sched, runner, plan):
-        done.setdefault(request.request_id, []).append(ev.token_id)
+    _record(done, apply_plan(sched, runner, plan))
     for rid, ids in run_to_completion(sched, runner).items():
         done.setdefault(rid, []).extend(ids)
     for r in [*longs, short]:
@@ -300,10 +306,7 @@ def test_a_lone_long_prompt_among_decodes_still_takes_one_cap():
         max_prefill_tokens=64,
         max_prefill_tokens_decoding=16,
     )
-    runner = _runner(sched)
-    first = make_requests(1, prompt_len=10, max_tokens=20, seed=13)[0]
-    sched.add_request(first)
-    apply_plan(sched, runner, sched.schedule(now_ns=0))  # its prompt, then it decodes
+    _start_decoding(sched, _runner(sched), {}, max_tokens=20, seed=13)
     long = make_requests(1, prompt_len=100, max_tokens=2, seed=14)[0]
     sched.add_request(long)
     plan = sched.schedule(now_ns=1)
