@@ -213,9 +213,7 @@ struct Tile {
         const int i = n++;
         const __m512 sc = _mm512_set1_ps(scale);
         // lane i's column: pair (or value) k at k * 16 + i
-        const __m512i col = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
-                                                                 15),
-                                               _mm512_set1_epi32(16));
+        const __m512i col = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
         for (int d = 0; d < D; d += 32) {
             const __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q + d), sc);
             const __m512 b = _mm512_mul_ps(_mm512_loadu_ps(q + d + 16), sc);
@@ -303,11 +301,11 @@ inline void tile_block(Tile<D>& tile, const C* kblock, const Values<BF16>* vals,
     int jfirst = 0;
     while (jfirst < jlast && !masks[jfirst])
         ++jfirst;
+    // bf16 caches: the weights rounded to bf16 (as the AMX path and OpenVINO's own kernels do) in key pairs, one
+    // bf16 dot product per 16 values of d and pair of keys (half the fp32 FMAs); fp32 caches: fp32 FMAs per key
+    [[maybe_unused]] const int p0 = jfirst / 2, p1 = (jlast + 1) / 2;
+    [[maybe_unused]] alignas(64) uint32_t pp[32 * 16];  // bf16: pair jp of lane i at pp[jp * 16 + i]
     if constexpr (BF16) {
-        // bf16 caches: the weights rounded to bf16 (as the AMX path and OpenVINO's own kernels do) in key pairs,
-        // one bf16 dot product per 16 values of d and pair of keys (half the fp32 FMAs)
-        const int p0 = jfirst / 2, p1 = (jlast + 1) / 2;
-        alignas(64) uint32_t pp[32 * 16];  // pair jp of lane i at pp[jp * 16 + i]
         for (int jp = p0; jp < p1; ++jp) {
             const __m512 pe = _mm512_load_ps(&sbuf[2 * jp * 16]);
             const __m512 po = 2 * jp + 1 < BS ? _mm512_load_ps(&sbuf[(2 * jp + 1) * 16]) : _mm512_setzero_ps();
@@ -315,15 +313,17 @@ inline void tile_block(Tile<D>& tile, const C* kblock, const Values<BF16>* vals,
             const __m512i o = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(po));
             _mm512_store_si512(&pp[jp * 16], _mm512_or_si512(e, _mm512_slli_epi32(o, 16)));
         }
-        for (int r0 = 0; r0 < tile.n; r0 += RB) {
-            __m512 a[RB][V];
+    }
+    for (int r0 = 0; r0 < tile.n; r0 += RB) {
+        __m512 a[RB][V];
 #pragma GCC unroll 8
-            for (int rr = 0; rr < RB; ++rr) {
-                const __m512 cb = _mm512_set1_ps(cr[r0 + rr]);
+        for (int rr = 0; rr < RB; ++rr) {
+            const __m512 cb = _mm512_set1_ps(cr[r0 + rr]);
 #pragma GCC unroll 8
-                for (int c = 0; c < V; ++c)
-                    a[rr][c] = _mm512_mul_ps(_mm512_load_ps(&tile.acc[(r0 + rr) * D + c * 16]), cb);
-            }
+            for (int c = 0; c < V; ++c)
+                a[rr][c] = _mm512_mul_ps(_mm512_load_ps(&tile.acc[(r0 + rr) * D + c * 16]), cb);
+        }
+        if constexpr (BF16) {
             for (int jp = p0; jp < p1; ++jp) {
                 __m512bh v[V];
 #pragma GCC unroll 8
@@ -337,29 +337,12 @@ inline void tile_block(Tile<D>& tile, const C* kblock, const Values<BF16>* vals,
                         a[rr][c] = _mm512_dpbf16_ps(a[rr][c], pb, v[c]);
                 }
             }
-#pragma GCC unroll 8
-            for (int rr = 0; rr < RB; ++rr)
-#pragma GCC unroll 8
-                for (int c = 0; c < V; ++c)
-                    _mm512_store_ps(&tile.acc[(r0 + rr) * D + c * 16], a[rr][c]);
-        }
-        return;
-    } else {
-        const float* vf = vals;
-        for (int r0 = 0; r0 < tile.n; r0 += RB) {
-            __m512 a[RB][V];
-#pragma GCC unroll 8
-            for (int rr = 0; rr < RB; ++rr) {
-                const __m512 cb = _mm512_set1_ps(cr[r0 + rr]);
-#pragma GCC unroll 8
-                for (int c = 0; c < V; ++c)
-                    a[rr][c] = _mm512_mul_ps(_mm512_load_ps(&tile.acc[(r0 + rr) * D + c * 16]), cb);
-            }
+        } else {
             for (int j = jfirst; j < jlast; ++j) {
                 __m512 v[V];
 #pragma GCC unroll 8
                 for (int c = 0; c < V; ++c)
-                    v[c] = _mm512_load_ps(&vf[j * D + c * 16]);
+                    v[c] = _mm512_load_ps(&vals[j * D + c * 16]);
 #pragma GCC unroll 8
                 for (int rr = 0; rr < RB; ++rr) {
                     const __m512 pb = _mm512_set1_ps(sbuf[j * 16 + r0 + rr]);
@@ -368,12 +351,12 @@ inline void tile_block(Tile<D>& tile, const C* kblock, const Values<BF16>* vals,
                         a[rr][c] = _mm512_fmadd_ps(pb, v[c], a[rr][c]);
                 }
             }
-#pragma GCC unroll 8
-            for (int rr = 0; rr < RB; ++rr)
-#pragma GCC unroll 8
-                for (int c = 0; c < V; ++c)
-                    _mm512_store_ps(&tile.acc[(r0 + rr) * D + c * 16], a[rr][c]);
         }
+#pragma GCC unroll 8
+        for (int rr = 0; rr < RB; ++rr)
+#pragma GCC unroll 8
+            for (int c = 0; c < V; ++c)
+                _mm512_store_ps(&tile.acc[(r0 + rr) * D + c * 16], a[rr][c]);
     }
 }
 
