@@ -138,6 +138,8 @@ class OpenVinoPagedRunner:
         True  # a decode with drafts is one more varlen sequence of 1 + drafts tokens on its past
     )
 
+    # the CPU plugin a Core creates swaps the thread's alternate signal stack (runtime.signal_stack)
+    @signal_stack.kept()
     def __init__(
         self,
         model_xml: Path,
@@ -149,32 +151,6 @@ class OpenVinoPagedRunner:
         threads: int = 0,
         cascade: bool = False,
         prompt_graph: bool = False,
-    ) -> None:
-        # the CPU plugin this creates swaps the thread's alternate signal stack (runtime.signal_stack)
-        with signal_stack.kept():
-            self._load(
-                model_xml,
-                num_slots,
-                max_len,
-                tokens_per_block,
-                store_max_bytes,
-                precision,
-                threads,
-                cascade,
-                prompt_graph,
-            )
-
-    def _load(
-        self,
-        model_xml: Path,
-        num_slots: int,
-        max_len: int,
-        tokens_per_block: int | None,
-        store_max_bytes: int,
-        precision: str,
-        threads: int,
-        cascade: bool,
-        prompt_graph: bool,
     ) -> None:
         core = ov.Core()
         require_precision(precision, core)
@@ -289,21 +265,21 @@ class OpenVinoPagedRunner:
         self.runtime_settings["run_padding"] = self.padding.describe()
         return free
 
+    @signal_stack.kept()
     def close(self) -> None:
         """Free every OpenVINO object now, on the closing thread: left to the garbage collector, they would be
         destroyed on whichever thread it runs in later (a client thread of another test crashed that way). The CPU
         plugin destroyed with them puts back the alternate signal stack it saved: kept as it was
         (runtime.signal_stack)."""
-        with signal_stack.kept():
-            self.k, self.v = [], []  # numpy views of the pool tensors
-            self.block_memory = None
-            self._tensors = []
-            self.req = None
-            self.compiled = None
-            self.prompt_req = None
-            self.cascade_req = None
-            self.cascade_prompt_req = None
-            self.cascade_compiled = None
+        self.k, self.v = [], []  # numpy views of the pool tensors
+        self.block_memory = None
+        self._tensors = []
+        self.req = None
+        self.compiled = None
+        self.prompt_req = None
+        self.cascade_req = None
+        self.cascade_prompt_req = None
+        self.cascade_compiled = None
 
     def _twin(self, core: ov.Core, model: ov.Model, properties: dict[str, object]) -> ov.InferRequest:
         """An infer request of another compilation of `model` on the same pools (scheduler.prompt_graph)."""

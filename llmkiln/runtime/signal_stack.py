@@ -55,15 +55,14 @@ def current() -> tuple[int, int, int] | None:
 def _set(stack: tuple[int, int, int]) -> None:
     assert _LIBC is not None
     sp, flags, size = stack
-    st = _Stack(
-        sp if not flags & SS_DISABLE else None, flags & SS_DISABLE, size if not flags & SS_DISABLE else 0
-    )
+    st = _Stack(None, SS_DISABLE, 0) if flags & SS_DISABLE else _Stack(sp, 0, size)
     _LIBC.sigaltstack(ctypes.byref(st), None)
 
 
 @contextmanager
 def kept() -> Iterator[None]:
-    """Run the body, then give the calling thread back the alternate signal stack it had before."""
+    """Run the body, then give the calling thread back the alternate signal stack it had before (a context
+    manager, or a decorator: `@kept()`)."""
     before = current()
     try:
         yield
