@@ -4,10 +4,11 @@
 
 The engine's IR is loaded twice by one OpenVinoPagedRunner (`cascade=True`: both graphs share its KV pools); a
 1504-token prefix (47 blocks) is prefilled once, and B sequences get their own blocks after it with 40 tokens of
-their own (eight more with 500, and 1000, of their own: a multi-turn history). Then, alternating the two graphs run by run (a slow minute lands on both), the median ms of:
+their own (eight more with 500, and 1000, of their own: a multi-turn history; `--history` sets those counts,
+`--own-prompts` the own prompts' sizes). Then, alternating the two graphs run by run (a slow minute lands on both), the median ms of:
 decodes of B = 1, 8, 16, 32 sequences on the shared prefix; the same 8 decodes with distinct prefixes (nothing
 shared: what the cascade cannot help); a mixed run (7 decodes + a 35-token prompt on the prefix); and a long
-prompt of its own beside 7 decodes (where the runner keeps PagedAttention: cascade_attention.MAX_OWN_WORK). The
+prompt of its own beside 7 decodes (where the runner keeps PagedAttention: cascade_attention.Routing). The
 greatest logit difference between the two graphs is printed per shape. Writes DIR/cascade-steps.json with --out.
 """
 
@@ -30,11 +31,23 @@ from llmkiln.engine_dir import EngineDir
 
 PREFIX = 1504
 OWN = 40
-HISTORY = (500, 1000)  # own tokens of 8 decodes on the shared prefix (cascade_attention.MAX_OWN_DECODE_SHARE)
+HISTORY = (500, 1000)  # own tokens of 8 decodes on the shared prefix (cascade_attention.Routing)
+OWN_PROMPTS = (512,)  # tokens of a prompt of its own beside 7 decodes (cascade_attention.Routing)
+TURNS: tuple[
+    tuple[int, int], ...
+] = ()  # (k, n): k fresh n-token user turns on the prefix beside 8 - k decodes
 Seq = tuple[str, tuple[int, ...], int, tuple[int, ...]]
 
 
-def measure(engine: Path, rounds: int, runs: int) -> dict[str, Any]:
+def measure(
+    engine: Path,
+    rounds: int,
+    runs: int,
+    histories: tuple[int, ...] = HISTORY,
+    own_prompts: tuple[int, ...] = OWN_PROMPTS,
+    turns: tuple[tuple[int, int], ...] = TURNS,
+) -> dict[str, Any]:
+    from llmkiln.runtime import cascade_attention
     from llmkiln.runtime.openvino_runner import OpenVinoPagedRunner
 
     folder = EngineDir(engine)
@@ -42,7 +55,8 @@ def measure(engine: Path, rounds: int, runs: int) -> dict[str, Any]:
     xml = folder.openvino_model()
     if xml is None:
         raise click.BadParameter(f"{engine}: not an openvino-cpu engine")
-    r = OpenVinoPagedRunner(xml, 40, 2048, None, 0, recipe.precision, cascade=True)
+    slots = 40 + sum(8 * (n + 1) for n in histories) // 2048  # the pools hold every history
+    r = OpenVinoPagedRunner(xml, slots, 2048, None, 0, recipe.precision, cascade=True)
     if r.cascade_req is None:
         raise click.ClickException(
             f"cascade attention is off here: {r.runtime_settings['cascade_attention']}"
@@ -70,7 +84,7 @@ def measure(engine: Path, rounds: int, runs: int) -> dict[str, Any]:
         distinct.append(table)
         run("paged", [(f"d{i}", tuple(range(3, 3 + PREFIX + OWN)), 0, table)])
     history: dict[int, list[tuple[int, ...]]] = {}  # on the shared prefix, each with a history of its own
-    for own_len in HISTORY:
+    for own_len in histories:
         history[own_len] = []
         for i in range(8):
             n = -(-(own_len + 1) // bs)
@@ -78,8 +92,13 @@ def measure(engine: Path, rounds: int, runs: int) -> dict[str, Any]:
             nxt += n
             history[own_len].append(table)
             run("paged", [(f"h{own_len}-{i}", tuple(range(7, 7 + own_len)), PREFIX, table)])
-    cold = tuple(range(nxt, nxt + 20))
-    nxt += 20
+    cold = tuple(range(nxt, nxt + 20 + max(own_prompts) // bs))
+    nxt += len(cold)
+    turn_tables = []  # a fresh turn right after the prefix (past = PREFIX, its own blocks after it)
+    turn_blocks = -(-max((n for _, n in turns), default=0) // bs)
+    for _ in range(max((k for k, _ in turns), default=0)):
+        turn_tables.append(prefix + tuple(range(nxt, nxt + turn_blocks)))
+        nxt += turn_blocks
     assert nxt <= r.num_blocks
 
     def decodes(n: int, tables: list[tuple[int, ...]], own: int = OWN) -> list[Seq]:
@@ -93,16 +112,30 @@ def measure(engine: Path, rounds: int, runs: int) -> dict[str, Any]:
         "8 decodes, distinct prefixes": lambda: decodes(8, distinct),
         **{
             f"8 decodes, shared prefix + {n} own tokens each": (lambda n=n: decodes(8, history[n], n))
-            for n in HISTORY
+            for n in histories
         },
         "7 decodes + a 35-token prompt": lambda: [
             *decodes(7, shared),
             ("m", tuple(range(100, 135)), PREFIX + OWN, shared[32]),
         ],
-        "7 decodes + a 512-token prompt of its own": lambda: [
-            *decodes(7, shared),
-            ("c", tuple(range(300, 812)), 0, cold),
-        ],
+        **{
+            f"7 decodes + a {n}-token prompt of its own": (
+                lambda n=n: [*decodes(7, shared), ("c", tuple(range(300, 300 + n)), 0, cold)]
+            )
+            for n in own_prompts
+        },
+        **{
+            f"{8 - k} decodes + {k} x {n}-token turns on the prefix": (
+                lambda k=k, n=n: [
+                    *decodes(8 - k, shared),
+                    *(
+                        (f"t{i}", tuple(range(400 + i, 400 + i + n)), PREFIX, turn_tables[i])
+                        for i in range(k)
+                    ),
+                ]
+            )
+            for k, n in turns
+        },
     }
     out: dict[str, Any] = {}
     for name, plan in shapes.items():
@@ -113,6 +146,7 @@ def measure(engine: Path, rounds: int, runs: int) -> dict[str, Any]:
             for graph in ("paged", "cascade") if k % 2 == 0 else ("cascade", "paged"):
                 times[graph].append(statistics.median(run(graph, plan())[1] for _ in range(runs)))
         out[name] = {
+            "routed": "cascade" if cascade_attention.worth_it(plan(), bs, r.cascade_routing) else "paged",
             "paged_ms": statistics.median(times["paged"]),
             "cascade_ms": statistics.median(times["cascade"]),
             "rounds": times,
@@ -121,7 +155,7 @@ def measure(engine: Path, rounds: int, runs: int) -> dict[str, Any]:
         }
         click.echo(
             f"{name:44s} paged {out[name]['paged_ms']:6.2f} ms  cascade {out[name]['cascade_ms']:6.2f} ms  "
-            f"x{out[name]['cascade_ms'] / out[name]['paged_ms']:.2f}  max |dlogit| {out[name]['max_logit_difference']:.3g}",
+            f"x{out[name]['cascade_ms'] / out[name]['paged_ms']:.2f}  routed {out[name]['routed']:7s}  max |dlogit| {out[name]['max_logit_difference']:.3g}",
             err=True,
         )
     r.close()
@@ -133,11 +167,49 @@ def measure(engine: Path, rounds: int, runs: int) -> dict[str, Any]:
 @click.option("--rounds", type=int, default=5, show_default=True, help="Alternations of the two graphs.")
 @click.option("--runs", type=int, default=15, show_default=True, help="Runs per graph and round (median).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None)
-def cli(engine: Path, rounds: int, runs: int, out_dir: Path | None) -> None:
-    data = measure(engine, rounds, runs)
+@click.option(
+    "--history",
+    default=",".join(map(str, HISTORY)),
+    show_default=True,
+    help="Own tokens of the 8 decodes of the history shapes, comma-separated.",
+)
+@click.option(
+    "--own-prompts",
+    default=",".join(map(str, OWN_PROMPTS)),
+    show_default=True,
+    help="Tokens of the prompt of its own beside 7 decodes, comma-separated.",
+)
+@click.option(
+    "--turns",
+    default="",
+    help="KxN,...: K fresh N-token user turns on the prefix beside 8 - K decodes (e.g. 1x120,2x120).",
+)
+def cli(
+    engine: Path, rounds: int, runs: int, out_dir: Path | None, history: str, own_prompts: str, turns: str
+) -> None:
+    data = measure(engine, rounds, runs, _ints(history), _ints(own_prompts), _turns(turns))
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         write_text_atomic(out_dir / "cascade-steps.json", json.dumps(data, indent=2) + "\n")
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: comma-separated token counts, e.g. 500,1000") from None
+
+
+def _turns(text: str) -> tuple[tuple[int, int], ...]:
+    try:
+        out = tuple((int(k), int(n)) for k, n in (x.split("x") for x in text.split(",") if x.strip()))
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r}: comma-separated KxN (K turns of N tokens), e.g. 1x120,2x120"
+        ) from None
+    if any(not 1 <= k <= 8 or n < 1 for k, n in out):
+        raise click.BadParameter(f"{text!r}: K from 1 to 8 turns, N at least 1 token")
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:

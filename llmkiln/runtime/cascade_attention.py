@@ -24,13 +24,14 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import openvino as ov
 
 from llmkiln.cpu_features import CpuFeatures
 from llmkiln.env_switch import env_switch
-from llmkiln.errors import KilnError
+from llmkiln.errors import BadInput, KilnError
 
 SOURCE = Path(__file__).parent / "cascade" / "cascade_attention.cpp"
 CACHE_ENV = "LLMKILN_EXT_CACHE"
@@ -123,14 +124,74 @@ def extension() -> Path:
 
 ENV = "LLMKILN_CASCADE"  # 0 / 1: override the recipe's kv_cache.cascade (A/B measurements)
 MIN_SHARED_TOKENS = 64  # a shared run shorter than this is attended per sequence
-# the cascade graph attends each sequence's own keys on AVX-512 (AMX only for the shared blocks): a run with more
-# (query token x own key) pairs than this goes to PagedAttention, whose AMX prefill is faster on long own parts
-MAX_OWN_WORK = 64 * 1024
-# decodes read their own keys once either way; the cascade saves re-reading a group's shared keys per member. A run
-# whose decodes bring more own keys than this share of the keys it saves keeps PagedAttention (measured on the
-# Xeon, bench-ov-bf16, 8 decodes on a 1504-token shared prefix, experiments.cascade_steps: 500 own tokens each,
-# own/saved 0.38, cascade 0.95x paged; 1000 each, 0.76, 1.02x; nothing shared at all, 1.34x)
-MAX_OWN_DECODE_SHARE = 0.6
+
+
+@dataclass(frozen=True)
+class Routing:
+    """When a run with shared blocks goes on the cascade graph rather than PagedAttention's (`worth_it`). The op
+    attends each sequence's own keys on AVX-512 (AMX, where the CPU has it, only for the shared blocks), so what it
+    loses on own work and what it saves on shared keys differ by CPU and by the caches' precision: each set is
+    measured with experiments.cascade_steps on that kind of CPU (`source`)."""
+
+    # (query token x own key) pairs of the run's prompts and drafts: more go to PagedAttention, whose prefill is
+    # faster on long own parts
+    max_own_work: int
+    # decodes read their own keys once either way; the cascade saves re-reading a group's shared keys per member:
+    # a run whose decodes bring more own keys than this share of the keys it saves keeps PagedAttention
+    max_own_decode_share: float
+    source: str
+    # rows of prompts and drafts in the run (None: no limit): more go to PagedAttention, whose prefill kernel
+    # beats the op's rows on the shared keys too
+    max_prompt_rows: int | None = None
+
+    def describe(self) -> str:
+        """For the runner's runtime settings (engine report, /metrics)."""
+        rows = "" if self.max_prompt_rows is None else f", it has at most {self.max_prompt_rows} prompt rows"
+        return (
+            f"cascade where the run's own work is at most {self.max_own_work} query x key pairs{rows} and its "
+            f"decodes' own keys at most {self.max_own_decode_share:g} x the shared keys saved ({self.source})"
+        )
+
+
+# bf16 caches on AMX (Intel Xeon): bench-ov-bf16, 8 decodes on a 1504-token shared prefix with 500 own tokens each
+# (own / saved 0.38) 0.95x paged, 1000 each (0.76) 1.02x, nothing shared 1.34x; a 512-token prompt of its own
+# beside 7 decodes 1.17-1.35x (bench/results/cascade-attention)
+AMX_BF16 = Routing(64 * 1024, 0.6, "measured on an Intel Xeon with AMX, bf16")
+# bf16 caches without AMX (AMD EPYC Zen 5; bench-ov-bf16 and smollm2-ov-bf16, two runs each): the decodes' own
+# pass gains there too — 8 decodes with 1000 / 2000 / 4000 own tokens each (own / saved 0.76 / 1.52 / 3.04)
+# 0.81-0.91 / 0.93-0.97 / 0.93-1.02x paged, 6000 (4.56) 0.98-1.02x; a prompt of its own beside 7 decodes 128
+# tokens 0.97-1.02x, 160 1.00-1.01x, 192 1.02-1.07x; turns on the prefix level either way (one of 120 tokens
+# 0.91-1.00x, two 0.96-1.12x, four of 64 0.94-1.04x) (bench/results/cpu-speed-zen5/cascade-routing)
+AVX512_BF16 = Routing(160 * 160, 2.5, "measured on an AMD EPYC Zen 5 without AMX, bf16")
+# fp32 caches (the op's fp32 path is AVX-512 FMAs on every CPU, as OpenVINO's fp32 kernels are; measured on the
+# Zen 5, bench-ov-fp32 and smollm2-ov-fp32): 8 decodes with 500 / 1000 / 2000 own tokens each 0.90-1.01 /
+# 1.00-1.01 / 1.08-1.14x; a prompt of its own 128 tokens 0.99-1.01x, 160 1.01-1.05x; turns on the prefix: a 35-
+# token one 0.90-0.94x, one of 120 0.99-1.05x, four of 64 0.98-1.08x, two of 120 1.03-1.08x
+FP32 = Routing(
+    160 * 160,
+    0.6,
+    "measured on an AMD EPYC Zen 5, fp32; the same AVX-512 code on every CPU",
+    max_prompt_rows=64,
+)
+ALWAYS = Routing(10**12, 1e12, "every run with shared blocks")  # tests: compare the op with PagedAttention
+
+
+ROUTING_ENV = (
+    "LLMKILN_CASCADE_ROUTING"  # another kind's limits on this CPU (A/B measurements): BY_NAME's keys
+)
+BY_NAME = {"amx-bf16": AMX_BF16, "avx512-bf16": AVX512_BF16, "fp32": FP32}
+
+
+def routing(cpu: CpuFeatures, bf16_caches: bool) -> Routing:
+    """The limits for this CPU and the caches' precision ($LLMKILN_CASCADE_ROUTING names others)."""
+    name = os.environ.get(ROUTING_ENV, "").strip()
+    if name:
+        if name not in BY_NAME:
+            raise BadInput(f"${ROUTING_ENV}={name!r}: choose one of {', '.join(BY_NAME)} (or unset it)")
+        return BY_NAME[name]
+    if not bf16_caches:
+        return FP32
+    return AMX_BF16 if cpu.amx else AVX512_BF16
 
 
 FAST_HEAD_SIZES = (64, 128)  # the op's AVX-512 / AMX kernels; other sizes take its portable loops (slow)
@@ -189,23 +250,30 @@ def _groups(
     return out
 
 
-def worth_it(seqs: list[tuple[str, tuple[int, ...], int, tuple[int, ...]]], block_size: int) -> bool:
+def worth_it(
+    seqs: list[tuple[str, tuple[int, ...], int, tuple[int, ...]]], block_size: int, limits: Routing
+) -> bool:
     """Run this plan on the cascade graph: some sequences share blocks, the rest of the work is small, and the
-    decodes' own keys are few beside the shared keys the cascade does not read again (MAX_OWN_DECODE_SHARE)."""
+    decodes' own keys are few beside the shared keys the cascade does not read again (`limits`: `routing()`)."""
     groups = _groups(seqs, block_size)
     if not groups:
         return False
     shared = _per_sequence(groups, len(seqs))
-    own = sum(
-        len(toks) * (past + len(toks) - sh) for (_, toks, past, _), sh in zip(seqs, shared, strict=True)
+    own = sum(  # the rows of prompts and drafts (decodes: max_own_decode_share)
+        len(toks) * (past + len(toks) - sh)
+        for (_, toks, past, _), sh in zip(seqs, shared, strict=True)
+        if len(toks) > 1
     )
-    if own > MAX_OWN_WORK:
+    if own > limits.max_own_work:
+        return False
+    rows = sum(len(toks) for _, toks, _, _ in seqs if len(toks) > 1)
+    if limits.max_prompt_rows is not None and rows > limits.max_prompt_rows:
         return False
     saved = sum((len(members) - 1) * tokens for members, tokens in groups)
     own_decode = sum(
         past + 1 - sh for (_, toks, past, _), sh in zip(seqs, shared, strict=True) if len(toks) == 1
     )
-    return own_decode <= MAX_OWN_DECODE_SHARE * saved
+    return own_decode <= limits.max_own_decode_share * saved
 
 
 def cascade_model(

@@ -248,6 +248,10 @@ class OpenVinoPagedRunner:
             self._cascade_inputs = {i.get_any_name() for i in self.cascade_compiled.inputs}
             cascade_state = "on"
         self.runtime_settings["cascade_attention"] = cascade_state
+        # which runs take it: limits by what the CPU has and the caches' precision
+        self.cascade_routing = cascade_attention.routing(settings.cpu, self.cache_type == ov.Type.bf16)
+        if self.cascade_req is not None:
+            self.runtime_settings["cascade_routing"] = self.cascade_routing.describe()
         self.runtime_settings["prompt_graph"] = (
             "on (runs with prompt tokens on a compiled copy of their own)" if prompt_graph else "off"
         )
@@ -374,7 +378,9 @@ class OpenVinoPagedRunner:
             else np.zeros(1, np.int64),
         }
         if cascade is None:
-            cascade = self.cascade_req is not None and cascade_attention.worth_it(seqs, bs)
+            cascade = self.cascade_req is not None and cascade_attention.worth_it(
+                seqs, bs, self.cascade_routing
+            )
         req, twin = self.req, self.prompt_req
         if cascade:
             if self.cascade_req is None:

@@ -48,7 +48,7 @@ def test_shared_system_prompt_replies_equal_transformers_with_cascade(
     eos = model.generation_config.eos_token_id
     # the system prompt is ~100 tokens, the replies grow to 32 of their own: the speed rule would hand the later
     # steps to PagedAttention; here every step with shared blocks goes through the cascade op
-    monkeypatch.setattr(cascade_attention, "MAX_OWN_DECODE_SHARE", 1e9)
+    monkeypatch.setattr(cascade_attention, "routing", lambda cpu, bf16: cascade_attention.ALWAYS)
     with load_engine(EngineDir(engine), {"kv_cache": {"cascade": True}}) as eng:
         prompts = [
             eng.encode(

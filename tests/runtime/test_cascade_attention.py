@@ -14,6 +14,7 @@ import pytest
 
 from llmkiln.cpu_features import from_cpuinfo
 from llmkiln.engine_dir import EngineDir
+from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe
 from llmkiln.runtime import cascade_attention
 from llmkiln.runtime import openvino_runner as ov_runner
@@ -111,8 +112,8 @@ def _plans(vocab: int):
 
 
 def _compare(xml: Path, precision: str, vocab: int, monkeypatch) -> None:
-    monkeypatch.setattr(cascade_attention, "MAX_OWN_WORK", 10**9)  # every shared run on the cascade graph
-    monkeypatch.setattr(cascade_attention, "MAX_OWN_DECODE_SHARE", 1e9)
+    # every run with shared blocks on the cascade graph
+    monkeypatch.setattr(cascade_attention, "routing", lambda cpu, bf16: cascade_attention.ALWAYS)
     pa, cascade = _pair(xml, precision)
     pa.padding.limit = cascade.padding.limit = 0
     assert cascade.cascade_req is not None and pa.cascade_req is None
@@ -155,48 +156,119 @@ def test_the_op_stays_off_where_its_kernels_would_not_pay(stories_xml):
         r.close()
     zen3 = from_cpuinfo("model name : AMD EPYC 7B13\nflags : fpu avx avx2 fma\n")
     assert "no AVX512-BF16" in (cascade_attention.unsupported(zen3, 64) or "")
-    zen5 = from_cpuinfo("model name : AMD EPYC 9B45\nflags : fpu avx avx2 fma avx512f avx512bw avx512_bf16\n")
-    xeon = from_cpuinfo(
-        "model name : Intel Xeon\nflags : avx2 avx512f avx512bw avx512_bf16 amx_tile amx_bf16\n"
-    )
     assert (
-        cascade_attention.unsupported(zen5, 64) is None and cascade_attention.unsupported(xeon, 128) is None
+        cascade_attention.unsupported(ZEN5, 64) is None and cascade_attention.unsupported(XEON, 128) is None
     )
+
+
+ZEN5 = from_cpuinfo("model name : AMD EPYC 9B45\nflags : fpu avx avx2 fma avx512f avx512bw avx512_bf16\n")
+XEON = from_cpuinfo("model name : Intel Xeon\nflags : avx2 avx512f avx512bw avx512_bf16 amx_tile amx_bf16\n")
+
+
+def test_the_routing_limits_follow_the_cpu_and_the_caches_precision():
+    """Each CPU kind gets the limits measured on it: AMX's bf16 shared pass on the Xeon, the AVX-512 bf16 path
+    on the Zen 5, and the fp32 path (AVX-512 FMAs on both) for fp32 caches."""
+    assert cascade_attention.routing(XEON, bf16_caches=True) is cascade_attention.AMX_BF16
+    assert cascade_attention.routing(ZEN5, bf16_caches=True) is cascade_attention.AVX512_BF16
+    assert cascade_attention.routing(XEON, bf16_caches=False) is cascade_attention.FP32
+    assert cascade_attention.routing(ZEN5, bf16_caches=False) is cascade_attention.FP32
+    for limits in (cascade_attention.AMX_BF16, cascade_attention.AVX512_BF16, cascade_attention.FP32):
+        assert limits.source in limits.describe()
+
+
+def test_the_environment_names_another_kinds_limits_for_measurements(monkeypatch):
+    monkeypatch.setenv(cascade_attention.ROUTING_ENV, "amx-bf16")
+    assert cascade_attention.routing(ZEN5, bf16_caches=False) is cascade_attention.AMX_BF16
+    monkeypatch.setenv(cascade_attention.ROUTING_ENV, "amx")
+    with pytest.raises(
+        BadInput, match="LLMKILN_CASCADE_ROUTING='amx': choose one of amx-bf16, avx512-bf16, fp32"
+    ):
+        cascade_attention.routing(ZEN5, bf16_caches=True)
 
 
 def test_runs_without_shared_blocks_or_with_much_own_work_keep_paged_attention():
-    seqs = [("a", (1,) * 4, 200, tuple(range(7))), ("b", (1,) * 4, 200, tuple(range(7, 14)))]
-    assert cascade_attention.shared_tokens(seqs, BS) == [0, 0]
-    assert not cascade_attention.worth_it(seqs, BS)
-    shared = [("a", (1,), 200, tuple(range(7))), ("b", (1,), 200, tuple(range(6)) + (20,))]
-    assert cascade_attention.shared_tokens(shared, BS) == [192, 192]
-    assert cascade_attention.worth_it(shared, BS)
-    short = [("a", (1,), 40, (0, 1)), ("b", (1,), 40, (0, 2))]  # one shared block: under MIN_SHARED_TOKENS
-    assert cascade_attention.shared_tokens(short, BS) == [0, 0]
-    big = [*shared, ("c", (1,) * 400, 0, tuple(range(30, 43)))]  # a long prompt of its own: PagedAttention
-    assert not cascade_attention.worth_it(big, BS)
+    for limits in (cascade_attention.AMX_BF16, cascade_attention.AVX512_BF16, cascade_attention.FP32):
+        seqs = [("a", (1,) * 4, 200, tuple(range(7))), ("b", (1,) * 4, 200, tuple(range(7, 14)))]
+        assert cascade_attention.shared_tokens(seqs, BS) == [0, 0]
+        assert not cascade_attention.worth_it(seqs, BS, limits)
+        shared = [("a", (1,), 200, tuple(range(7))), ("b", (1,), 200, tuple(range(6)) + (20,))]
+        assert cascade_attention.shared_tokens(shared, BS) == [192, 192]
+        assert cascade_attention.worth_it(shared, BS, limits)
+        short = [
+            ("a", (1,), 40, (0, 1)),
+            ("b", (1,), 40, (0, 2)),
+        ]  # one shared block: under MIN_SHARED_TOKENS
+        assert cascade_attention.shared_tokens(short, BS) == [0, 0]
+        big = [
+            *shared,
+            ("c", (1,) * 400, 0, tuple(range(30, 43))),
+        ]  # a long prompt of its own: PagedAttention
+        assert not cascade_attention.worth_it(big, BS, limits)
 
 
-def test_decodes_with_long_histories_of_their_own_keep_paged_attention():
-    """8 decodes on a 1504-token shared prefix: the cascade saves 7 x 1504 key reads. With 500 own tokens each
-    (4000 own keys, 0.38 of the saved) it still pays (0.95x on the Xeon); with 1000 each (0.76) it does not
-    (1.02x), so PagedAttention keeps it."""
+def _decodes(own: int, n: int = 8) -> list[tuple[str, tuple[int, ...], int, tuple[int, ...]]]:
+    """n decodes on a 1504-token shared prefix (47 blocks of 32), each with `own` tokens of its own after it."""
+    blocks = -(-(own + 1) // 32)
+    prefix = tuple(range(47))
+    return [
+        (f"s{i}", (1,), 1504 + own, prefix + tuple(range(100 + blocks * i, 100 + blocks * (i + 1))))
+        for i in range(n)
+    ]
+
+
+def test_decodes_with_long_histories_of_their_own_keep_paged_attention_where_it_is_faster():
+    """8 decodes on a 1504-token shared prefix: the cascade saves 7 x 1504 key reads. On the Xeon (AMX, bf16)
+    500 own tokens each (4000 own keys, 0.38 of the saved) still pay (0.95x) and 1000 each (0.76) do not (1.02x);
+    on the Zen 5's AVX-512 path (bf16) 2000 each still pay (0.93-0.97x); fp32 caches stop at ~1000 (1.00x)."""
+    assert cascade_attention.shared_tokens(_decodes(1000), 32) == [1504] * 8
+    amx, zen5, fp32 = cascade_attention.AMX_BF16, cascade_attention.AVX512_BF16, cascade_attention.FP32
+    for limits in (amx, zen5, fp32):
+        assert cascade_attention.worth_it(_decodes(40), 32, limits)
+        assert cascade_attention.worth_it(_decodes(500), 32, limits)
+        assert not cascade_attention.worth_it(_decodes(6000), 32, limits)
+    for own in (1000, 2000, 3000):
+        assert not cascade_attention.worth_it(_decodes(own), 32, amx)
+        assert cascade_attention.worth_it(_decodes(own), 32, zen5)
+        assert not cascade_attention.worth_it(_decodes(own), 32, fp32)
+    assert cascade_attention.worth_it(_decodes(400, 2), 32, amx)  # 2 x 401 own keys vs 1504 saved: 0.53
+    assert not cascade_attention.worth_it(_decodes(600, 2), 32, amx)  # 2 x 601 vs 1504: 0.80
+    assert cascade_attention.worth_it(_decodes(1500, 2), 32, zen5)  # 2 x 1501 vs 1504: 2.00
+    assert not cascade_attention.worth_it(_decodes(2000, 2), 32, zen5)  # 2 x 2001 vs 1504: 2.66
+
+
+def test_a_prompt_of_its_own_goes_to_paged_attention_sooner_without_amx():
+    """Beside 7 decodes on the shared prefix, a prompt with no shared blocks: on the Zen 5 the op's own pass
+    loses from ~160 tokens (192: 1.02-1.07x paged); the Xeon's limit stays where it was measured (64k pairs)."""
+    cold = tuple(range(3000, 3020))
+
+    def plan(n: int) -> list[tuple[str, tuple[int, ...], int, tuple[int, ...]]]:
+        return [*_decodes(40, 7), ("c", (1,) * n, 0, cold)]
+
+    assert cascade_attention.worth_it(plan(128), 32, cascade_attention.AVX512_BF16)
+    assert cascade_attention.worth_it(plan(64), 32, cascade_attention.FP32)  # 128: over its 64 prompt rows
+    for limits in (cascade_attention.AVX512_BF16, cascade_attention.FP32):
+        assert not cascade_attention.worth_it(plan(192), 32, limits)
+    assert cascade_attention.worth_it(plan(192), 32, cascade_attention.AMX_BF16)
+    assert not cascade_attention.worth_it(plan(512), 32, cascade_attention.AMX_BF16)
+
+
+def test_fp32_caches_send_runs_with_many_prompt_rows_to_paged_attention():
+    """fp32, on the Zen 5: a 35-token turn on the shared prefix beside 7 decodes gains on the cascade graph
+    (0.90-0.94x), one of 120 tokens or four of 64 do not (0.98-1.08x); bf16 keeps them (0.91-1.04x)."""
     prefix = tuple(range(47))
 
-    def decodes(own: int) -> list[tuple[str, tuple[int, ...], int, tuple[int, ...]]]:
-        n = -(-(own + 1) // 32)
-        return [
-            (f"s{i}", (1,), 1504 + own, prefix + tuple(range(100 + n * i, 100 + n * (i + 1))))
-            for i in range(8)
+    def plan(k: int, n: int) -> list[tuple[str, tuple[int, ...], int, tuple[int, ...]]]:
+        turns = [
+            (f"t{i}", (1,) * n, 1504, prefix + tuple(range(2000 + 8 * i, 2008 + 8 * i))) for i in range(k)
         ]
+        return [*_decodes(40, 8 - k), *turns]
 
-    assert cascade_attention.worth_it(decodes(40), 32)
-    assert cascade_attention.worth_it(decodes(500), 32)
-    assert cascade_attention.shared_tokens(decodes(1000), 32) == [1504] * 8
-    assert not cascade_attention.worth_it(decodes(1000), 32)
-    two = decodes(400)[:2]
-    assert cascade_attention.worth_it(two, 32)  # 2 x 401 own keys vs 1504 saved: 0.53
-    assert not cascade_attention.worth_it(decodes(600)[:2], 32)  # 2 x 601 vs 1504: 0.80
+    fp32, zen5 = cascade_attention.FP32, cascade_attention.AVX512_BF16
+    assert cascade_attention.worth_it(plan(1, 35), 32, fp32)
+    assert not cascade_attention.worth_it(plan(1, 120), 32, fp32)
+    assert not cascade_attention.worth_it(plan(4, 64), 32, fp32)
+    assert cascade_attention.worth_it(plan(1, 120), 32, zen5)
+    assert cascade_attention.worth_it(plan(4, 64), 32, zen5)
 
 
 def test_the_extension_is_built_once_and_cached(tmp_path, monkeypatch):
@@ -252,8 +324,7 @@ def test_an_engine_without_the_extension_runs_on_paged_attention_and_says_why(sm
 def test_a_prompt_graph_takes_the_prompt_runs_and_gives_the_same_logits(smoke_xml, monkeypatch):
     """scheduler.prompt_graph: runs that carry prompt tokens go to compiled copies of their graph (cascade and
     PagedAttention alike), decode-only runs stay on the first ones, and every logit is what one graph gives."""
-    monkeypatch.setattr(cascade_attention, "MAX_OWN_WORK", 10**9)
-    monkeypatch.setattr(cascade_attention, "MAX_OWN_DECODE_SHARE", 1e9)
+    monkeypatch.setattr(cascade_attention, "routing", lambda cpu, bf16: cascade_attention.ALWAYS)
     kw = dict(num_slots=8, max_len=1024, tokens_per_block=BS, store_max_bytes=0, precision="fp32", threads=2)
     one = ov_runner.OpenVinoPagedRunner(smoke_xml, cascade=True, **kw)
     two = ov_runner.OpenVinoPagedRunner(smoke_xml, cascade=True, prompt_graph=True, **kw)
