@@ -128,6 +128,7 @@ def _compare(xml: Path, precision: str, vocab: int, monkeypatch) -> None:
             assert (a.argmax(-1) == b.argmax(-1)).all()
     assert cascade.cascade_runs >= 7, cascade.cascade_runs  # the shared runs took the cascade graph
     assert cascade.runtime_settings["cascade_attention"] == "on"
+    assert cascade.runtime_settings["cascade_routing"] == cascade_attention.ALWAYS.describe()
     print(f"worst relative difference {precision}: {worst:.3g}")
     assert worst > 0.0  # another kernel, not the same graph twice
 
@@ -152,6 +153,7 @@ def test_the_op_stays_off_where_its_kernels_would_not_pay(stories_xml):
     try:
         assert r.cascade_req is None
         assert r.runtime_settings["cascade_attention"].startswith("off (head size 8")
+        assert "cascade_routing" not in r.runtime_settings
     finally:
         r.close()
     zen3 = from_cpuinfo("model name : AMD EPYC 7B13\nflags : fpu avx avx2 fma\n")
