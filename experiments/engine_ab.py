@@ -7,7 +7,8 @@ whose speed drifts more than that from minute to minute.
 Both engines are loaded in this process (side A with the environment and recipe fields of `--a`, side B with
 `--b`: `NAME=VALUE` sets an environment variable while that engine loads, `SECTION.FIELD=VALUE` a recipe field),
 warmed with the same requests, then every level runs on A and on B in each round, the order reversed every other
-round, so each pair is measured minutes apart at most. The harness is experiments.cpu_peer_llmkiln_inprocess's
+round, so each pair is measured minutes apart at most. Each round sends requests of its own (both sides the
+same ones): a round repeating the last one's would find its whole prompts cached (`round_workloads`). The harness is experiments.cpu_peer_llmkiln_inprocess's
 stepped loop (OpenVINO GenAI's: a finished request's successor goes in before the next step), on the workload of
 experiments.cpu_peers (one 1500-token system prompt, `--user-tokens` fresh tokens, 32 ± `--output-spread`
 output tokens). Writes OUT/ab.json (every round's numbers) and OUT/SUMMARY.md: per level B ÷ A of output tokens/s,
@@ -20,6 +21,7 @@ import json
 import os
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ from experiments.cpu_peer_llmkiln_inprocess import stepped_loop
 from experiments.cpu_peers import CpuPeersConfig, lscpu, split_workload
 from llmkiln.atomic import write_text_atomic
 from llmkiln.bench.stats import RequestRecord
-from llmkiln.bench.workloads import build_workload, load_tokenizer
+from llmkiln.bench.workloads import Workload, build_workload, load_tokenizer
 from llmkiln.cli.main import run_command
 from llmkiln.cli.options import engines_dir_option, recipe_sets
 from llmkiln.engine_dir import resolve_engine
@@ -111,6 +113,25 @@ def summary_markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def round_workloads(
+    tok: Any, sizes: CpuPeersConfig, rounds: int
+) -> tuple[Workload, Workload, list[dict[int, Workload]]]:
+    """(the whole workload, the warm-up requests, per round each level's requests). Every round gets requests of
+    its own: a round that sent the previous round's again would find their whole prompts in the prefix store
+    (both sides alike), and measure cached prompts instead of fresh turns on a cached system prompt."""
+    per_round = sum(sizes.requests)
+    wl = build_workload(tok, replace(sizes.spec(), num_requests=sizes.warmup + rounds * per_round))
+    warm = replace(wl, requests=wl.requests[: sizes.warmup])
+    out = []
+    for k in range(rounds):
+        at = sizes.warmup + k * per_round
+        _, levels = split_workload(
+            replace(wl, requests=wl.requests[at : at + per_round]), 0, sizes.levels, sizes.requests
+        )
+        out.append(levels)
+    return wl, warm, out
+
+
 @click.command("engine-ab", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--engine", required=True, help="An engine folder or a name under --engines-dir.")
 @click.option(
@@ -162,8 +183,7 @@ def cli(
     )
     folder = resolve_engine(engine, engines_dir)
     tok = load_tokenizer(folder.path)
-    wl = build_workload(tok, sizes.spec())
-    warm, levels = split_workload(wl, sizes.warmup, sizes.levels, sizes.requests)
+    wl, warm, rounds_levels = round_workloads(tok, sizes, rounds)
     ids = {r.index: tok.encode(r.prompt, add_special_tokens=True).ids for r in wl.requests}
     engines = {"A": _load(folder, env_a, (size, *sets_a)), "B": _load(folder, env_b, (size, *sets_b))}
     data: dict[str, Any] = {
@@ -176,12 +196,12 @@ def cli(
         "command": f"{PROG} --engine {engine} --a '{side_a}' --b '{side_b}' --concurrency {concurrency} "
         f"--requests {requests_} --user-tokens {user_tokens} --output-spread {output_spread} --rounds {rounds}",
         "settings": {k: e.runner.runtime_settings for k, e in engines.items()},
-        "levels": {str(c): [] for c in levels},
+        "levels": {str(c): [] for c in sizes.levels},
     }
     try:
         for e in engines.values():
             stepped_loop(e, warm.requests, ids, max(sizes.levels))
-        for k in range(rounds):
+        for k, levels in enumerate(rounds_levels):
             order = ("A", "B") if k % 2 == 0 else ("B", "A")
             for c, level in levels.items():
                 row: dict[str, Any] = {}

@@ -140,16 +140,12 @@ class Routing:
     # a run whose decodes bring more own keys than this share of the keys it saves keeps PagedAttention
     max_own_decode_share: float
     source: str
-    # rows of prompts and drafts in the run (None: no limit): more go to PagedAttention, whose prefill kernel
-    # beats the op's rows on the shared keys too
-    max_prompt_rows: int | None = None
 
     def describe(self) -> str:
         """For the runner's runtime settings (engine report, /metrics)."""
-        rows = "" if self.max_prompt_rows is None else f", it has at most {self.max_prompt_rows} prompt rows"
         return (
-            f"cascade where the run's own work is at most {self.max_own_work} query x key pairs{rows} and its "
-            f"decodes' own keys at most {self.max_own_decode_share:g} x the shared keys saved ({self.source})"
+            f"cascade where the run's own work is at most {self.max_own_work} query x key pairs and its decodes' "
+            f"own keys at most {self.max_own_decode_share:g} x the shared keys saved ({self.source})"
         )
 
 
@@ -159,20 +155,15 @@ class Routing:
 AMX_BF16 = Routing(64 * 1024, 0.6, "measured on an Intel Xeon with AMX, bf16")
 # bf16 caches without AMX (AMD EPYC Zen 5; bench-ov-bf16 and smollm2-ov-bf16, two runs each): the decodes' own
 # pass gains there too — 8 decodes with 1000 / 2000 / 4000 own tokens each (own / saved 0.76 / 1.52 / 3.04)
-# 0.81-0.91 / 0.93-0.97 / 0.93-1.02x paged, 6000 (4.56) 0.98-1.02x; a prompt of its own beside 7 decodes 128
-# tokens 0.97-1.02x, 160 1.00-1.01x, 192 1.02-1.07x; turns on the prefix level either way (one of 120 tokens
-# 0.91-1.00x, two 0.96-1.12x, four of 64 0.94-1.04x) (bench/results/cpu-speed-zen5/cascade-routing)
-AVX512_BF16 = Routing(160 * 160, 2.5, "measured on an AMD EPYC Zen 5 without AMX, bf16")
-# fp32 caches (the op's fp32 path is AVX-512 FMAs on every CPU, as OpenVINO's fp32 kernels are; measured on the
-# Zen 5, bench-ov-fp32 and smollm2-ov-fp32): 8 decodes with 500 / 1000 / 2000 own tokens each 0.90-1.01 /
-# 1.00-1.01 / 1.08-1.14x; a prompt of its own 128 tokens 0.99-1.01x, 160 1.01-1.05x; turns on the prefix: a 35-
-# token one 0.90-0.94x, one of 120 0.99-1.05x, four of 64 0.98-1.08x, two of 120 1.03-1.08x
-FP32 = Routing(
-    160 * 160,
-    0.6,
-    "measured on an AMD EPYC Zen 5, fp32; the same AVX-512 code on every CPU",
-    max_prompt_rows=64,
-)
+# 0.81-0.91 / 0.93-0.97 / 0.93-1.02x paged, 6000 (4.56) 0.98-1.02x; in paired in-process rounds 1000-1500-token
+# turns on the shared prefix, c=8: ITL p50 0.87x, 1.03x tok/s against the Xeon's limit. The pair limit stays:
+# a prompt of its own beside 7 decodes loses from ~160 tokens (192: 1.02-1.07x), but a lower limit also sent
+# c=32's runs of two turns on the prefix beside ~30 decodes to PagedAttention: 0.97x tok/s
+# (bench/results/cpu-speed-zen5/cascade-routing)
+AVX512_BF16 = Routing(64 * 1024, 2.5, "measured on an AMD EPYC Zen 5 without AMX, bf16")
+# fp32 caches (the op's fp32 path is AVX-512 FMAs on every CPU, as OpenVINO's fp32 kernels are): the Xeon's limits
+# hold on the Zen 5 — 8 decodes with 500 / 1000 / 2000 own tokens each 0.90-1.01 / 1.00-1.01 / 1.08-1.14x
+FP32 = Routing(64 * 1024, 0.6, "measured on an Intel Xeon (bf16) and an AMD EPYC Zen 5 (fp32)")
 ALWAYS = Routing(10**12, 1e12, "every run with shared blocks")  # tests: compare the op with PagedAttention
 
 
@@ -265,9 +256,6 @@ def worth_it(
         if len(toks) > 1
     )
     if own > limits.max_own_work:
-        return False
-    rows = sum(len(toks) for _, toks, _, _ in seqs if len(toks) > 1)
-    if limits.max_prompt_rows is not None and rows > limits.max_prompt_rows:
         return False
     saved = sum((len(members) - 1) * tokens for members, tokens in groups)
     own_decode = sum(

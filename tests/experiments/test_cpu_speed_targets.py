@@ -11,7 +11,8 @@ import pytest
 
 from experiments import cpu_speed_targets as cst
 from experiments.cpu_peers import CpuPeersConfig, _kept_systems, summary_config
-from experiments.engine_ab import parse_side
+from experiments.engine_ab import parse_side, round_workloads
+from llmkiln.bench.workloads import load_tokenizer
 from llmkiln.errors import BadInput
 
 
@@ -116,3 +117,23 @@ def test_engine_ab_sides():
     assert env == {"LLMKILN_CASCADE": "0"} and sets == ("scheduler.max_num_tokens=512",)
     with pytest.raises(BadInput, match="NAME=VALUE"):
         parse_side("LLMKILN_CASCADE")
+
+
+def test_engine_ab_rounds_send_fresh_turns_on_the_same_system_prompt(tmp_path, stories_dir):
+    """A round that sent the last round's requests again would find their whole prompts in the prefix store:
+    every round gets requests of its own, the levels their counts, the warm-up its own, one system prompt."""
+    tok = load_tokenizer(stories_dir)
+    sizes = CpuPeersConfig.make(
+        out_dir=tmp_path, concurrency="2,4", requests="3,5", warmup=2, user_tokens="30-40"
+    )
+    wl, warm, rounds = round_workloads(tok, sizes, 3)
+    assert len(wl.requests) == 2 + 3 * 8 and len(warm.requests) == 2 and len(rounds) == 3
+    seen = [r.index for r in warm.requests]
+    for levels in rounds:
+        assert {c: len(lv.requests) for c, lv in levels.items()} == {2: 3, 4: 5}
+        seen += [r.index for lv in levels.values() for r in lv.requests]
+    assert sorted(seen) == sorted(r.index for r in wl.requests) and len(set(seen)) == len(seen)
+    prompts = [r.prompt for r in wl.requests]
+    assert len(set(prompts)) == len(prompts)  # fresh turns ...
+    system = prompts[0][:200]
+    assert all(p.startswith(system) for p in prompts)  # ... on one system prompt
