@@ -156,7 +156,7 @@ AMX_BF16 = Routing(64 * 1024, 0.6, "measured on an Intel Xeon with AMX, bf16")
 # bf16 caches without AMX (AMD EPYC Zen 5; bench-ov-bf16 and smollm2-ov-bf16, two runs each): the decodes' own
 # pass gains there too — 8 decodes with 1000 / 2000 / 4000 own tokens each (own / saved 0.76 / 1.52 / 3.04)
 # 0.81-0.91 / 0.93-0.97 / 0.93-1.02x paged, 6000 (4.56) 0.98-1.02x; in paired in-process rounds 1000-1500-token
-# turns on the shared prefix, c=8: ITL p50 0.87x, 1.03x tok/s against the Xeon's limit. The pair limit stays:
+# turns on the shared prefix, c=8: ITL p50 0.87-0.91x, tok/s level, against the Xeon's limit. The pair limit stays:
 # a prompt of its own beside 7 decodes loses from ~160 tokens (192: 1.02-1.07x), but a lower limit also sent
 # c=32's runs of two turns on the prefix beside ~30 decodes to PagedAttention: 0.97x tok/s
 # (bench/results/cpu-speed-zen5/cascade-routing)
@@ -167,9 +167,8 @@ FP32 = Routing(64 * 1024, 0.6, "measured on an Intel Xeon (bf16) and an AMD EPYC
 ALWAYS = Routing(10**12, 1e12, "every run with shared blocks")  # tests: compare the op with PagedAttention
 
 
-ROUTING_ENV = (
-    "LLMKILN_CASCADE_ROUTING"  # another kind's limits on this CPU (A/B measurements): BY_NAME's keys
-)
+# another kind's limits on this CPU (A/B measurements): one of BY_NAME's keys
+ROUTING_ENV = "LLMKILN_CASCADE_ROUTING"
 BY_NAME = {"amx-bf16": AMX_BF16, "avx512-bf16": AVX512_BF16, "fp32": FP32}
 
 
