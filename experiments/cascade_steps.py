@@ -5,7 +5,7 @@
 The engine's IR is loaded twice by one OpenVinoPagedRunner (`cascade=True`: both graphs share its KV pools); a
 1504-token prefix (47 blocks) is prefilled once, and B sequences get their own blocks after it with 40 tokens of
 their own (eight more with 500, and 1000, of their own: a multi-turn history; `--history` sets those counts,
-`--own-prompts` the own prompts' sizes). Then, alternating the two graphs run by run (a slow minute lands on both), the median ms of:
+`--own-prompts` the own prompts' sizes, `--turns KxN` fresh turns on the prefix, `--prefix` its size). Then, alternating the two graphs run by run (a slow minute lands on both), the median ms of:
 decodes of B = 1, 8, 16, 32 sequences on the shared prefix; the same 8 decodes with distinct prefixes (nothing
 shared: what the cascade cannot help); a mixed run (7 decodes + a 35-token prompt on the prefix); and a long
 prompt of its own beside 7 decodes (where the runner keeps PagedAttention: cascade_attention.Routing). The
@@ -33,9 +33,8 @@ PREFIX = 1504
 OWN = 40
 HISTORY = (500, 1000)  # own tokens of 8 decodes on the shared prefix (cascade_attention.Routing)
 OWN_PROMPTS = (512,)  # tokens of a prompt of its own beside 7 decodes (cascade_attention.Routing)
-TURNS: tuple[
-    tuple[int, int], ...
-] = ()  # (k, n): k fresh n-token user turns on the prefix beside 8 - k decodes
+# (k, n): k fresh n-token user turns on the prefix beside 8 - k decodes
+TURNS: tuple[tuple[int, int], ...] = ()
 Seq = tuple[str, tuple[int, ...], int, tuple[int, ...]]
 
 
@@ -46,6 +45,7 @@ def measure(
     histories: tuple[int, ...] = HISTORY,
     own_prompts: tuple[int, ...] = OWN_PROMPTS,
     turns: tuple[tuple[int, int], ...] = TURNS,
+    prefix_len: int = PREFIX,
 ) -> dict[str, Any]:
     from llmkiln.runtime import cascade_attention
     from llmkiln.runtime.openvino_runner import OpenVinoPagedRunner
@@ -58,12 +58,23 @@ def measure(
     slots = 40 + sum(8 * (n + 1) for n in histories) // 2048  # the pools hold every history
     r = OpenVinoPagedRunner(xml, slots, 2048, None, 0, recipe.precision, cascade=True)
     if r.cascade_req is None:
+        r.close()
         raise click.ClickException(
             f"cascade attention is off here: {r.runtime_settings['cascade_attention']}"
         )
     r.padding.limit = 0
     bs = r.block_size
-    prefix = tuple(range(PREFIX // bs))
+    if prefix_len % bs or prefix_len < 2 * bs:
+        r.close()
+        raise click.BadParameter(
+            f"--prefix {prefix_len}: a multiple of the engine's {bs}-token blocks, two or more"
+        )
+
+    def ids(start: int, n: int) -> tuple[int, ...]:
+        """n token ids from `start`, within the model's vocabulary."""
+        return tuple((start + j) % r.vocab_size for j in range(n))
+
+    prefix = tuple(range(prefix_len // bs))
     nxt = len(prefix)
 
     def run(graph: str, plan: list[Seq]) -> tuple[np.ndarray, float]:
@@ -71,18 +82,18 @@ def measure(
         out = r._run(plan, [1] * len(plan), cascade=graph == "cascade")
         return out, (time.perf_counter() - t) * 1000
 
-    run("paged", [("p", tuple(range(1, PREFIX + 1)), 0, prefix)])
+    run("paged", [("p", ids(1, prefix_len), 0, prefix)])
     shared, distinct = [], []
     for i in range(33):
         own = tuple(range(nxt, nxt + 3))
         nxt += 3
         shared.append(prefix + own)
-        run("paged", [(f"s{i}", tuple(range(200 + i, 200 + i + OWN)), PREFIX, shared[i])])
+        run("paged", [(f"s{i}", ids(200 + i, OWN), prefix_len, shared[i])])
     for i in range(8):
-        table = tuple(range(nxt, nxt + 50))
-        nxt += 50
+        table = tuple(range(nxt, nxt + -(-(prefix_len + OWN) // bs)))
+        nxt += len(table)
         distinct.append(table)
-        run("paged", [(f"d{i}", tuple(range(3, 3 + PREFIX + OWN)), 0, table)])
+        run("paged", [(f"d{i}", ids(3, prefix_len + OWN), 0, table)])
     history: dict[int, list[tuple[int, ...]]] = {}  # on the shared prefix, each with a history of its own
     for own_len in histories:
         history[own_len] = []
@@ -91,10 +102,10 @@ def measure(
             table = prefix + tuple(range(nxt, nxt + n))
             nxt += n
             history[own_len].append(table)
-            run("paged", [(f"h{own_len}-{i}", tuple(range(7, 7 + own_len)), PREFIX, table)])
+            run("paged", [(f"h{own_len}-{i}", ids(7, own_len), prefix_len, table)])
     cold = tuple(range(nxt, nxt + 20 + max(own_prompts) // bs))
     nxt += len(cold)
-    turn_tables = []  # a fresh turn right after the prefix (past = PREFIX, its own blocks after it)
+    turn_tables = []  # a fresh turn right after the prefix (past = prefix_len, its own blocks after it)
     turn_blocks = -(-max((n for _, n in turns), default=0) // bs)
     for _ in range(max((k for k, _ in turns), default=0)):
         turn_tables.append(prefix + tuple(range(nxt, nxt + turn_blocks)))
@@ -102,7 +113,7 @@ def measure(
     assert nxt <= r.num_blocks
 
     def decodes(n: int, tables: list[tuple[int, ...]], own: int = OWN) -> list[Seq]:
-        return [(f"s{i}", (5 + i,), PREFIX + own, tables[i]) for i in range(n)]
+        return [(f"s{i}", (5 + i,), prefix_len + own, tables[i]) for i in range(n)]
 
     shapes: dict[str, Callable[[], list[Seq]]] = {
         "1 decode, shared prefix": lambda: decodes(1, shared),
@@ -116,11 +127,11 @@ def measure(
         },
         "7 decodes + a 35-token prompt": lambda: [
             *decodes(7, shared),
-            ("m", tuple(range(100, 135)), PREFIX + OWN, shared[32]),
+            ("m", ids(100, 35), prefix_len + OWN, shared[32]),
         ],
         **{
             f"7 decodes + a {n}-token prompt of its own": (
-                lambda n=n: [*decodes(7, shared), ("c", tuple(range(300, 300 + n)), 0, cold)]
+                lambda n=n: [*decodes(7, shared), ("c", ids(300, n), 0, cold)]
             )
             for n in own_prompts
         },
@@ -128,10 +139,7 @@ def measure(
             f"{8 - k} decodes + {k} x {n}-token turns on the prefix": (
                 lambda k=k, n=n: [
                     *decodes(8 - k, shared),
-                    *(
-                        (f"t{i}", tuple(range(400 + i, 400 + i + n)), PREFIX, turn_tables[i])
-                        for i in range(k)
-                    ),
+                    *((f"t{i}", ids(400 + i, n), prefix_len, turn_tables[i]) for i in range(k)),
                 ]
             )
             for k, n in turns
@@ -159,7 +167,13 @@ def measure(
             err=True,
         )
     r.close()
-    return {"engine": str(engine), "precision": recipe.precision, "machine": lscpu(), "shapes": out}
+    return {
+        "engine": str(engine),
+        "precision": recipe.precision,
+        "prefix": prefix_len,
+        "machine": lscpu(),
+        "shapes": out,
+    }
 
 
 @click.command("cascade-steps", context_settings={"help_option_names": ["-h", "--help"]})
@@ -180,14 +194,29 @@ def measure(
     help="Tokens of the prompt of its own beside 7 decodes, comma-separated.",
 )
 @click.option(
+    "--prefix",
+    "prefix_len",
+    type=int,
+    default=PREFIX,
+    show_default=True,
+    help="Tokens of the shared prefix (a multiple of the engine's block).",
+)
+@click.option(
     "--turns",
     default="",
     help="KxN,...: K fresh N-token user turns on the prefix beside 8 - K decodes (e.g. 1x120,2x120).",
 )
 def cli(
-    engine: Path, rounds: int, runs: int, out_dir: Path | None, history: str, own_prompts: str, turns: str
+    engine: Path,
+    rounds: int,
+    runs: int,
+    out_dir: Path | None,
+    history: str,
+    own_prompts: str,
+    turns: str,
+    prefix_len: int,
 ) -> None:
-    data = measure(engine, rounds, runs, _ints(history), _ints(own_prompts), _turns(turns))
+    data = measure(engine, rounds, runs, _ints(history), _ints(own_prompts), _turns(turns), prefix_len)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         write_text_atomic(out_dir / "cascade-steps.json", json.dumps(data, indent=2) + "\n")
