@@ -3,13 +3,14 @@
     python -m experiments.cascade_steps --engine engines/bench-ov-bf16 [--rounds 5] [--out DIR]
 
 The engine's IR is loaded twice by one OpenVinoPagedRunner (`cascade=True`: both graphs share its KV pools); a
-1504-token prefix (47 blocks) is prefilled once, and B sequences get their own blocks after it with 40 tokens of
-their own (eight more with 500, and 1000, of their own: a multi-turn history; `--history` sets those counts,
-`--own-prompts` the own prompts' sizes, `--turns KxN` fresh turns on the prefix, `--prefix` its size). Then, alternating the two graphs run by run (a slow minute lands on both), the median ms of:
+1504-token prefix (47 blocks; `--prefix` sets it) is prefilled once, and B sequences get their own blocks after it
+with 40 tokens of their own (eight more with 500, and 1000, of their own: a multi-turn history; `--history` sets
+those counts). Then, alternating the two graphs run by run (a slow minute lands on both), the median ms of:
 decodes of B = 1, 8, 16, 32 sequences on the shared prefix; the same 8 decodes with distinct prefixes (nothing
-shared: what the cascade cannot help); a mixed run (7 decodes + a 35-token prompt on the prefix); and a long
-prompt of its own beside 7 decodes (where the runner keeps PagedAttention: cascade_attention.Routing). The
-greatest logit difference between the two graphs is printed per shape. Writes DIR/cascade-steps.json with --out.
+shared: what the cascade cannot help); a mixed run (7 decodes + a 35-token prompt on the prefix); a prompt of its
+own beside 7 decodes (512 tokens; `--own-prompts` sets the sizes), and with `--turns KxN` K fresh N-token turns
+on the prefix beside 8 - K decodes. Per shape: which graph the runner would pick (cascade_attention.Routing for
+this CPU) and the greatest logit difference between the two graphs. Writes DIR/cascade-steps.json with --out.
 """
 
 from __future__ import annotations
