@@ -162,9 +162,11 @@ def measure(
             "max_logit_difference": float(np.abs(a - b).max()),
             "logit_scale": float(np.abs(a).max()),
         }
+        row = out[name]
         click.echo(
-            f"{name:44s} paged {out[name]['paged_ms']:6.2f} ms  cascade {out[name]['cascade_ms']:6.2f} ms  "
-            f"x{out[name]['cascade_ms'] / out[name]['paged_ms']:.2f}  routed {out[name]['routed']:7s}  max |dlogit| {out[name]['max_logit_difference']:.3g}",
+            f"{name:44s} paged {row['paged_ms']:6.2f} ms  cascade {row['cascade_ms']:6.2f} ms  "
+            f"x{row['cascade_ms'] / row['paged_ms']:.2f}  routed {row['routed']:7s}  "
+            f"max |dlogit| {row['max_logit_difference']:.3g}",
             err=True,
         )
     r.close()
