@@ -11,8 +11,9 @@ round, so each pair is measured minutes apart at most. Each round sends requests
 same ones): a round repeating the last one's would find its whole prompts cached (`round_workloads`). The harness
 is experiments.cpu_peer_llmkiln_inprocess's stepped loop (OpenVINO GenAI's: a finished request's successor goes in
 before the next step), on the workload of experiments.cpu_peers (one 1500-token system prompt, `--user-tokens`
-fresh tokens, 32 ± `--output-spread` output tokens). Writes OUT/ab.json (every round's numbers) and OUT/SUMMARY.md: per level B ÷ A of output tokens/s,
-TTFT p50 and ITL p50/p99 in each round and their mean, and the machine.
+fresh tokens, 32 ± `--output-spread` output tokens). Writes OUT/ab.json (every round's numbers) and
+OUT/SUMMARY.md: per level B ÷ A of output tokens/s, TTFT p50 and ITL p50/p99 in each round and their mean, and
+the machine.
 """
 
 from __future__ import annotations
