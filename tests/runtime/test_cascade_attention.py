@@ -73,14 +73,16 @@ def _pair(xml: Path, precision: str):
 def _plans(vocab: int):
     """A conversation of runs over hand-made block tables: a 200-token prefix in blocks 0-5 (+ 8 tokens), three
     sequences on it (each with its own blocks from 10 + 4i), a fourth on a 70-token prefix of its own, then mixed
-    runs: prompt chunks on the shared blocks (every row's logits), decodes, drafted decodes, a sequence alone."""
+    runs: prompt chunks on the shared blocks (every row's logits), decodes, drafted decodes, a sequence alone, a
+    100-token turn beside the decodes."""
     rng = np.random.default_rng(7)
     ids = lambda n: tuple(int(x) for x in rng.integers(3, vocab, n))  # noqa: E731
     shared = tuple(range(6))
-    own = {i: tuple(range(10 + 4 * i, 14 + 4 * i)) for i in range(6)}
+    own = {i: tuple(range(10 + 4 * i, 14 + 4 * i)) for i in range(7)}
     table = {f"s{i}": shared + own[i] for i in range(4)}
     table["solo"] = own[4]
     table["q"] = shared + own[5]
+    table["r"] = shared + own[6]
     prefix = ids(200)
     pasts = {}
     plans = [[("p", prefix, 0, shared + (40,))]]  # the prefix, once (its partial last block in block 40)
@@ -106,6 +108,8 @@ def _plans(vocab: int):
             run.append(("q", prefix[192:] + ids(41), 192, table["q"]))
         if step == 3:  # a chunk of 40 more on the new prompt's past
             run.append(("q", ids(40), 192 + 49, table["q"]))
+        if step == 5:  # a 100-token turn on the shared blocks (own pass: rows split, causal)
+            run.append(("r", prefix[192:] + ids(92), 192, table["r"]))
         plans.append(run)
     plans.append([(sid, ids(1), pasts[sid], table[sid]) for sid in ("s0", "s1", "s2")])  # decodes only
     return plans

@@ -195,6 +195,14 @@ struct Tile {
     int64_t token[16];  // where each lane's result goes: query token and head
     int64_t head[16];
 
+    // the last key position any lane attends (-1: none)
+    int32_t last_key() const {
+        int32_t top = 0;
+        for (int i = 0; i < n; ++i)
+            top = std::max(top, hi[i]);
+        return top - 1;
+    }
+
     template <bool BF16>
     void clear() {
         n = 0;
@@ -620,6 +628,15 @@ void amx_attend(const uint16_t* qbf, int64_t nq, const AmxBlock<D>* blocks, int6
 }
 #endif  // AMX
 
+// AMX tiles in use here (the build has them and the OS lets this thread use them).
+inline bool amx_usable() {
+#ifdef LLMKILN_AMX
+    return amx_allowed();
+#else
+    return false;
+#endif
+}
+
 
 struct Timing {
     double prep = 0, attn = 0, shared = 0, merge = 0, own = 0;
@@ -753,8 +770,15 @@ inline std::vector<Item> shared_items(const std::vector<Group>& groups, int64_t 
     const int64_t nthr = std::max(1, parallel_get_max_threads());
     for (int64_t gi = 0; gi < int64_t(groups.size()); ++gi) {
         const Group& g = groups[gi];
-        // enough chunks for every thread, each several blocks (the rows reuse every loaded block)
-        const int64_t want = std::max<int64_t>(1, (4 * nthr + Hkv - 1) / Hkv);
+        // two items or more for every thread, each many blocks (the rows reuse every loaded block; each item
+        // sets up the group's query tiles again and leaves partial states to merge), as many items as a whole
+        // number of rounds of the threads where the blocks allow (SmolLM2's 3 KV heads x 3 chunks left one of 2
+        // threads 5 items and the other 4; now 3 x 2). Measured on the Zen 5, 2 threads: op time a layer, 7
+        // decodes + a 100-token turn on a 1504-token prefix 940 -> 760-790 us with the own pass's units, 8
+        // decodes 170 -> 150, 32 decodes 400 -> 355-362 (against 4 items a thread: 760-840, 157-164, 390)
+        int64_t want = std::max<int64_t>(1, (2 * nthr + Hkv - 1) / Hkv);
+        while ((Hkv * want) % nthr && want < g.blocks)
+            ++want;
         const int64_t per = std::max<int64_t>(1, (g.blocks + want - 1) / want);
         for (int64_t h = 0; h < Hkv; ++h)
             for (int64_t b0 = 0; b0 < g.blocks; b0 += per) {
@@ -765,16 +789,93 @@ inline std::vector<Item> shared_items(const std::vector<Group>& groups, int64_t 
     return items;
 }
 
-// Fold the items' partial states into the per-(token, head) states m, l, acc.
+// `f(0) .. f(n - 1)` on OpenVINO's threads, each thread a contiguous range of about the same total cost
+// (`cost[k]`: work of item k). ov::parallel_for splits a range into equal counts: one prompt's dear items among
+// many cheap decodes' all went to one thread. (Items handed out one by one through an atomic counter balanced
+// as well but cost 30-40 us a layer more on 32 decodes: the counter's cache line crossing cores per item.)
+template <typename F>
+inline void for_each_balanced(const std::vector<int64_t>& cost, const F& f) {
+    const int64_t n = int64_t(cost.size());
+    if (n == 0)
+        return;
+    const int nthr = int(std::min<int64_t>(n, std::max(1, parallel_get_max_threads())));
+    if (nthr == 1) {
+        for (int64_t k = 0; k < n; ++k)
+            f(k);
+        return;
+    }
+    int64_t total = 0;
+    for (int64_t x : cost)
+        total += x;
+    std::vector<int64_t> bounds(nthr + 1, n);
+    bounds[0] = 0;
+    int64_t run = 0, k = 0;
+    for (int t = 1; t < nthr; ++t) {  // thread t starts where the running cost passes t/nthr of the total
+        while (k < n && (run + cost[k]) * nthr <= total * t)
+            run += cost[k++];
+        bounds[t] = std::max(k, bounds[t - 1]);
+    }
+    ov::parallel_nt(nthr, [&](int ithr, int) {
+        for (int64_t j = bounds[ithr]; j < bounds[ithr + 1]; ++j)
+            f(j);
+    });
+}
+
+// A unit of the own pass: sequence i's rows [r0, r1) (of its new tokens) for KV head h, and its cost (queries x
+// keys).
+struct OwnUnit {
+    int64_t i, h, r0, r1, cost;
+};
+
+// Query rows (x the query heads of a KV head) per unit of the own pass: four AVX-512 tiles of 16, or eight AMX
+// tiles (each unit converts its blocks to AMX's layout once).
+constexpr int64_t kOwnUnitQueries = 64;
+constexpr int64_t kOwnUnitQueriesAmx = 128;
+
+// The own pass's units, in sequence order: every (sequence, KV head) with new tokens, a prompt's rows split so
+// one long prompt's heads do not all land on one thread (7 decodes + a 100-token turn: its 3 heads were the
+// whole pass's work, all on one of 2 threads). A unit's keys end at its last row's (causal): a prompt's early
+// rows cost less. Cost: queries x keys, and a tile's worth for the unit itself.
+template <typename C>
+std::vector<OwnUnit> own_units(const C& c, int64_t G, bool amx) {
+    std::vector<OwnUnit> units;
+    const int64_t rows_per = std::max<int64_t>(1, (amx ? kOwnUnitQueriesAmx : kOwnUnitQueries) / G);
+    for (int64_t i = 0; i < c.s.S; ++i) {
+        const int64_t n = c.begins[i + 1] - c.begins[i];
+        for (int64_t r0 = 0; r0 < n; r0 += rows_per) {
+            const int64_t r1 = std::min(n, r0 + rows_per);
+            const int64_t keys = c.past[i] + r1 - c.shared_of[i];
+            for (int64_t h = 0; h < c.s.Hkv; ++h)
+                units.push_back({i, h, r0, r1, (r1 - r0) * G * keys + 16 * 64});
+        }
+    }
+    return units;
+}
+
+// Fold the items' partial states into the per-(token, head) states m, l, acc: each group's items of a KV head in
+// block order, the rows of the group in parallel (one serial pass was 25-35 us a layer beside the decodes and a
+// 100-token turn of SmolLM2).
 inline void merge_items(const std::vector<Item>& items, const std::vector<Group>& groups, const Shape& s,
                         const std::vector<float>& pm, const std::vector<float>& pl, const std::vector<float>& pacc,
                         std::vector<float>& m, std::vector<float>& l, std::vector<float>& acc) {
     const int64_t H = s.H, G = s.G, D = s.D;
-    for (const Item& it : items) {
-        const Group& g = groups[it.group];
-        for (size_t r = 0; r < g.rows.size(); ++r)
+    // runs of items with the same (group, KV head): shared_items lists each one's chunks together, in order
+    std::vector<std::pair<size_t, size_t>> runs;
+    for (size_t k = 0; k < items.size(); ++k)
+        if (k == 0 || items[k].group != items[k - 1].group || items[k].h != items[k - 1].h)
+            runs.push_back({k, k + 1});
+        else
+            runs.back().second = k + 1;
+    std::vector<std::pair<size_t, size_t>> work;  // (run, row)
+    for (size_t ri = 0; ri < runs.size(); ++ri)
+        for (size_t r = 0; r < groups[items[runs[ri].first].group].rows.size(); ++r)
+            work.push_back({ri, r});
+    const auto fold = [&](int64_t w) {
+        const auto [ri, r] = work[size_t(w)];
+        for (size_t k = runs[ri].first; k < runs[ri].second; ++k) {
+            const Item& it = items[k];
+            const int64_t t = groups[it.group].rows[r];
             for (int64_t gg = 0; gg < G; ++gg) {
-                const int64_t t = g.rows[r];
                 const int64_t hq = it.h * G + gg;
                 const size_t slot = it.slot + r * G + gg;
                 float& M = m[t * H + hq];
@@ -788,6 +889,13 @@ inline void merge_items(const std::vector<Item>& items, const std::vector<Group>
                 L = L * c0 + pl[slot] * c1;
                 M = mx;
             }
+        }
+    };
+    if (int64_t(items.size()) * int64_t(work.size()) / int64_t(runs.size() ? runs.size() : 1) * G * D < 131072) {
+        for (int64_t w = 0; w < int64_t(work.size()); ++w)  // a few decodes: not worth waking the threads
+            fold(w);
+    } else {
+        ov::parallel_for(int64_t(work.size()), fold);
     }
 }
 
@@ -934,14 +1042,20 @@ void run_simd(Call<C>& c, float* out) {
     const double t1 = now_us();
     merge_items(items, c.groups, s, pm, pl, pacc, m, l, acc);
     const double t2 = now_us();
-    // every sequence's own keys (after its shared blocks; causal), per KV head
-    ov::parallel_for2d(s.S, Hkv, [&](int64_t i, int64_t h) {
+    // every sequence's own keys (after its shared blocks; causal), per KV head, in units of a few tiles of its
+    // rows (own_units: a prompt's rows split, so one long prompt's heads do not all land on one thread), the
+    // threads' shares balanced by cost
+    const auto units = own_units(c, G, BF16 && amx_usable());
+    std::vector<int64_t> unit_cost(units.size());
+    for (size_t u = 0; u < units.size(); ++u)
+        unit_cost[u] = units[u].cost;
+    for_each_balanced(unit_cost, [&](int64_t u) {
+        const OwnUnit& un = units[u];
+        const int64_t i = un.i, h = un.h;
         const int64_t start = c.shared_of[i];
-        const int64_t t0 = c.begins[i], t1 = c.begins[i + 1];
+        const int64_t t0 = c.begins[i] + un.r0, t1 = c.begins[i] + un.r1;  // this unit's rows
         const int64_t nq = (t1 - t0) * G;
-        if (nq == 0)
-            return;
-        const int64_t end = c.past[i] + (t1 - t0);  // the last token's keys [start, end)
+        const int64_t end = c.past[i] + un.r1;  // its last row's keys [start, end)
 #ifdef LLMKILN_AMX
         const int64_t b0 = start / BS, b1 = (end + BS - 1) / BS;
         // a prompt chunk, or a decode on a long past of its own: its queries on AMX (a tile of 16 rows holds a
@@ -967,7 +1081,7 @@ void run_simd(Call<C>& c, float* out) {
                 const float* qp = c.q + t * H * D + hq * D;
                 for (int d = 0; d < D; ++d)
                     qbf[qi * D + d] = f32_to_bf16(qp[d] * c.scale);
-                his[qi] = int32_t(c.past[i] + (t - t0) + 1);
+                his[qi] = int32_t(c.past[i] + (t - c.begins[i]) + 1);
             }
             for (int64_t b = b0; b < b1; ++b) {
                 const int64_t blk = c.block(i, b);
@@ -1002,7 +1116,7 @@ void run_simd(Call<C>& c, float* out) {
             Tile<D>& tile = tiles[qi / 16];
             const int lane = tile.n;
             tile.template add<BF16>(c.q + t * H * D + hq * D, c.scale, int32_t(start),
-                                    int32_t(c.past[i] + (t - t0) + 1), t, hq);
+                                    int32_t(c.past[i] + (t - c.begins[i]) + 1), t, hq);
             tile.m[lane] = m[t * H + hq];
             tile.l[lane] = l[t * H + hq];
             std::memcpy(&tile.acc[lane * D], &acc[(t * H + hq) * D], D * sizeof(float));
@@ -1015,7 +1129,8 @@ void run_simd(Call<C>& c, float* out) {
             const int j1 = int(std::min<int64_t>(end - b * BS, BS));
             block_values<D, BF16>(c.vblock(blk, h), int(BS), j0, j1, vf);
             for (size_t ti = 0; ti < ntiles; ++ti)
-                tile_block<D, BF16>(tiles[ti], c.kblock(blk, h), vf, int(BS), int32_t(b * BS), sbuf);
+                if (tiles[ti].last_key() >= b * BS)  // causal: a tile whose rows all end before the block skips it
+                    tile_block<D, BF16>(tiles[ti], c.kblock(blk, h), vf, int(BS), int32_t(b * BS), sbuf);
         }
         for (size_t ti = 0; ti < ntiles; ++ti)
             for (int lane = 0, n = tiles[ti].n; lane < n; ++lane) {
