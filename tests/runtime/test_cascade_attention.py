@@ -7,6 +7,7 @@ compiler is a clear error; the recipe field is refused where it would be ignored
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -262,6 +263,32 @@ def test_the_extension_is_built_once_and_cached(tmp_path, monkeypatch):
     mtime = first.stat().st_mtime_ns
     assert cascade_attention.extension() == first and first.stat().st_mtime_ns == mtime
     assert not [p for p in first.parent.iterdir() if p != first]  # no temp files left
+
+
+# Each CPU kind's path of the op, by the instruction sets the compiler is told it has (-march=native builds only
+# this machine's: the AMX path would first be compiled on a Xeon).
+KIND_FLAGS = {
+    "amx-bf16": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"],
+    "avx512-bf16": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"],
+    "portable": ["-mavx2", "-mfma"],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KIND_FLAGS))
+def test_every_cpu_kinds_path_of_the_op_compiles_here(kind, tmp_path):
+    cxx = cascade_attention._compiler()
+    flags = KIND_FLAGS[kind]
+    cmd = [cxx, "-O2", "-std=c++17", "-fPIC", "-c", *flags, f"-I{cascade_attention._ov_dir() / 'include'}"]
+    probe = subprocess.run([*cmd, "-dM", "-E", str(cascade_attention.SOURCE)], capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    macros = {line.split()[1] for line in probe.stdout.splitlines() if line.startswith("#define LLMKILN_")}
+    assert macros == {"amx-bf16": {"LLMKILN_SIMD", "LLMKILN_AMX"}, "avx512-bf16": {"LLMKILN_SIMD"}}.get(
+        kind, set()
+    )
+    built = subprocess.run(
+        [*cmd, str(cascade_attention.SOURCE), "-o", str(tmp_path / "op.o")], capture_output=True, text=True
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
 
 
 def test_without_a_compiler_the_error_says_what_to_do(tmp_path, monkeypatch):
