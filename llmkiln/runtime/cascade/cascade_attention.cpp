@@ -790,13 +790,12 @@ inline std::vector<Item> shared_items(const std::vector<Group>& groups, int64_t 
 }
 
 // `f(0) .. f(n - 1)` on OpenVINO's threads, each thread a contiguous range of about the same total cost
-// (`cost[k]`: work of item k). ov::parallel_for splits a range into equal counts: one prompt's dear items among
+// (`cost(k)`: work of item k). ov::parallel_for splits a range into equal counts: one prompt's dear items among
 // many cheap decodes' all went to one thread. (Items handed out one by one through an atomic counter balanced
 // as well but cost 30-40 us a layer more on 32 decodes: the counter's cache line crossing cores per item.)
-template <typename F>
-inline void for_each_balanced(const std::vector<int64_t>& cost, const F& f) {
-    const int64_t n = int64_t(cost.size());
-    if (n == 0)
+template <typename Cost, typename F>
+inline void for_each_balanced(int64_t n, const Cost& cost, const F& f) {
+    if (n <= 0)
         return;
     const int nthr = int(std::min<int64_t>(n, std::max(1, parallel_get_max_threads())));
     if (nthr == 1) {
@@ -805,15 +804,15 @@ inline void for_each_balanced(const std::vector<int64_t>& cost, const F& f) {
         return;
     }
     int64_t total = 0;
-    for (int64_t x : cost)
-        total += x;
+    for (int64_t k = 0; k < n; ++k)
+        total += cost(k);
     std::vector<int64_t> bounds(nthr + 1, n);
     bounds[0] = 0;
     int64_t run = 0, k = 0;
     for (int t = 1; t < nthr; ++t) {  // thread t starts where the running cost passes t/nthr of the total
-        while (k < n && (run + cost[k]) * nthr <= total * t)
-            run += cost[k++];
-        bounds[t] = std::max(k, bounds[t - 1]);
+        while (k < n && (run + cost(k)) * nthr <= total * t)
+            run += cost(k++);
+        bounds[t] = k;
     }
     ov::parallel_nt(nthr, [&](int ithr, int) {
         for (int64_t j = bounds[ithr]; j < bounds[ithr + 1]; ++j)
@@ -891,7 +890,10 @@ inline void merge_items(const std::vector<Item>& items, const std::vector<Group>
             }
         }
     };
-    if (int64_t(items.size()) * int64_t(work.size()) / int64_t(runs.size() ? runs.size() : 1) * G * D < 131072) {
+    int64_t fmas = 0;  // the merge's multiply-adds
+    for (const Item& it : items)
+        fmas += int64_t(groups[it.group].rows.size()) * G * D;
+    if (fmas < 131072) {
         for (int64_t w = 0; w < int64_t(work.size()); ++w)  // a few decodes: not worth waking the threads
             fold(w);
     } else {
@@ -1046,10 +1048,7 @@ void run_simd(Call<C>& c, float* out) {
     // rows (own_units: a prompt's rows split, so one long prompt's heads do not all land on one thread), the
     // threads' shares balanced by cost
     const auto units = own_units(c, G, BF16 && amx_usable());
-    std::vector<int64_t> unit_cost(units.size());
-    for (size_t u = 0; u < units.size(); ++u)
-        unit_cost[u] = units[u].cost;
-    for_each_balanced(unit_cost, [&](int64_t u) {
+    for_each_balanced(int64_t(units.size()), [&](int64_t u) { return units[u].cost; }, [&](int64_t u) {
         const OwnUnit& un = units[u];
         const int64_t i = un.i, h = un.h;
         const int64_t start = c.shared_of[i];
