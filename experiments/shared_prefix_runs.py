@@ -1,8 +1,12 @@
 """Hand-made runs on a shared 1504-token past for one-run-at-a-time probes of the OpenVINO runner
 (bench/results/prompt-graph/graph_probe.py, bench/results/openvino-int8-weights/xeon_step_probe.py): 8 decoding
-sequences whose block tables start with the same 47 blocks (the cascade graph's case), and a prompt beside them."""
+sequences whose block tables start with the same 47 blocks (the cascade graph's case), and a prompt beside them.
+`prefix_with_decoders`: the same past with any number of decoders that have tokens of their own written after it
+(bench/results/cpu-speed-zen5/op-balance/step_probe.py)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from llmkiln.engine_dir import EngineDir
 from llmkiln.runtime.openvino_runner import OpenVinoPagedRunner
@@ -32,3 +36,30 @@ def mixed(n: int) -> Run:
     """The 8 decodes and an n-token prompt on the shared past (a mixed step)."""
     seqs, rows = decodes()
     return [("p", tuple(range(5, 5 + n)), PAST, TABLES[8]), *seqs], [1, *rows]
+
+
+def prefix_with_decoders(
+    engine: Path, decoders: int, own_tokens: int
+) -> tuple[OpenVinoPagedRunner, list[tuple[int, ...]], tuple[int, ...]]:
+    """A cascade runner (48 sequences, padding off) with the 1504-token past written and `decoders` sequences of
+    `own_tokens` tokens each on it: (the runner, the decoders' block tables, a turn's table after the past)."""
+    folder = EngineDir(engine)
+    xml = folder.openvino_model()
+    assert xml is not None, f"{folder.path}: not an openvino-cpu engine"
+    r = OpenVinoPagedRunner(xml, 48, 2048, None, 0, folder.recipe().precision, cascade=True)
+    r.padding.limit = 0
+    prefix = tuple(range(PAST // r.block_size))
+    own_blocks = -(-own_tokens // r.block_size)
+    nxt = len(prefix)
+    r._run([("p", token_ids(r, 1, PAST), 0, prefix)], [1], cascade=False)
+    tables = []
+    for i in range(decoders):
+        tables.append(prefix + tuple(range(nxt, nxt + own_blocks + 1)))
+        nxt += own_blocks + 1
+        r._run([(f"s{i}", token_ids(r, 200 + i, own_tokens), PAST, tables[i])], [1], cascade=False)
+    return r, tables, prefix + tuple(range(nxt, nxt + 8))
+
+
+def token_ids(r: OpenVinoPagedRunner, start: int, n: int) -> tuple[int, ...]:
+    """n consecutive token ids from `start`, within the model's vocabulary."""
+    return tuple((start + j) % r.vocab_size for j in range(n))

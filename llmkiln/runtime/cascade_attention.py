@@ -83,6 +83,13 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "llmkiln" / "ext")
 
 
+def source_flags() -> list[str]:
+    """What compiling SOURCE needs whatever the target: the language standard, position-independent code and
+    OpenVINO's headers (extension() adds -march=native and the libraries; the test compiling the op for each CPU
+    kind adds that kind's instruction-set flags)."""
+    return ["-std=c++17", "-fPIC", f"-I{_ov_dir() / 'include'}"]
+
+
 def extension() -> Path:
     """The compiled extension (built on first use, then reused)."""
     cxx = _compiler()
@@ -103,10 +110,8 @@ def extension() -> Path:
             cxx,
             "-O3",
             "-march=native",
-            "-std=c++17",
+            *source_flags(),
             "-shared",
-            "-fPIC",
-            f"-I{_ov_dir() / 'include'}",
             str(SOURCE),
             "-o",
             str(built),

@@ -278,7 +278,7 @@ KIND_FLAGS = {
 def test_every_cpu_kinds_path_of_the_op_compiles_here(kind, tmp_path):
     cxx = cascade_attention._compiler()
     flags = KIND_FLAGS[kind]
-    cmd = [cxx, "-O2", "-std=c++17", "-fPIC", "-c", *flags, f"-I{cascade_attention._ov_dir() / 'include'}"]
+    cmd = [cxx, "-O2", "-c", *flags, *cascade_attention.source_flags()]
     probe = subprocess.run([*cmd, "-dM", "-E", str(cascade_attention.SOURCE)], capture_output=True, text=True)
     assert probe.returncode == 0, probe.stderr[-2000:]
     macros = {line.split()[1] for line in probe.stdout.splitlines() if line.startswith("#define LLMKILN_")}

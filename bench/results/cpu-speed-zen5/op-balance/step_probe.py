@@ -11,37 +11,13 @@ import sys
 import time
 from pathlib import Path
 
-from llmkiln.engine_dir import EngineDir
-from llmkiln.runtime.openvino_runner import OpenVinoPagedRunner
-
-PREFIX = 1504
-
-
-def runner_with_prefix(engine: Path, decoders: int):
-    """A cascade runner with the prefix cached and `decoders` sequences of 40 own tokens on it; their tables,
-    and a turn's table after the prefix."""
-    folder = EngineDir(engine)
-    r = OpenVinoPagedRunner(
-        folder.openvino_model(), 48, 2048, None, 0, folder.recipe().precision, cascade=True
-    )
-    r.padding.limit = 0
-    prefix = tuple(range(PREFIX // r.block_size))
-    nxt = len(prefix)
-    r._run([("p", ids(r, 1, PREFIX), 0, prefix)], [1], cascade=False)
-    shared = []
-    for i in range(decoders):
-        shared.append(prefix + tuple(range(nxt, nxt + 3)))
-        nxt += 3
-        r._run([(f"s{i}", ids(r, 200 + i, 40), PREFIX, shared[i])], [1], cascade=False)
-    return r, shared, prefix + tuple(range(nxt, nxt + 8))
-
-
-def ids(r, start: int, n: int) -> tuple[int, ...]:
-    return tuple((start + j) % r.vocab_size for j in range(n))
+from experiments.shared_prefix_runs import PAST as PREFIX
+from experiments.shared_prefix_runs import prefix_with_decoders
+from experiments.shared_prefix_runs import token_ids as ids
 
 
 def main() -> None:
-    r, shared, turn = runner_with_prefix(Path(sys.argv[1]), 33)
+    r, shared, turn = prefix_with_decoders(Path(sys.argv[1]), 33, 40)
 
     def dec(k):
         return [(f"s{i}", (5 + i,), PREFIX + 40, shared[i]) for i in range(k)]
