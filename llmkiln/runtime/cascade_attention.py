@@ -90,14 +90,22 @@ def source_flags() -> list[str]:
     return ["-std=c++17", "-fPIC", f"-I{_ov_dir() / 'include'}"]
 
 
-def extension() -> Path:
-    """The compiled extension (built on first use, then reused)."""
+def extension(flags: tuple[str, ...] = ()) -> Path:
+    """The compiled extension (built on first use, then reused). `flags`: more compiler flags, part of the cache key
+    (tests: the AMX path built on software tiles, tests/runtime/test_cascade_attention.py)."""
     cxx = _compiler()
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
     key = hashlib.sha256(
         b"\0".join(
             x.encode()
-            for x in (SOURCE.read_text(encoding="utf-8"), cxx, version, ov.get_version(), _cpu_flags())
+            for x in (
+                SOURCE.read_text(encoding="utf-8"),
+                cxx,
+                version,
+                ov.get_version(),
+                _cpu_flags(),
+                *flags,
+            )
         )
     ).hexdigest()[:16]
     out = cache_dir() / key / "libllmkiln_cascade.so"
@@ -111,6 +119,7 @@ def extension() -> Path:
             "-O3",
             "-march=native",
             *source_flags(),
+            *flags,
             "-shared",
             str(SOURCE),
             "-o",

@@ -2,17 +2,20 @@
 with `cascade=True` gives the logits of OpenVINO's PagedAttention graph on the same plans — shared prefix blocks,
 several groups, prompt chunks on a past (every row), decodes, drafted rows, a sequence alone — in fp32 (float
 rounding) and bf16 (bf16 rounding), on a head size the fast paths take (64: AVX-512 / AMX where the CPU has them)
-and on one they do not (stories260K's 8: the portable loops); the extension is built once and cached; a missing
-compiler is a clear error; the recipe field is refused where it would be ignored."""
+and on one they do not (stories260K's 8: the portable loops); the AMX path on software tiles (amx_emulation.h) on
+any CPU with AVX512-BF16; the extension is built once and cached; a missing compiler is a clear error; the recipe
+field is refused where it would be ignored."""
 
 from __future__ import annotations
 
+import ctypes
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from llmkiln import cpu_features
 from llmkiln.cpu_features import from_cpuinfo
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
@@ -75,7 +78,7 @@ def _plans(vocab: int):
     """A conversation of runs over hand-made block tables: a 200-token prefix in blocks 0-5 (+ 8 tokens), three
     sequences on it (each with its own blocks from 10 + 4i), a fourth on a 70-token prefix of its own, then mixed
     runs: prompt chunks on the shared blocks (every row's logits), decodes, drafted decodes, a sequence alone, a
-    100-token turn beside the decodes."""
+    100-token turn beside the decodes, then that turn's first decode beside the others'."""
     rng = np.random.default_rng(7)
     ids = lambda n: tuple(int(x) for x in rng.integers(3, vocab, n))  # noqa: E731
     shared = tuple(range(6))
@@ -111,8 +114,10 @@ def _plans(vocab: int):
             run.append(("q", ids(40), 192 + 49, table["q"]))
         if step == 5:  # a 100-token turn on the shared blocks (own pass: rows split, causal)
             run.append(("r", prefix[192:] + ids(92), 192, table["r"]))
+            pasts["r"] = 192 + 100
         plans.append(run)
-    plans.append([(sid, ids(1), pasts[sid], table[sid]) for sid in ("s0", "s1", "s2")])  # decodes only
+    # decodes only; the turn's has 100 keys of its own after the shared blocks (4 blocks: AMX's own pass too)
+    plans.append([(sid, ids(1), pasts[sid], table[sid]) for sid in ("s0", "s1", "s2", "r")])
     return plans
 
 
@@ -145,6 +150,26 @@ def test_cascade_gives_paged_attention_logits_fp32_head64(smoke_xml, monkeypatch
 @requires_bf16
 def test_cascade_gives_paged_attention_logits_bf16_head64(smoke_xml, monkeypatch):
     _compare(smoke_xml, "bf16", 1024, monkeypatch)
+
+
+AMX_EMULATION = Path(__file__).with_name("amx_emulation.h")
+
+
+@pytest.mark.skipif(
+    not {"avx512bw", "avx512_bf16"} <= cpu_features.detect().flags,
+    reason="the op's AMX path is built on its AVX-512 BF16 path (this CPU has no AVX512-BF16)",
+)
+def test_the_amx_path_gives_paged_attention_logits_on_software_tiles(smoke_xml, monkeypatch, tmp_path):
+    # The AMX path (shared pass, prompt rows in 128-query units, decodes on long own pasts) built with its tile
+    # instructions in software (amx_emulation.h): checked on every CPU with AVX512-BF16, AMX or not
+    monkeypatch.setenv(cascade_attention.CACHE_ENV, str(tmp_path))
+    flags = ("-mamx-tile", "-mamx-bf16", "-DLLMKILN_AMX_EMULATED", "-include", str(AMX_EMULATION))
+    ext = cascade_attention.extension(flags)
+    monkeypatch.setattr(cascade_attention, "extension", lambda: ext)
+    products = ctypes.CDLL(str(ext)).llmkiln_amx_emulated_products
+    products.restype = ctypes.c_long
+    _compare(smoke_xml, "bf16", 1024, monkeypatch)
+    assert products() > 0  # the runs took the AMX path
 
 
 def test_cascade_gives_paged_attention_logits_on_the_portable_path(stories_xml, monkeypatch):

@@ -430,11 +430,15 @@ inline void block_values(const C* vblock, int BS, int j0, int j1, Values<BF16>* 
 // AMX: this thread may use the tile registers (Linux asks once per process; OpenVINO's own kernels have asked
 // already where they use AMX: asking again is harmless).
 inline bool amx_allowed() {
+#ifdef LLMKILN_AMX_EMULATED  // a test build whose tile instructions are software (tests/runtime/amx_emulation.h)
+    return true;
+#else
     static const bool ok = [] {
         constexpr int ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
         return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
     }();
     return ok;
+#endif
 }
 
 struct alignas(64) TileConfig {

@@ -19,7 +19,8 @@ HZ = os.sysconf("SC_CLK_TCK")
 
 
 def tag_of(cmd: str) -> str | None:
-    if "dynamo.worker" in cmd:
+    # llmkiln's worker, or GenAI's (cpu_peers' RECIPE/ovgenai-dynamo)
+    if "dynamo.worker" in cmd or "ovgenai_dynamo_worker" in cmd:
         return "worker"
     if "dynamo.frontend" in cmd:
         return "frontend"
