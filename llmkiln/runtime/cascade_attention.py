@@ -92,7 +92,8 @@ def source_flags() -> list[str]:
 
 def extension(flags: tuple[str, ...] = ()) -> Path:
     """The compiled extension (built on first use, then reused). `flags`: more compiler flags, part of the cache key
-    (tests: the AMX path built on software tiles, tests/runtime/test_cascade_attention.py)."""
+    (tests: the AMX path built on software tiles, tests/runtime/test_cascade_attention.py) — the flags' text only,
+    not a file one names: such a build gets a cache folder of its own ($LLMKILN_EXT_CACHE)."""
     cxx = _compiler()
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
     key = hashlib.sha256(
