@@ -1,3 +1,7 @@
+"""Log the served worker's gen1 / gen2 collections (README.md): copy this file as sitecustomize.py into a folder,
+put that folder first on PYTHONPATH of the benchmark (the launch passes its environment to the worker) and read
+/tmp/gcsite/gc-PID.log: unix time, generation, milliseconds, objects frozen at the time."""
+
 import gc
 import os
 import time
