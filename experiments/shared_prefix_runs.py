@@ -1,11 +1,14 @@
 """Hand-made runs on a shared 1504-token past for one-run-at-a-time probes of the OpenVINO runner
 (bench/results/prompt-graph/graph_probe.py, bench/results/openvino-int8-weights/xeon_step_probe.py): 8 decoding
 sequences whose block tables start with the same 47 blocks (the cascade graph's case), and a prompt beside them.
-`prefix_with_decoders`: the same past with any number of decoders that have tokens of their own written after it
-(bench/results/cpu-speed-zen5/op-balance/step_probe.py)."""
+`prefix_with_decoders`: the same past with any number of decoders that have tokens of their own written after it;
+`median_run_ms`: a plan's step time (bench/results/cpu-speed-zen5/op-balance/step_probe.py,
+bench/results/cpu-speed-zen5/ttft/contention/noise_probe.py)."""
 
 from __future__ import annotations
 
+import statistics
+import time
 from pathlib import Path
 
 from llmkiln.engine_dir import EngineDir
@@ -14,15 +17,22 @@ from llmkiln.runtime.openvino_runner import OpenVinoPagedRunner
 PAST = 1504
 SHARED = tuple(range(47))  # the past's blocks, in every table
 TABLES = [SHARED + tuple(range(100 + i * 20, 120 + i * 20)) for i in range(9)]  # 8 decoders, then the prompt
-Run = tuple[list[tuple[str, tuple[int, ...], int, tuple[int, ...]]], list[int]]
+Seq = tuple[str, tuple[int, ...], int, tuple[int, ...]]  # (id, tokens, past, block table)
+Run = tuple[list[Seq], list[int]]
+
+
+def _runner(folder: EngineDir, slots: int) -> OpenVinoPagedRunner:
+    """A runner of `slots` sequences with the cascade graph, padding off (each run's shape as given)."""
+    xml = folder.openvino_model()
+    assert xml is not None, f"{folder.path}: not an openvino-cpu engine"
+    r = OpenVinoPagedRunner(xml, slots, 2048, None, 0, folder.recipe().precision, cascade=True)
+    r.padding.limit = 0
+    return r
 
 
 def cascade_runner(folder: EngineDir) -> OpenVinoPagedRunner:
     """A runner with the cascade graph, padding off, the shared past written once."""
-    xml = folder.openvino_model()
-    assert xml is not None, f"{folder.path}: not an openvino-cpu engine"
-    r = OpenVinoPagedRunner(xml, 9, 2048, None, 0, folder.recipe().precision, cascade=True)
-    r.padding.limit = 0
+    r = _runner(folder, 9)
     r._run([("s0", tuple(range(3, 3 + PAST)), 0, TABLES[0])], [1])
     return r
 
@@ -43,11 +53,7 @@ def prefix_with_decoders(
 ) -> tuple[OpenVinoPagedRunner, list[tuple[int, ...]], tuple[int, ...]]:
     """A cascade runner (48 sequences, padding off) with the 1504-token past written and `decoders` sequences of
     `own_tokens` tokens each on it: (the runner, the decoders' block tables, a turn's table after the past)."""
-    folder = EngineDir(engine)
-    xml = folder.openvino_model()
-    assert xml is not None, f"{folder.path}: not an openvino-cpu engine"
-    r = OpenVinoPagedRunner(xml, 48, 2048, None, 0, folder.recipe().precision, cascade=True)
-    r.padding.limit = 0
+    r = _runner(EngineDir(engine), 48)
     prefix = tuple(range(PAST // r.block_size))
     own_blocks = -(-own_tokens // r.block_size)
     nxt = len(prefix)
@@ -63,3 +69,15 @@ def prefix_with_decoders(
 def token_ids(r: OpenVinoPagedRunner, start: int, n: int) -> tuple[int, ...]:
     """n consecutive token ids from `start`, within the model's vocabulary."""
     return tuple((start + j) % r.vocab_size for j in range(n))
+
+
+def median_run_ms(r: OpenVinoPagedRunner, plan: list[Seq], runs: int = 15, warm: int = 3) -> float:
+    """The median wall time of `runs` runs of `plan` on the cascade graph (one logits row each), after `warm`."""
+    for _ in range(warm):
+        r._run(plan, [1] * len(plan), cascade=True)
+    ts = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        r._run(plan, [1] * len(plan), cascade=True)
+        ts.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(ts)

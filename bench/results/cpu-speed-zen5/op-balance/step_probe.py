@@ -6,13 +6,11 @@ Decodes on a shared 1504-token prefix (40 own tokens each) and turns on that pre
 shape's median of 15 runs, ms."""
 
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 from experiments.shared_prefix_runs import PAST as PREFIX
-from experiments.shared_prefix_runs import prefix_with_decoders
+from experiments.shared_prefix_runs import median_run_ms, prefix_with_decoders
 from experiments.shared_prefix_runs import token_ids as ids
 
 
@@ -31,14 +29,7 @@ def main() -> None:
     }
     out = {}
     for name, plan in shapes.items():
-        for _ in range(3):
-            r._run(plan, [1] * len(plan), cascade=True)
-        ts = []
-        for _ in range(15):
-            t = time.perf_counter()
-            r._run(plan, [1] * len(plan), cascade=True)
-            ts.append((time.perf_counter() - t) * 1e3)
-        out[name] = statistics.median(ts)
+        out[name] = median_run_ms(r, plan)
     print(json.dumps(out))
 
 

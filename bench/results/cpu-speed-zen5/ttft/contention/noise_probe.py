@@ -8,13 +8,12 @@ Each noise argument BUSY_MS:SLEEP_MS:PROCESSES:PRIORITY (0, n10 / n19: nice 10 /
 rounds, each the median of 15 runs per shape, printed as one JSON object."""
 
 import json
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from experiments.shared_prefix_runs import PAST, prefix_with_decoders
+from experiments.shared_prefix_runs import PAST, median_run_ms, prefix_with_decoders
 from experiments.shared_prefix_runs import token_ids as ids
 
 NOISE = Path(__file__).with_name("noise.py")
@@ -36,15 +35,8 @@ def main() -> None:
                 procs = [subprocess.Popen(cmd) for _ in range(int(n))]
                 time.sleep(0.3)
             for name, plan in plans.items():
-                for _ in range(3):
-                    r._run(plan, [1] * len(plan), cascade=True)
-                ts = []
-                for _ in range(15):
-                    t = time.perf_counter()
-                    r._run(plan, [1] * len(plan), cascade=True)
-                    ts.append((time.perf_counter() - t) * 1e3)
                 out.setdefault(f"{name} noise={':'.join(nz) if nz else 'none'}", []).append(
-                    round(statistics.median(ts), 1)
+                    round(median_run_ms(r, plan), 1)
                 )
             for p in procs:
                 p.kill()
