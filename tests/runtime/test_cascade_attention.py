@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmkiln import cpu_features
-from llmkiln.cpu_features import from_cpuinfo
+from llmkiln.cpu_features import detect, from_cpuinfo
 from llmkiln.engine_dir import EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.recipe import Recipe
@@ -156,7 +155,7 @@ AMX_EMULATION = Path(__file__).with_name("amx_emulation.h")
 
 
 @pytest.mark.skipif(
-    not {"avx512bw", "avx512_bf16"} <= cpu_features.detect().flags,
+    not {"avx512bw", "avx512_bf16"} <= detect().flags,
     reason="the op's AMX path is built on its AVX-512 BF16 path (this CPU has no AVX512-BF16)",
 )
 def test_the_amx_path_gives_paged_attention_logits_on_software_tiles(smoke_xml, monkeypatch, tmp_path):
