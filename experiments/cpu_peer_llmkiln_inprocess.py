@@ -52,6 +52,7 @@ from llmkiln.engine_dir import resolve_engine
 from llmkiln.runtime.engine import LLMEngine
 from llmkiln.runtime.handle import RequestHandle
 from llmkiln.runtime.loader import load_engine
+from llmkiln.runtime.profile import PROFILE_ENV
 from llmkiln.runtime.request import SamplingParams
 
 KIND = "llmkiln-inprocess"
@@ -212,6 +213,8 @@ def cli(
     ids = {r.index: tok.encode(r.prompt, add_special_tokens=True).ids for r in wl.requests}
     t0 = time.monotonic()
     eng = load_engine(folder, overrides)
+    if os.environ.get(PROFILE_ENV):  # the step profile, as a served engine writes it
+        eng.enable_profile(os.environ[PROFILE_ENV])
     if harness == "async":
         eng.start()
     load_s = time.monotonic() - t0

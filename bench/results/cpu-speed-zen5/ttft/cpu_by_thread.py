@@ -7,7 +7,9 @@ worker is busy (more than 1.2 cores), so start-up and warm-up do not count:
 
 Processes: the llmkiln Dynamo worker (`worker`: the engine's compute threads, its event loop, Dynamo's runtime),
 Dynamo's frontend, and the benchmark process (`cpu_peers`: the client and llmkiln's OpenAI front, which runs in
-the launcher); threads as /proc names them (`/main`: the process's main thread)."""
+the launcher); threads as /proc names them (`/main`: the process's main thread). Besides CPU seconds: context
+switches a busy second per process, and per thread its wake-ups (voluntary switches: it slept) and preemptions
+(involuntary: another thread took its core)."""
 
 import collections
 import os
@@ -30,7 +32,9 @@ def tag_of(cmd: str) -> str | None:
 
 
 def snapshot() -> dict[tuple[str, str], float]:
-    """(process tag, thread) -> CPU seconds so far."""
+    """(process tag, thread) -> CPU seconds so far; (process tag, "~" + thread) -> its context switches so far,
+    voluntary (it slept: a wake-up each) and involuntary (it was preempted) together; ("vol" or "invol",
+    "tag/thread") -> each kind alone."""
     out: dict[tuple[str, str], float] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -45,6 +49,12 @@ def snapshot() -> dict[tuple[str, str], float]:
                 fields = stat.rsplit(")", 1)[1].split()
                 name = comm + ("/main" if tid == pid else f"/{tid}")
                 out[(tag, name)] = (int(fields[11]) + int(fields[12])) / HZ
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    status = dict(line.split(":", 1) for line in f if "ctxt_switches" in line)
+                vol, invol = int(status["voluntary_ctxt_switches"]), int(status["nonvoluntary_ctxt_switches"])
+                out[(tag, "~" + name)] = vol + invol
+                out[("vol", tag + "/" + name)] = vol
+                out[("invol", tag + "/" + name)] = invol
         except (OSError, ValueError):
             continue
     return out
@@ -62,13 +72,22 @@ def main() -> None:
             total.update(delta)
         prev = cur
     print(f"busy seconds {busy:.0f}")
-    by_process = collections.Counter()
-    for (tag, _), v in total.items():
+    cpu = {k: v for k, v in total.items() if k[0] not in ("vol", "invol") and not k[1].startswith("~")}
+    by_process, switches = collections.Counter(), collections.Counter()
+    for (tag, _), v in cpu.items():
         by_process[tag] += v
+    for (tag, name), v in total.items():
+        if name.startswith("~"):
+            switches[tag] += v
     for tag, v in by_process.most_common():
-        print(f"{tag:10s} {v:7.1f} s = {v / max(busy, 1):.2f} cores")
-    for (tag, name), v in total.most_common(12):
-        print(f"   {tag:10s} {name:24s} {v:7.1f} s")
+        print(
+            f"{tag:10s} {v:7.1f} s = {v / max(busy, 1):.2f} cores, {switches[tag] / max(busy, 1):7.0f} switches/s"
+        )
+    for (tag, name), v in collections.Counter(cpu).most_common(20):
+        vol, invol = total[("vol", f"{tag}/{name}")], total[("invol", f"{tag}/{name}")]
+        print(
+            f"   {tag:10s} {name:24s} {v:7.1f} s  {vol / max(busy, 1):6.0f} wake-ups/s {invol / max(busy, 1):5.0f} preempted/s"
+        )
 
 
 if __name__ == "__main__":
