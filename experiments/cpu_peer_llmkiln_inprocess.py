@@ -24,6 +24,9 @@ Two harnesses (`--harness`):
 The gap between this and the served llmkiln systems is the serving cost; the gap to OpenVINO GenAI is the
 engine's.
 
+With $LLMKILN_PROFILE=FILE the engine writes its step profile there, as a served engine does (llmkiln.runtime.profile;
+bench/results/cpu-speed-zen5/ttft/contention/step_shapes.py reads it).
+
 Writes OUT/llmkiln-inproc[-async]-<precision>.json (BenchReport) and, when OUT/summary.json exists (a cpu_peers
 run in the same folder), adds the system to it and rewrites SUMMARY.md.
 """
