@@ -21,11 +21,12 @@ Seq = tuple[str, tuple[int, ...], int, tuple[int, ...]]  # (id, tokens, past, bl
 Run = tuple[list[Seq], list[int]]
 
 
-def _runner(folder: EngineDir, slots: int) -> OpenVinoPagedRunner:
-    """A runner of `slots` sequences with the cascade graph, padding off (each run's shape as given)."""
+def _runner(folder: EngineDir, slots: int, cascade: bool = True) -> OpenVinoPagedRunner:
+    """A runner of `slots` sequences (with the cascade graph unless `cascade` is False), padding off (each run's
+    shape as given)."""
     xml = folder.openvino_model()
     assert xml is not None, f"{folder.path}: not an openvino-cpu engine"
-    r = OpenVinoPagedRunner(xml, slots, 2048, None, 0, folder.recipe().precision, cascade=True)
+    r = OpenVinoPagedRunner(xml, slots, 2048, None, 0, folder.recipe().precision, cascade=cascade)
     r.padding.limit = 0
     return r
 
@@ -49,11 +50,12 @@ def mixed(n: int) -> Run:
 
 
 def prefix_with_decoders(
-    engine: Path, decoders: int, own_tokens: int
+    engine: Path, decoders: int, own_tokens: int, cascade: bool = True
 ) -> tuple[OpenVinoPagedRunner, list[tuple[int, ...]], tuple[int, ...]]:
-    """A cascade runner (48 sequences, padding off) with the 1504-token past written and `decoders` sequences of
-    `own_tokens` tokens each on it: (the runner, the decoders' block tables, a turn's table after the past)."""
-    r = _runner(EngineDir(engine), 48)
+    """A runner (48 sequences, padding off; the cascade graph unless `cascade` is False) with the 1504-token past
+    written and `decoders` sequences of `own_tokens` tokens each on it: (the runner, the decoders' block tables, a
+    turn's table after the past)."""
+    r = _runner(EngineDir(engine), 48, cascade)
     prefix = tuple(range(PAST // r.block_size))
     own_blocks = -(-own_tokens // r.block_size)
     nxt = len(prefix)
@@ -71,13 +73,16 @@ def token_ids(r: OpenVinoPagedRunner, start: int, n: int) -> tuple[int, ...]:
     return tuple((start + j) % r.vocab_size for j in range(n))
 
 
-def median_run_ms(r: OpenVinoPagedRunner, plan: list[Seq], runs: int = 15, warm: int = 3) -> float:
-    """The median wall time of `runs` runs of `plan` on the cascade graph (one logits row each), after `warm`."""
+def median_run_ms(
+    r: OpenVinoPagedRunner, plan: list[Seq], runs: int = 15, warm: int = 3, cascade: bool = True
+) -> float:
+    """The median wall time of `runs` runs of `plan` (one logits row each) on the cascade graph, or on
+    PagedAttention's when `cascade` is False, after `warm`."""
     for _ in range(warm):
-        r._run(plan, [1] * len(plan), cascade=True)
+        r._run(plan, [1] * len(plan), cascade=cascade)
     ts = []
     for _ in range(runs):
         t = time.perf_counter()
-        r._run(plan, [1] * len(plan), cascade=True)
+        r._run(plan, [1] * len(plan), cascade=cascade)
         ts.append((time.perf_counter() - t) * 1e3)
     return statistics.median(ts)

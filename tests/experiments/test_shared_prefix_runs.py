@@ -5,8 +5,9 @@ on both graphs (the head-64 smoke model, so the cascade graph runs where the CPU
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from experiments.shared_prefix_runs import PAST, prefix_with_decoders, token_ids
+from experiments.shared_prefix_runs import PAST, median_run_ms, prefix_with_decoders, token_ids
 from tests.runtime.test_cascade_attention import RECIPE
 
 
@@ -28,5 +29,21 @@ def test_the_past_and_the_decoders_are_written_and_runs_on_them_agree(engine_fac
         if r.cascade_req is not None:
             cascade = r._run(plan, [1] * len(plan), cascade=True)
             assert np.abs(cascade - paged).max() <= 1e-4 * max(1.0, np.abs(paged).max())
+    finally:
+        r.close()
+
+
+def test_without_the_cascade_graph_the_same_set_up_times_paged_attention_runs(engine_factory, tmp_path):
+    """`cascade=False`: a runner without the cascade graph (as the u8 KV probe needs), and median_run_ms runs the
+    plan on PagedAttention's graph (asking for the cascade graph there raises)."""
+    recipe = tmp_path / "cascade-test-ov-fp32.yaml"
+    recipe.write_text(RECIPE, encoding="utf-8")
+    r, tables, _ = prefix_with_decoders(engine_factory(str(recipe)), 2, 40, cascade=False)
+    try:
+        assert r.cascade_req is None
+        plan = [(f"s{i}", (5 + i,), PAST + 40, tables[i]) for i in range(2)]
+        assert median_run_ms(r, plan, runs=2, warm=1, cascade=False) > 0
+        with pytest.raises(ValueError, match="no cascade attention graph"):
+            median_run_ms(r, plan, runs=1, warm=0)
     finally:
         r.close()

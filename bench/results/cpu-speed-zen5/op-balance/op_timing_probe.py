@@ -4,14 +4,16 @@
         engines/smollm2-ov-bf16 TURN_TOKENS DECODES RUNS
 
 DECODES decodes on a shared 1504-token prefix (40 own tokens each), and a TURN_TOKENS-token turn on the prefix
-(0: none). Prints the step median; the op prints its µs a layer per call when the process ends."""
+(0: none). Prints the step median; the op prints its µs a layer per call when the process ends. (The runs of
+README.md's table were taken with the set-up step_probe.py had then; it now lives in
+experiments.shared_prefix_runs, the same code.)"""
 
-import statistics
 import sys
-import time
 from pathlib import Path
 
-from step_probe import PREFIX, ids, runner_with_prefix
+from experiments.shared_prefix_runs import PAST as PREFIX
+from experiments.shared_prefix_runs import median_run_ms, prefix_with_decoders
+from experiments.shared_prefix_runs import token_ids as ids
 
 
 def main() -> None:
@@ -21,18 +23,13 @@ def main() -> None:
         int(sys.argv[3]),
         int(sys.argv[4]),
     )
-    r, shared, turn = runner_with_prefix(engine, 33)
+    r, shared, turn = prefix_with_decoders(engine, 33, 40)
     plan = [(f"s{i}", (5 + i,), PREFIX + 40, shared[i]) for i in range(decodes)]
     if turn_tokens:
         plan.append(("t", ids(r, 400, turn_tokens), PREFIX, turn))
-    for _ in range(3):
-        r._run(plan, [1] * len(plan), cascade=True)
-    ts = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        r._run(plan, [1] * len(plan), cascade=True)
-        ts.append((time.perf_counter() - t) * 1e3)
-    print(f"{engine.name} turn {turn_tokens} + {decodes} decodes: step median {statistics.median(ts):.1f} ms")
+    print(
+        f"{engine.name} turn {turn_tokens} + {decodes} decodes: step median {median_run_ms(r, plan, runs):.1f} ms"
+    )
 
 
 if __name__ == "__main__":
