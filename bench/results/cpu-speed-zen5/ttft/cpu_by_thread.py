@@ -31,11 +31,14 @@ def tag_of(cmd: str) -> str | None:
     return None
 
 
-def snapshot() -> dict[tuple[str, str], float]:
-    """(process tag, thread) -> CPU seconds so far; (process tag, "~" + thread) -> its context switches so far,
-    voluntary (it slept: a wake-up each) and involuntary (it was preempted) together; ("vol" or "invol",
-    "tag/thread") -> each kind alone."""
-    out: dict[tuple[str, str], float] = {}
+Thread = tuple[str, str]  # (process tag, thread name)
+COUNTS = ("cpu", "wake-ups", "preempted")  # CPU seconds, voluntary and involuntary context switches
+
+
+def snapshot() -> dict[str, dict[Thread, float]]:
+    """Per count (COUNTS) and thread, the total so far: CPU seconds, voluntary context switches (it slept: a
+    wake-up each) and involuntary ones (another thread took its core)."""
+    out: dict[str, dict[Thread, float]] = {c: {} for c in COUNTS}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -47,47 +50,42 @@ def snapshot() -> dict[tuple[str, str], float]:
                     stat = f.read()
                 comm = stat[stat.index("(") + 1 : stat.rindex(")")]
                 fields = stat.rsplit(")", 1)[1].split()
-                name = comm + ("/main" if tid == pid else f"/{tid}")
-                out[(tag, name)] = (int(fields[11]) + int(fields[12])) / HZ
+                thread = (tag, comm + ("/main" if tid == pid else f"/{tid}"))
                 with open(f"/proc/{pid}/task/{tid}/status") as f:
                     status = dict(line.split(":", 1) for line in f if "ctxt_switches" in line)
-                vol, invol = int(status["voluntary_ctxt_switches"]), int(status["nonvoluntary_ctxt_switches"])
-                out[(tag, "~" + name)] = vol + invol
-                out[("vol", tag + "/" + name)] = vol
-                out[("invol", tag + "/" + name)] = invol
-        except (OSError, ValueError):
+                out["cpu"][thread] = (int(fields[11]) + int(fields[12])) / HZ
+                out["wake-ups"][thread] = int(status["voluntary_ctxt_switches"])
+                out["preempted"][thread] = int(status["nonvoluntary_ctxt_switches"])
+        except (OSError, ValueError, KeyError):
             continue
     return out
 
 
 def main() -> None:
     proc = subprocess.Popen(sys.argv[1:])
-    prev, total, busy = snapshot(), collections.Counter(), 0.0
+    prev, busy = snapshot(), 0.0
+    total: dict[str, collections.Counter[Thread]] = {c: collections.Counter() for c in COUNTS}
     while proc.poll() is None:
         time.sleep(1.0)
         cur = snapshot()
-        delta = {k: v - prev.get(k, v) for k, v in cur.items()}
-        if sum(v for k, v in delta.items() if k[0] == "worker") > 1.2:
+        delta = {c: {k: v - prev[c].get(k, v) for k, v in cur[c].items()} for c in COUNTS}
+        if sum(v for (tag, _), v in delta["cpu"].items() if tag == "worker") > 1.2:
             busy += 1.0
-            total.update(delta)
+            for c in COUNTS:
+                total[c].update(delta[c])
         prev = cur
+    per_s = max(busy, 1)
     print(f"busy seconds {busy:.0f}")
-    cpu = {k: v for k, v in total.items() if k[0] not in ("vol", "invol") and not k[1].startswith("~")}
-    by_process, switches = collections.Counter(), collections.Counter()
-    for (tag, _), v in cpu.items():
-        by_process[tag] += v
-    for (tag, name), v in total.items():
-        if name.startswith("~"):
-            switches[tag] += v
-    for tag, v in by_process.most_common():
-        print(
-            f"{tag:10s} {v:7.1f} s = {v / max(busy, 1):.2f} cores, {switches[tag] / max(busy, 1):7.0f} switches/s"
-        )
-    for (tag, name), v in collections.Counter(cpu).most_common(20):
-        vol, invol = total[("vol", f"{tag}/{name}")], total[("invol", f"{tag}/{name}")]
-        print(
-            f"   {tag:10s} {name:24s} {v:7.1f} s  {vol / max(busy, 1):6.0f} wake-ups/s {invol / max(busy, 1):5.0f} preempted/s"
-        )
+    by_process: dict[str, collections.Counter[str]] = {c: collections.Counter() for c in COUNTS}
+    for c in COUNTS:
+        for (tag, _), v in total[c].items():
+            by_process[c][tag] += v
+    for tag, v in by_process["cpu"].most_common():
+        switches = by_process["wake-ups"][tag] + by_process["preempted"][tag]
+        print(f"{tag:10s} {v:7.1f} s = {v / per_s:.2f} cores, {switches / per_s:7.0f} switches/s")
+    for thread, v in total["cpu"].most_common(20):
+        wake, pre = total["wake-ups"][thread] / per_s, total["preempted"][thread] / per_s
+        print(f"   {thread[0]:10s} {thread[1]:24s} {v:7.1f} s  {wake:6.0f} wake-ups/s {pre:5.0f} preempted/s")
 
 
 if __name__ == "__main__":
