@@ -27,8 +27,8 @@ engine's.
 With $LLMKILN_PROFILE=FILE the engine writes its step profile there, as a served engine does (llmkiln.runtime.profile;
 bench/results/cpu-speed-zen5/ttft/contention/step_shapes.py reads it).
 
-Writes OUT/llmkiln-inproc[-async]-<precision>.json (BenchReport) and, when OUT/summary.json exists (a cpu_peers
-run in the same folder), adds the system to it and rewrites SUMMARY.md.
+Writes OUT/llmkiln-inproc[-async]-<precision>[-int8].json (BenchReport; -int8: an engine with int8 weights) and,
+when OUT/summary.json exists (a cpu_peers run in the same folder), adds the system to it and rewrites SUMMARY.md.
 """
 
 from __future__ import annotations
@@ -222,6 +222,8 @@ def cli(
         eng.start()
     load_s = time.monotonic() - t0
     precision = eng.recipe.precision if eng.recipe is not None else "fp32"
+    if eng.runtime_settings.get("weights") == "int8":  # recipe `weights: int8` (openvino-cpu)
+        precision += "-int8"
     name = f"llmkiln-inproc-{precision}" if harness == "stepped" else f"llmkiln-inproc-async-{precision}"
 
     def loop(wl_: Workload, c: int) -> list[RequestRecord]:

@@ -9,6 +9,8 @@
 #
 #   bash scripts/cpu_speed_targets.sh OUT [bench|smollm2] [ROUNDS] [WORKLOADS]
 #
+# INT8=1 adds the bf16 recipe with int8 weights (<bf16 recipe>-int8, built beforehand: `kiln build`), served and
+# in-process: the best precision on a CPU without AMX (docs/cpu-engine.md "int8 weights").
 # OUT/<model>-<workload>/round-K/ holds each round's cpu_peers result (SUMMARY.md, summary.json, one report per
 # system); `python -m experiments.cpu_speed_targets OUT` writes OUT/SUMMARY.md from them (means over rounds and the
 # targets, each ratio taken within a round). About 12 minutes a round per model on 2 idle cores.
@@ -31,6 +33,16 @@ bash scripts/openvino_genai_env.sh >/dev/null
 SIZES=(--concurrency 8,32 --requests 64,128 --warmup 16 --output-spread 16)
 SET=(--set scheduler.max_batch_size=32)
 order=("$FP32/dynamo" "$BF16/dynamo" vllm-fp32 vllm-bf16 ovgenai-bf16 "$BF16/ovgenai-dynamo" inproc-bf16)
+RECIPES="$FP32,$BF16"
+if [[ "${INT8:-0}" == 1 ]]; then
+  if [[ ! -f "$ENGINES/$BF16-int8/manifest.json" ]]; then
+    echo "cpu_speed_targets.sh: INT8=1 needs the engine $ENGINES/$BF16-int8: kiln build $BF16-int8 --engines-dir $ENGINES" >&2
+    exit 2
+  fi
+  order=("$FP32/dynamo" "$BF16/dynamo" "$BF16-int8/dynamo" vllm-fp32 vllm-bf16 ovgenai-bf16 "$BF16/ovgenai-dynamo"
+    inproc-bf16 inproc-int8)
+  RECIPES="$RECIPES,$BF16-int8"
+fi
 for wl in ${WORKLOADS//,/ }; do
   case "$wl" in
     peers) USER_TOKENS=80-120 ;;
@@ -51,11 +63,12 @@ for wl in ${WORKLOADS//,/ }; do
         ovgenai-bf16)
           "$PY" -m experiments.cpu_peer_openvino_genai --out "$dir" --engines-dir "$ENGINES" --engine "$FP32" \
             --precisions bf16 --user-tokens "$USER_TOKENS" --max-num-seqs 32 "${SIZES[@]}" ;;
-        inproc-bf16)
-          "$PY" -m experiments.cpu_peer_llmkiln_inprocess --out "$dir" --engines-dir "$ENGINES" --engine "$BF16" \
+        inproc-bf16 | inproc-int8)
+          engine=$BF16; [[ "$s" == inproc-int8 ]] && engine=$BF16-int8
+          "$PY" -m experiments.cpu_peer_llmkiln_inprocess --out "$dir" --engines-dir "$ENGINES" --engine "$engine" \
             --user-tokens "$USER_TOKENS" "${SET[@]}" "${SIZES[@]}" ;;
         *)
-          "$PY" -m experiments.cpu_peers --out "$dir" --engines-dir "$ENGINES" --recipes "$FP32,$BF16" \
+          "$PY" -m experiments.cpu_peers --out "$dir" --engines-dir "$ENGINES" --recipes "$RECIPES" \
             --systems "$s" --keep --user-tokens "$USER_TOKENS" "${SET[@]}" "${SIZES[@]}" ;;
       esac
     done

@@ -55,7 +55,8 @@ def build_key(
     ctx: BuildContext | None = None,
 ) -> str:
     """The whole-build cache key: recipe hash + source file hashes + tool versions + stage names/versions,
-    plus each stage's optional `build_key_extra(ctx)` (inputs outside the recipe, e.g. calibration set contents)."""
+    plus each stage's optional `build_key_extra(ctx)` (inputs outside the recipe, e.g. calibration set contents,
+    the int8 weight rule; None where it has none)."""
     data = {
         "recipe": recipe.compute_hash(),
         "source": source_hashes,
@@ -66,6 +67,7 @@ def build_key(
     extra = {
         s.name: s.build_key_extra(ctx) for s in stages if ctx is not None and hasattr(s, "build_key_extra")
     }
+    extra = {name: value for name, value in extra.items() if value is not None}  # None: nothing outside
     if extra:
         data["stage_inputs"] = extra
     return digest(data)

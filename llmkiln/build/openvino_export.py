@@ -295,15 +295,19 @@ class OpenVinoExportStage:
         # the IR does not depend on the precision (chosen at load): fp32 and bf16 recipes share one export;
         # it does on `weights` (int8: compressed here, by NNCF)
         key: dict[str, Any] = {"source": ctx.source_hashes, "tools": package_versions(_TOOLS)}
-        if ctx.recipe.weights != "checkpoint":
-            from llmkiln.build.openvino_weights import METHOD
-
-            key["weights"] = {
-                "mode": ctx.recipe.weights,
-                "method": METHOD,
-                "tools": package_versions(("nncf",)),
-            }
+        weights = self.build_key_extra(ctx)
+        if weights is not None:
+            key["weights"] = weights
         return key
+
+    def build_key_extra(self, ctx: BuildContext) -> dict[str, Any] | None:
+        """The weight-compression rule (None for the checkpoint's weights): in the whole-build key too, so an
+        engine built by an older rule is not reported up to date (the recipe hash does not see the rule)."""
+        if ctx.recipe.weights == "checkpoint":
+            return None
+        from llmkiln.build.openvino_weights import METHOD
+
+        return {"mode": ctx.recipe.weights, "method": METHOD, "tools": package_versions(("nncf",))}
 
     def run(self, ctx: BuildContext, out_dir: Path) -> dict[str, Any]:
         t0 = time.perf_counter()

@@ -6,7 +6,7 @@
        cacheable = False             # True: output cached by key (see llmkiln.build.build_cache)
        def check(self, ctx) -> None: ...            # optional; raise BadInput before anything is written
        def describe(self, ctx) -> str: ...          # optional; the stage's own plan text for --dry-run
-       def build_key_extra(self, ctx) -> dict: ...  # optional; inputs outside the recipe, added to the build key
+       def build_key_extra(self, ctx) -> dict | None: ...  # optional; inputs outside the recipe, in the build key
        def cache_key(self, ctx) -> dict: ...        # JSON-able inputs that determine the output
        def run(self, ctx, out_dir: Path) -> dict: ...   # write files into out_dir, return the manifest part
 - A non-cacheable stage runs with out_dir = ctx.work_dir, the engine folder being assembled (it already holds

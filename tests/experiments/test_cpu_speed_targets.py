@@ -95,6 +95,26 @@ def test_a_missing_peer_is_not_applicable(tmp_path):
     assert {r["system"] for r in rows} == {"smollm2-ov-fp32/dynamo", "smollm2-ov-bf16/dynamo"}
 
 
+def test_int8_weights_are_the_best_precision_where_measured(tmp_path):
+    """INT8=1 runs add <bf16 recipe>-int8 served and in-process: the bf16 targets are evaluated for it too."""
+    folder = tmp_path / "bench-peers" / "round-1"
+    _round(folder, ours=300, vllm=200)
+    _report(folder / "bench-ov-bf16-int8-dynamo.json", {8: (330, 54, 90, 45)})
+    _report(folder / "llmkiln-inproc-bf16-int8.json", {8: (360, 36, 80, 36)})
+    rows = cst.evaluate(cst.load(tmp_path))
+    int8 = {(r["peer"], r["metric"]): r for r in rows if r["system"] == "bench-ov-bf16-int8/dynamo"}
+    bf16 = [r for r in rows if r["system"] == "bench-ov-bf16/dynamo"]
+    assert len(int8) == len(bf16) == 11
+    assert int8[("vllm-bf16", "tok/s")]["value"] == pytest.approx(1.65)
+    assert (
+        int8[("vllm-bf16", "TTFT p50")]["value"] == pytest.approx(0.54)
+        and int8[("vllm-bf16", "TTFT p50")]["met"]
+    )
+    assert int8[("ovgenai-bf16", "tok/s")]["inprocess_value"] == pytest.approx(1.2)  # its own in-process run
+    md = cst.summary_markdown(cst.load(tmp_path), rows)
+    assert "bench-ov-bf16-int8/dynamo ÷ vllm-bf16" in md
+
+
 def test_an_empty_folder_says_how_to_measure(tmp_path):
     with pytest.raises(BadInput, match="scripts/cpu_speed_targets.sh"):
         cst.load(tmp_path)
