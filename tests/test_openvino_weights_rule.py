@@ -9,7 +9,7 @@ import openvino.opset13 as ops
 
 from llmkiln.build.openvino_weights import _down_projections, _weight_matmuls
 
-H, I = 8, 16
+HIDDEN, INTER = 8, 16
 
 
 def _linear(x, rows: int, cols: int, name: str):
@@ -22,14 +22,14 @@ def _linear(x, rows: int, cols: int, name: str):
 def _layer(gamma_folded: bool) -> ov.Model:
     """RMSNorm → q; RMSNorm → gate, up; swish(gate) * up → down. With gamma_folded the norm ends in x * rsqrt(...)
     (the PyTorch frontend drops a multiply by an all-ones gamma, as in a generated model's IR)."""
-    x = ops.parameter([1, H], np.float32, name="x")
+    x = ops.parameter([1, HIDDEN], np.float32, name="x")
     rms = ops.sqrt(ops.reduce_mean(ops.multiply(x, x), ops.constant(np.array([-1])), True))
     normed = ops.multiply(x, ops.divide(ops.constant(np.float32(1.0)), rms))
     if not gamma_folded:
-        normed = ops.multiply(normed, ops.constant(np.full((H,), 0.5, np.float32)))
-    q = _linear(normed, H, H, "q")
-    gate, up = _linear(normed, I, H, "gate"), _linear(normed, I, H, "up")
-    down = _linear(ops.multiply(ops.swish(gate), up), H, I, "down")
+        normed = ops.multiply(normed, ops.constant(np.full((HIDDEN,), 0.5, np.float32)))
+    q = _linear(normed, HIDDEN, HIDDEN, "q")
+    gate, up = _linear(normed, INTER, HIDDEN, "gate"), _linear(normed, INTER, HIDDEN, "up")
+    down = _linear(ops.multiply(ops.swish(gate), up), HIDDEN, INTER, "down")
     return ov.Model([ops.add(q, down)], [x])
 
 
