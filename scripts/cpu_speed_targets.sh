@@ -28,6 +28,10 @@ case "$MODEL" in
   smollm2) FP32=smollm2-ov-fp32 BF16=smollm2-ov-bf16 ;;
   *) echo "cpu_speed_targets.sh: model $MODEL: expected bench or smollm2" >&2; exit 2 ;;
 esac
+if [[ "${INT8:-0}" == 1 && ! -f "$ENGINES/$BF16-int8/manifest.json" ]]; then
+  echo "cpu_speed_targets.sh: INT8=1 needs the engine $ENGINES/$BF16-int8: kiln build $BF16-int8 --engines-dir $ENGINES" >&2
+  exit 2
+fi
 bash scripts/vllm_cpu_env.sh >/dev/null
 bash scripts/openvino_genai_env.sh >/dev/null
 SIZES=(--concurrency 8,32 --requests 64,128 --warmup 16 --output-spread 16)
@@ -35,10 +39,6 @@ SET=(--set scheduler.max_batch_size=32)
 order=("$FP32/dynamo" "$BF16/dynamo" vllm-fp32 vllm-bf16 ovgenai-bf16 "$BF16/ovgenai-dynamo" inproc-bf16)
 RECIPES="$FP32,$BF16"
 if [[ "${INT8:-0}" == 1 ]]; then
-  if [[ ! -f "$ENGINES/$BF16-int8/manifest.json" ]]; then
-    echo "cpu_speed_targets.sh: INT8=1 needs the engine $ENGINES/$BF16-int8: kiln build $BF16-int8 --engines-dir $ENGINES" >&2
-    exit 2
-  fi
   order=("$FP32/dynamo" "$BF16/dynamo" "$BF16-int8/dynamo" vllm-fp32 vllm-bf16 ovgenai-bf16 "$BF16/ovgenai-dynamo"
     inproc-bf16 inproc-int8)
   RECIPES="$RECIPES,$BF16-int8"

@@ -5,6 +5,7 @@ summary must have measured the same workload. Nothing is timed."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,41 @@ def test_engine_ab_rounds_send_fresh_turns_on_the_same_system_prompt(tmp_path, s
     assert len(set(prompts)) == len(prompts)  # fresh turns ...
     system = prompts[0][:200]
     assert all(p.startswith(system) for p in prompts)  # ... on one system prompt
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bash(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        ["bash", *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_targets_script_refuses_what_it_cannot_measure_before_setting_anything_up(tmp_path):
+    """Bad input stops scripts/cpu_speed_targets.sh with exit 2 and a line saying what to do, before the peers'
+    venvs are made or anything is measured."""
+    r = _bash("scripts/cpu_speed_targets.sh", str(tmp_path / "out"), "gpt2")
+    assert r.returncode == 2 and "model gpt2: expected bench or smollm2" in r.stderr
+    r = _bash(
+        "scripts/cpu_speed_targets.sh",
+        str(tmp_path / "out"),
+        "bench",
+        env={"INT8": "1", "ENGINES": str(tmp_path)},
+    )
+    assert r.returncode == 2 and f"kiln build bench-ov-bf16-int8 --engines-dir {tmp_path}" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_served_arms_refuses_a_setting_it_does_not_know(tmp_path):
+    r = _bash(
+        "bench/results/served_arms.sh", str(tmp_path / "out"), "1", "bench-ov-bf16", "a:checkout", env={}
+    )
+    assert r.returncode == 2 and "setting 'checkout' is neither VAR=VALUE nor checkout=DIR" in r.stderr
