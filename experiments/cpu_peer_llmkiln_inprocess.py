@@ -222,9 +222,9 @@ def cli(
         eng.start()
     load_s = time.monotonic() - t0
     precision = eng.recipe.precision if eng.recipe is not None else "fp32"
-    if eng.runtime_settings.get("weights") == "int8":  # recipe `weights: int8` (openvino-cpu)
-        precision += "-int8"
-    name = f"llmkiln-inproc-{precision}" if harness == "stepped" else f"llmkiln-inproc-async-{precision}"
+    # an engine with int8 weights (recipe `weights: int8`, openvino-cpu) is a system of its own
+    variant = precision + ("-int8" if eng.runtime_settings.get("weights") == "int8" else "")
+    name = f"llmkiln-inproc-{variant}" if harness == "stepped" else f"llmkiln-inproc-async-{variant}"
 
     def loop(wl_: Workload, c: int) -> list[RequestRecord]:
         if harness == "stepped":

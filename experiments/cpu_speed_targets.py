@@ -170,7 +170,7 @@ def evaluate(runs: dict[str, list[dict[str, dict[int, dict[str, Any]]]]]) -> lis
                     "met": None if mean is None else (mean >= limit if op == "ge" else mean <= limit),
                 }
                 if peer == "ovgenai-bf16":
-                    inproc = ratios(rounds, INPROC.get(who, INPROC["BF16"]), peer, c, metric)
+                    inproc = ratios(rounds, INPROC[who], peer, c, metric)
                     row["inprocess_rounds"] = inproc
                     row["inprocess_value"] = statistics.fmean(inproc) if inproc else None
                 rows.append(row)

@@ -21,12 +21,15 @@ Seq = tuple[str, tuple[int, ...], int, tuple[int, ...]]  # (id, tokens, past, bl
 Run = tuple[list[Seq], list[int]]
 
 
-def _runner(folder: EngineDir, slots: int, cascade: bool = True) -> OpenVinoPagedRunner:
-    """A runner of `slots` sequences (with the cascade graph unless `cascade` is False), padding off (each run's
-    shape as given)."""
+def _runner(
+    folder: EngineDir, slots: int, cascade: bool = True, precision: str | None = None
+) -> OpenVinoPagedRunner:
+    """A runner of `slots` sequences (with the cascade graph unless `cascade` is False; computing in `precision`,
+    default the recipe's), padding off (each run's shape as given)."""
     xml = folder.openvino_model()
     assert xml is not None, f"{folder.path}: not an openvino-cpu engine"
-    r = OpenVinoPagedRunner(xml, slots, 2048, None, 0, folder.recipe().precision, cascade=cascade)
+    precision = precision or folder.recipe().precision
+    r = OpenVinoPagedRunner(xml, slots, 2048, None, 0, precision, cascade=cascade)
     r.padding.limit = 0
     return r
 
@@ -50,12 +53,12 @@ def mixed(n: int) -> Run:
 
 
 def prefix_with_decoders(
-    engine: Path, decoders: int, own_tokens: int, cascade: bool = True
+    engine: Path, decoders: int, own_tokens: int, cascade: bool = True, precision: str | None = None
 ) -> tuple[OpenVinoPagedRunner, list[tuple[int, ...]], tuple[int, ...]]:
-    """A runner (48 sequences, padding off; the cascade graph unless `cascade` is False) with the 1504-token past
-    written and `decoders` sequences of `own_tokens` tokens each on it: (the runner, the decoders' block tables, a
-    turn's table after the past)."""
-    r = _runner(EngineDir(engine), 48, cascade)
+    """A runner (48 sequences, padding off; the cascade graph unless `cascade` is False; `precision`: compute and
+    KV pools, default the recipe's) with the 1504-token past written and `decoders` sequences of `own_tokens`
+    tokens each on it: (the runner, the decoders' block tables, a turn's table after the past)."""
+    r = _runner(EngineDir(engine), 48, cascade, precision)
     prefix = tuple(range(PAST // r.block_size))
     own_blocks = -(-own_tokens // r.block_size)
     nxt = len(prefix)

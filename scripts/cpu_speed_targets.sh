@@ -36,13 +36,12 @@ bash scripts/vllm_cpu_env.sh >/dev/null
 bash scripts/openvino_genai_env.sh >/dev/null
 SIZES=(--concurrency 8,32 --requests 64,128 --warmup 16 --output-spread 16)
 SET=(--set scheduler.max_batch_size=32)
-order=("$FP32/dynamo" "$BF16/dynamo" vllm-fp32 vllm-bf16 ovgenai-bf16 "$BF16/ovgenai-dynamo" inproc-bf16)
-RECIPES="$FP32,$BF16"
+RECIPES="$FP32,$BF16" INT8_SERVED=() INT8_INPROC=()
 if [[ "${INT8:-0}" == 1 ]]; then
-  order=("$FP32/dynamo" "$BF16/dynamo" "$BF16-int8/dynamo" vllm-fp32 vllm-bf16 ovgenai-bf16 "$BF16/ovgenai-dynamo"
-    inproc-bf16 inproc-int8)
-  RECIPES="$RECIPES,$BF16-int8"
+  RECIPES="$RECIPES,$BF16-int8" INT8_SERVED=("$BF16-int8/dynamo") INT8_INPROC=(inproc-int8)
 fi
+order=("$FP32/dynamo" "$BF16/dynamo" "${INT8_SERVED[@]}" vllm-fp32 vllm-bf16 ovgenai-bf16 "$BF16/ovgenai-dynamo"
+  inproc-bf16 "${INT8_INPROC[@]}")
 for wl in ${WORKLOADS//,/ }; do
   case "$wl" in
     peers) USER_TOKENS=80-120 ;;

@@ -5,6 +5,7 @@ summary must have measured the same workload. Nothing is timed."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -164,8 +165,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bash(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    import os
-
     return subprocess.run(
         ["bash", *args],
         cwd=ROOT,
@@ -192,7 +191,5 @@ def test_the_targets_script_refuses_what_it_cannot_measure_before_setting_anythi
 
 
 def test_served_arms_refuses_a_setting_it_does_not_know(tmp_path):
-    r = _bash(
-        "bench/results/served_arms.sh", str(tmp_path / "out"), "1", "bench-ov-bf16", "a:checkout", env={}
-    )
+    r = _bash("bench/results/served_arms.sh", str(tmp_path / "out"), "1", "bench-ov-bf16", "a:checkout")
     assert r.returncode == 2 and "setting 'checkout' is neither VAR=VALUE nor checkout=DIR" in r.stderr

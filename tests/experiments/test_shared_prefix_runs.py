@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from experiments.shared_prefix_runs import PAST, median_run_ms, prefix_with_decoders, token_ids
+from tests.conftest import requires_bf16
 from tests.runtime.test_cascade_attention import RECIPE
 
 
@@ -45,5 +46,20 @@ def test_without_the_cascade_graph_the_same_set_up_times_paged_attention_runs(en
         assert median_run_ms(r, plan, runs=2, warm=1, cascade=False) > 0
         with pytest.raises(ValueError, match="no cascade attention graph"):
             median_run_ms(r, plan, runs=1, warm=0)
+    finally:
+        r.close()
+
+
+@requires_bf16
+def test_the_runner_computes_in_the_precision_asked_for(engine_factory, tmp_path):
+    """`precision`: the compute and KV pools' precision instead of the recipe's (a step probe of one engine's IR in
+    another precision), and the runs on it give logits."""
+    recipe = tmp_path / "cascade-test-ov-fp32.yaml"
+    recipe.write_text(RECIPE, encoding="utf-8")
+    r, tables, _ = prefix_with_decoders(engine_factory(str(recipe)), 2, 40, precision="bf16")
+    try:
+        assert r.settings.precision == "bf16"
+        plan = [(f"s{i}", (5 + i,), PAST + 40, tables[i]) for i in range(2)]
+        assert np.isfinite(r._run(plan, [1, 1], cascade=False)).all()
     finally:
         r.close()

@@ -3,19 +3,36 @@
     PYTHONPATH=CHECKOUT python bench/results/cpu-speed-zen5/op-balance/step_probe.py engines/smollm2-ov-bf16
 
 Decodes on a shared 1504-token prefix (40 own tokens each) and turns on that prefix; prints one JSON line: each
-shape's median of 15 runs, ms."""
+shape's median of 15 runs, ms. Two settings for other compile choices on the same IR
+(bench/results/openvino-int8-weights/README.md, end): OV_EXTRA (JSON: compile properties added to the runner's,
+e.g. '{"DYNAMIC_QUANTIZATION_GROUP_SIZE": 128}') and STEP_PRECISION (fp32 | bf16: compute and KV pools instead of
+the recipe's precision)."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
 from experiments.shared_prefix_runs import PAST as PREFIX
 from experiments.shared_prefix_runs import median_run_ms, prefix_with_decoders
 from experiments.shared_prefix_runs import token_ids as ids
+from llmkiln.runtime.openvino_settings import OpenVinoSettings
+
+EXTRA = json.loads(os.environ.get("OV_EXTRA", "{}"))
+real_properties = OpenVinoSettings.properties
+
+
+def with_extra(self: OpenVinoSettings) -> dict[str, object]:
+    return {**real_properties(self), **EXTRA}
+
+
+OpenVinoSettings.properties = with_extra  # type: ignore[method-assign]
 
 
 def main() -> None:
-    r, shared, turn = prefix_with_decoders(Path(sys.argv[1]), 33, 40)
+    r, shared, turn = prefix_with_decoders(
+        Path(sys.argv[1]), 33, 40, precision=os.environ.get("STEP_PRECISION") or None
+    )
 
     def dec(k):
         return [(f"s{i}", (5 + i,), PREFIX + 40, shared[i]) for i in range(k)]
