@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from experiments.shared_prefix_runs import Run
@@ -19,13 +19,19 @@ REPS = 24  # runs a median is taken over (after 2 not counted)
 
 
 def lone_runner(
-    folder: EngineDir, past: int, wrap: Callable[[Any], Any] | None = None
+    folder: EngineDir,
+    past: int,
+    wrap: Callable[[Any], Any] | None = None,
+    compile_extra: Mapping[str, object] | None = None,
 ) -> OpenVinoPagedRunner:
     """A runner without the cascade graph, padding off, a `past`-token sequence written; `wrap`: what to put in
-    place of its infer request first (a probe's stand-in that adds or changes inputs)."""
+    place of its infer request first (a probe's stand-in that adds or changes inputs); `compile_extra`: compile
+    properties over the runner's (e.g. PERF_COUNT)."""
     xml = folder.openvino_model()
     assert xml is not None, f"{folder.path}: not an openvino-cpu engine"
-    r = OpenVinoPagedRunner(xml, 8, 4096, None, 0, folder.recipe().precision, cascade=False)
+    r = OpenVinoPagedRunner(
+        xml, 8, 4096, None, 0, folder.recipe().precision, cascade=False, compile_extra=compile_extra
+    )
     if wrap is not None:
         r.req = wrap(r.req)
     r.padding.limit = 0

@@ -89,21 +89,10 @@ def make_ir(src: Path, dst: Path, keep: tuple[str, ...] | None) -> int:
 
 
 def runner(xml: Path, precision: str, dq: int | None) -> Any:
-    from llmkiln.runtime import openvino_settings
     from llmkiln.runtime.openvino_runner import OpenVinoPagedRunner
 
-    if dq is None:
-        return OpenVinoPagedRunner(xml, 8, 1024, None, 0, precision)
-    real = openvino_settings.OpenVinoSettings.properties
-
-    def props(self: Any) -> dict[str, object]:
-        return {**real(self), "DYNAMIC_QUANTIZATION_GROUP_SIZE": dq}
-
-    openvino_settings.OpenVinoSettings.properties = props  # type: ignore[method-assign]
-    try:
-        return OpenVinoPagedRunner(xml, 8, 1024, None, 0, precision)
-    finally:
-        openvino_settings.OpenVinoSettings.properties = real  # type: ignore[method-assign]
+    extra = None if dq is None else {"DYNAMIC_QUANTIZATION_GROUP_SIZE": dq}
+    return OpenVinoPagedRunner(xml, 8, 1024, None, 0, precision, compile_extra=extra)
 
 
 def all_logits(r: Any, texts: list[list[int]]) -> list[np.ndarray]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from llmkiln.engine_dir import EngineDir
@@ -22,14 +23,21 @@ Run = tuple[list[Seq], list[int]]
 
 
 def _runner(
-    folder: EngineDir, slots: int, cascade: bool = True, precision: str | None = None
+    folder: EngineDir,
+    slots: int,
+    cascade: bool = True,
+    precision: str | None = None,
+    compile_extra: Mapping[str, object] | None = None,
 ) -> OpenVinoPagedRunner:
     """A runner of `slots` sequences (with the cascade graph unless `cascade` is False; computing in `precision`,
-    default the recipe's), padding off (each run's shape as given)."""
+    default the recipe's; `compile_extra`: compile properties over the runner's), padding off (each run's shape as
+    given)."""
     xml = folder.openvino_model()
     assert xml is not None, f"{folder.path}: not an openvino-cpu engine"
     precision = precision or folder.recipe().precision
-    r = OpenVinoPagedRunner(xml, slots, 2048, None, 0, precision, cascade=cascade)
+    r = OpenVinoPagedRunner(
+        xml, slots, 2048, None, 0, precision, cascade=cascade, compile_extra=compile_extra
+    )
     r.padding.limit = 0
     return r
 
@@ -53,12 +61,18 @@ def mixed(n: int) -> Run:
 
 
 def prefix_with_decoders(
-    engine: Path, decoders: int, own_tokens: int, cascade: bool = True, precision: str | None = None
+    engine: Path,
+    decoders: int,
+    own_tokens: int,
+    cascade: bool = True,
+    precision: str | None = None,
+    compile_extra: Mapping[str, object] | None = None,
 ) -> tuple[OpenVinoPagedRunner, list[tuple[int, ...]], tuple[int, ...]]:
     """A runner (48 sequences, padding off; the cascade graph unless `cascade` is False; `precision`: compute and
-    KV pools, default the recipe's) with the 1504-token past written and `decoders` sequences of `own_tokens`
-    tokens each on it: (the runner, the decoders' block tables, a turn's table after the past)."""
-    r = _runner(EngineDir(engine), 48, cascade, precision)
+    KV pools, default the recipe's; `compile_extra`: compile properties over the runner's, e.g. PERF_COUNT) with
+    the 1504-token past written and `decoders` sequences of `own_tokens` tokens each on it: (the runner, the
+    decoders' block tables, a turn's table after the past)."""
+    r = _runner(EngineDir(engine), 48, cascade, precision, compile_extra)
     prefix = tuple(range(PAST // r.block_size))
     own_blocks = -(-own_tokens // r.block_size)
     nxt = len(prefix)

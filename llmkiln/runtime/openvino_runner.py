@@ -28,6 +28,7 @@ decode-only runs keep their steady shape. It costs the memory of one more compil
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -151,12 +152,13 @@ class OpenVinoPagedRunner:
         threads: int = 0,
         cascade: bool = False,
         prompt_graph: bool = False,
+        compile_extra: Mapping[str, object] | None = None,
     ) -> None:
         core = ov.Core()
         require_precision(precision, core)
         model = core.read_model(str(model_xml))
         settings = choose(
-            detect(), precision, threads, weights=ir_weights(model)
+            detect(), precision, threads, weights=ir_weights(model), extra=compile_extra
         )  # ValueError: bad precision
         paged_attention_transformation(model, False, False, False, False, False, False)
         _last_rows_only(model)

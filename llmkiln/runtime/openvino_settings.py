@@ -20,12 +20,16 @@ tok/s) and lose on one with AMX computing in bf16, whose bf16 products outrun th
 (Intel Xeon, SmolLM2: decode 1.2x, prefill 1.2-1.4x slower than bf16 weights; bench/results/openvino-int8-weights).
 Such an engine still runs; `warnings` says so, the runner logs it and the report carries it (`weights_advice`).
 
+`extra`: compile properties a caller adds on top of these choices (experiments and probes only: PERF_COUNT, a
+dynamic-quantization group, a KV precision to try), named in `describe()` as `compile_extra`; a recipe never sets it.
+
 `OpenVinoSettings.describe()` is what the engine reports (`LLMEngine.runtime_settings`, /metrics
 `llmkiln_runtime_setting`): the choices made here and what the compiled model says is in force.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from llmkiln.cpu_features import CpuFeatures
@@ -60,14 +64,15 @@ class OpenVinoSettings:
     reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()  # a choice of the recipe that this CPU runs slower than another
     in_force: dict[str, str] = field(default_factory=dict)  # read back from the compiled model
+    extra: dict[str, object] = field(default_factory=dict)  # a caller's compile properties, over the choices
 
     def properties(self) -> dict[str, object]:
-        """compile_model's config."""
+        """compile_model's config: the choices, then `extra` over them."""
         t = ELEMENT_TYPES[self.precision]
         cfg: dict[str, object] = {"INFERENCE_PRECISION_HINT": t, "KV_CACHE_PRECISION": t}
         if self.threads:
             cfg["INFERENCE_NUM_THREADS"] = self.threads
-        return cfg
+        return {**cfg, **self.extra}
 
     def describe(self) -> dict[str, str]:
         """name -> value, everything in force (for the engine report and /metrics)."""
@@ -79,13 +84,22 @@ class OpenVinoSettings:
         )
         if self.warnings:
             out["weights_advice"] = "; ".join(self.warnings)
+        if self.extra:
+            out["compile_extra"] = ", ".join(f"{k}={v}" for k, v in sorted(self.extra.items()))
         out.update(self.in_force)
         return out
 
 
-def choose(cpu: CpuFeatures, precision: str, threads: int, weights: str = "checkpoint") -> OpenVinoSettings:
+def choose(
+    cpu: CpuFeatures,
+    precision: str,
+    threads: int,
+    weights: str = "checkpoint",
+    extra: Mapping[str, object] | None = None,
+) -> OpenVinoSettings:
     """The settings for a `precision` engine on `cpu` with `threads` intra-op threads (0: one per usable core);
-    `weights`: what its IR holds (the runner reads it off the graph: int8 when it has compressed weights)."""
+    `weights`: what its IR holds (the runner reads it off the graph: int8 when it has compressed weights);
+    `extra`: compile properties put over the choices (probes only)."""
     if precision not in ELEMENT_TYPES:
         raise ValueError(f"precision {precision!r}: the OpenVINO runner runs {' or '.join(ELEMENT_TYPES)}")
     effective = threads or max(1, cpu.cores)
@@ -111,4 +125,5 @@ def choose(cpu: CpuFeatures, precision: str, threads: int, weights: str = "check
         weights=weights,
         reasons=tuple(reasons),
         warnings=tuple(warnings),
+        extra=dict(extra or {}),
     )

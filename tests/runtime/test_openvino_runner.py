@@ -144,6 +144,23 @@ def test_run_padding_leaves_the_sequences_logits_as_they_are(xml):
     assert np.max(np.abs(out[0] - out[4])) <= 1e-5
 
 
+def test_compile_extra_reaches_the_compiled_model_and_the_report(xml):
+    """A probe's compile properties (experiments.shared_prefix_runs, PERF_COUNT) are in force on the compiled
+    graph and named in what the engine reports; without them the runner compiles as before."""
+    r = ov_runner.OpenVinoPagedRunner(
+        xml, 2, 128, BS, 0, precision="fp32", threads=1, compile_extra={"PERF_COUNT": True}
+    )
+    plain = _runner(xml)
+    try:
+        assert r.compiled.get_property("PERF_COUNT") == "YES"  # how OpenVINO 2026.4 reads it back
+        assert plain.compiled.get_property("PERF_COUNT") == "NO"
+        assert r.runtime_settings["compile_extra"] == "PERF_COUNT=True"
+        assert "compile_extra" not in plain.runtime_settings
+    finally:
+        r.close()
+        plain.close()
+
+
 SMALL = {"max_batch_size": 4, "max_num_tokens": 64, "max_prefill_tokens": 16, "max_queue_size": 32}
 
 

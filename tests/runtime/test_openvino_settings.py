@@ -99,3 +99,14 @@ def test_without_the_rewrite_the_plugin_still_crashes_on_amx():
     r = _compile(unfuse=False, threads=1)
     assert r.returncode == -8, (r.returncode, r.stdout, r.stderr)  # SIGFPE
     assert _compile(unfuse=False, threads=2).returncode == 0
+
+
+def test_a_callers_compile_properties_go_over_the_choices_and_are_reported():
+    # probes add PERF_COUNT or try another KV precision / dynamic-quantization group on the same engine
+    s = choose(KINDS[CpuKind.AVX512_BF16], "bf16", 2, extra={"PERF_COUNT": True, "KV_CACHE_PRECISION": "u8"})
+    props = s.properties()
+    assert props["PERF_COUNT"] is True and props["KV_CACHE_PRECISION"] == "u8"  # over the choice (bf16)
+    assert props["INFERENCE_PRECISION_HINT"] == "bf16" and props["INFERENCE_NUM_THREADS"] == 2
+    assert s.describe()["compile_extra"] == "KV_CACHE_PRECISION=u8, PERF_COUNT=True"
+    plain = choose(KINDS[CpuKind.AVX512_BF16], "bf16", 2)
+    assert "PERF_COUNT" not in plain.properties() and "compile_extra" not in plain.describe()

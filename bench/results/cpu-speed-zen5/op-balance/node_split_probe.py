@@ -13,17 +13,8 @@ import time
 from collections import defaultdict
 
 from experiments.shared_prefix_runs import PAST, prefix_with_decoders, token_ids
-from llmkiln.runtime.openvino_settings import OpenVinoSettings
 
-real_properties = OpenVinoSettings.properties
-
-
-def with_perf_count(self: OpenVinoSettings) -> dict[str, object]:
-    return {**real_properties(self), "PERF_COUNT": True}
-
-
-OpenVinoSettings.properties = with_perf_count  # type: ignore[method-assign]
-r, tables, turn = prefix_with_decoders(pathlib.Path(sys.argv[1]), 8, 40)
+r, tables, turn = prefix_with_decoders(pathlib.Path(sys.argv[1]), 8, 40, compile_extra={"PERF_COUNT": True})
 dec8 = [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(8)]
 mixed = [("t", token_ids(r, 900, 100), PAST, turn), *dec8[:7]]
 

@@ -16,22 +16,15 @@ from pathlib import Path
 from experiments.shared_prefix_runs import PAST as PREFIX
 from experiments.shared_prefix_runs import median_run_ms, prefix_with_decoders
 from experiments.shared_prefix_runs import token_ids as ids
-from llmkiln.runtime.openvino_settings import OpenVinoSettings
-
-EXTRA = json.loads(os.environ.get("OV_EXTRA", "{}"))
-real_properties = OpenVinoSettings.properties
-
-
-def with_extra(self: OpenVinoSettings) -> dict[str, object]:
-    return {**real_properties(self), **EXTRA}
-
-
-OpenVinoSettings.properties = with_extra  # type: ignore[method-assign]
 
 
 def main() -> None:
     r, shared, turn = prefix_with_decoders(
-        Path(sys.argv[1]), 33, 40, precision=os.environ.get("STEP_PRECISION") or None
+        Path(sys.argv[1]),
+        33,
+        40,
+        precision=os.environ.get("STEP_PRECISION") or None,
+        compile_extra=json.loads(os.environ.get("OV_EXTRA", "{}")),
     )
 
     def dec(k):

@@ -11,20 +11,11 @@ import pathlib
 import sys
 
 from experiments.shared_prefix_runs import PAST, median_run_ms, prefix_with_decoders, token_ids
-from llmkiln.runtime.openvino_settings import OpenVinoSettings
 
 kv, graph = sys.argv[2], sys.argv[3]
-real_properties = OpenVinoSettings.properties
-
-
-def with_kv(self: OpenVinoSettings) -> dict[str, object]:
-    return {**real_properties(self), "KV_CACHE_PRECISION": kv}
-
-
-if kv != "same":
-    OpenVinoSettings.properties = with_kv  # type: ignore[method-assign]
 cascade = graph == "cascade"
-r, tables, turn = prefix_with_decoders(pathlib.Path(sys.argv[1]), 8, 40, cascade)
+extra = None if kv == "same" else {"KV_CACHE_PRECISION": kv}
+r, tables, turn = prefix_with_decoders(pathlib.Path(sys.argv[1]), 8, 40, cascade, compile_extra=extra)
 dec8 = [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(8)]
 mixed = [("t", token_ids(r, 900, 100), PAST, turn), *dec8[:7]]
 for name, plan in [("8 decodes", dec8), ("7 decodes + a 100-token turn", mixed)]:

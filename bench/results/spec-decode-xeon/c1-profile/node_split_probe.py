@@ -14,20 +14,10 @@ from collections import defaultdict
 from experiments.lone_sequence_runs import REPS, alone, drafted, lone_runner
 from experiments.shared_prefix_runs import Run
 from llmkiln.engine_dir import EngineDir
-from llmkiln.runtime.openvino_settings import OpenVinoSettings
-
-real_properties = OpenVinoSettings.properties
-
-
-def with_perf_count(self: OpenVinoSettings) -> dict[str, object]:
-    return {**real_properties(self), "PERF_COUNT": True}
-
-
-OpenVinoSettings.properties = with_perf_count  # type: ignore[method-assign]
 
 folder = EngineDir(pathlib.Path(sys.argv[1]))
 PAST = int(sys.argv[2])
-r = lone_runner(folder, PAST)
+r = lone_runner(folder, PAST, compile_extra={"PERF_COUNT": True})
 SHAPES = {"token alone": alone(PAST), "token + 8 drafts (rows 9)": drafted(PAST)}
 
 
