@@ -76,11 +76,10 @@ from llmkiln.bench.llama_cpp_peer import (
     LlamaCppOptions,
     LlamaCppServer,
     ask,
-    check_tokenization,
     find_venv,
-    require_same_tokens,
     versions,
 )
+from llmkiln.bench.peer_server import check_tokenization, require_same_tokens
 from llmkiln.bench.report import RunInfo, make_report, print_report, save_records, save_report, write_atomic
 from llmkiln.bench.runner import BenchConfig, run_bench
 from llmkiln.bench.stats import RequestRecord
@@ -372,7 +371,7 @@ def run_gguf(
             if not entry["chat_check"]["ok"]:
                 raise KilnError(f"{system}: the chat check's greedy answer does not name {CHECK_ANSWER}")
             entry["tokenization"] = check_tokenization(server.tokenize, tok, all_prompts(warm, levels))
-            require_same_tokens(entry["tokenization"])
+            require_same_tokens(entry["tokenization"], "llama.cpp")
             console.print(
                 f"  same token ids as tokenizer.json on all {entry['tokenization']['prompts']} prompts"
             )

@@ -53,6 +53,7 @@ from tokenizers import Tokenizer
 
 from experiments.cpu_peers_summary import level_metrics, summary_markdown, targets
 from llmkiln.backends import build
+from llmkiln.bench.peer_server import check_tokenization, require_same_tokens
 from llmkiln.bench.report import (
     BenchReport,
     RunInfo,
@@ -69,10 +70,8 @@ from llmkiln.bench.vllm_peer import (
     VllmDtype,
     VllmOptions,
     VllmServer,
-    check_tokenization,
     find_venv,
     preload_libs,
-    require_same_tokens,
     tokenize,
     versions,
 )
@@ -547,7 +546,7 @@ def run_system(
                     entry["tokenization"] = check_tokenization(
                         functools.partial(tokenize, url, model), tok, probe
                     )
-                    require_same_tokens(entry["tokenization"])
+                    require_same_tokens(entry["tokenization"], system.name)
                 if warm.requests:
                     top = min(max(cfg.levels), len(warm.requests))
                     _bench(url, model, api, warm, top, f"{system.name} warm-up", cfg)

@@ -51,19 +51,15 @@ import json
 import os
 import subprocess
 import tempfile
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from tokenizers import Tokenizer
-
-from llmkiln.bench.peer_server import PeerServer
+from llmkiln.bench.peer_server import PeerServer, post_json
 from llmkiln.dynamo.launcher import Proc
-from llmkiln.errors import BadInput, KilnError
-from llmkiln.serve.ports import free_ports, port_free
+from llmkiln.errors import BadInput
+from llmkiln.serve.ports import free_ports
 from llmkiln.serve.reaper import Reaper
 
 ENV_SCRIPT = "scripts/llama_cpp_env.sh"
@@ -214,27 +210,12 @@ def versions(venv: Path) -> dict[str, str]:
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def _get(url: str, timeout_s: float = 5.0) -> tuple[int, Any]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
-            body = r.read()
-            return r.status, json.loads(body) if body else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, None
-
-
-def _post(url: str, body: dict[str, Any], timeout_s: float = 120.0) -> Any:
-    req = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=timeout_s) as r:
-        return json.loads(r.read())
-
-
 class LlamaCppServer(PeerServer):
     """One llama-cpp-python server process (see the module docstring). Use as a context manager."""
 
     display = "llama.cpp"
+    reaper_name = "llama-cpp"
+    opts: LlamaCppOptions
     poll_s = 0.25
     ready_timeout_s = 300.0
 
@@ -261,34 +242,6 @@ class LlamaCppServer(PeerServer):
         self.reaper: Reaper | None = None
         self.ready_s: float | None = None
 
-    @property
-    def root_url(self) -> str:
-        return f"http://{self.opts.host}:{self.opts.port}"
-
-    @property
-    def url(self) -> str:
-        """The OpenAI base URL."""
-        return self.root_url + "/v1"
-
-    @property
-    def model(self) -> str:
-        return self.opts.served_model_name
-
-    def start(self) -> None:
-        if not port_free(self.opts.host, self.opts.port):
-            raise BadInput(f"llama.cpp port {self.opts.port} is already in use on {self.opts.host}")
-        self.reaper = Reaper("llama-cpp")
-        self.reaper.start()
-        self.proc.start(self.echo, self.reaper)
-
-    def ready(self) -> bool:
-        try:
-            status, models = _get(self.url + "/models")
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
-        ids = [m.get("id") for m in (models or {}).get("data", [])] if status == 200 else []
-        return self.model in ids
-
     def tokenize(self, prompt: str) -> list[int]:
         return tokenize(self.url, self.model, prompt)
 
@@ -299,7 +252,7 @@ class LlamaCppServer(PeerServer):
 def tokenize(url: str, model: str, prompt: str) -> list[int]:
     """The server's token ids of `prompt` (its /extras/tokenize: the vocabulary of its GGUF, special tokens parsed,
     the BOS when the GGUF asks for one — what its completions feed the model); `url` is its OpenAI base URL."""
-    out = _post(url.removesuffix("/v1") + "/extras/tokenize", {"model": model, "input": prompt})
+    out = post_json(url.removesuffix("/v1") + "/extras/tokenize", {"model": model, "input": prompt})
     return [int(t) for t in out["tokens"]]
 
 
@@ -312,41 +265,5 @@ def ask(url: str, model: str, question: str = CHECK_QUESTION, max_tokens: int = 
         "temperature": 0.0,
         "max_tokens": max_tokens,
     }
-    out = _post(url + "/chat/completions", body)
+    out = post_json(url + "/chat/completions", body)
     return str(out["choices"][0]["message"]["content"])
-
-
-def check_tokenization(
-    tokenize: Callable[[str], list[int]], tok: Tokenizer, prompts: Sequence[str]
-) -> dict[str, Any]:
-    """Compare the peer's ids of each prompt (`tokenize`) with llmkiln's tokenizer (`encode` with special tokens:
-    what llmkiln's servers feed the model). {"same", "prompts" (how many compared), "tokens" (llmkiln's count per
-    prompt), "first_difference"}; it stops at the first prompt that differs."""
-    out: dict[str, Any] = {"same": True, "prompts": 0, "tokens": [], "first_difference": None}
-    for i, prompt in enumerate(prompts):
-        theirs, ours = tokenize(prompt), tok.encode(prompt).ids
-        out["prompts"] += 1
-        if theirs != ours:
-            at = next((k for k, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b), None)
-            at = at if at is not None else min(len(theirs), len(ours))
-            out["same"] = False
-            out["first_difference"] = {
-                "prompt": i,
-                "peer_tokens": len(theirs),
-                "llmkiln_tokens": len(ours),
-                "at": at,
-                "peer_ids": theirs[max(0, at - 2) : at + 3],
-                "llmkiln_ids": ours[max(0, at - 2) : at + 3],
-            }
-            break
-        out["tokens"].append(len(ours))
-    return out
-
-
-def require_same_tokens(check: Mapping[str, Any]) -> None:
-    """KilnError when `check_tokenization` found a difference (the peer would see other prompts than llmkiln)."""
-    if not check.get("same"):
-        raise KilnError(
-            "llama.cpp tokenizes the prompts differently from llmkiln's tokenizer.json (the comparison would not "
-            f"be like for like): {check.get('first_difference')}"
-        )

@@ -29,19 +29,15 @@ import os
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Literal
 
-from tokenizers import Tokenizer
-
-from llmkiln.bench.peer_server import PeerServer
+from llmkiln.bench.peer_server import PeerServer, post_json
 from llmkiln.dynamo.launcher import Proc
-from llmkiln.errors import BadInput, KilnError
-from llmkiln.serve.ports import free_ports, port_free
+from llmkiln.errors import BadInput
+from llmkiln.serve.ports import free_ports
 from llmkiln.serve.reaper import Reaper
 
 VllmDtype = Literal["float32", "bfloat16"]
@@ -211,19 +207,13 @@ def versions(venv: Path) -> dict[str, str]:
     return dict(json.loads(out.stdout))
 
 
-def _get(url: str, timeout_s: float = 5.0) -> tuple[int, Any]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
-            body = r.read()
-            return r.status, json.loads(body) if body else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, None
-
-
 class VllmServer(PeerServer):
     """One vLLM CPU server process (see the module docstring). Use as a context manager."""
 
     display = "vLLM"
+    reaper_name = "vllm"
+    health_path = "/health"
+    opts: VllmOptions
     poll_s = 0.5
     ready_timeout_s = 900.0
 
@@ -248,35 +238,8 @@ class VllmServer(PeerServer):
         self.ready_s: float | None = None
         self.started_at: float | None = None
 
-    @property
-    def root_url(self) -> str:
-        return f"http://{self.opts.host}:{self.opts.port}"
-
-    @property
-    def url(self) -> str:
-        """The OpenAI base URL."""
-        return self.root_url + "/v1"
-
-    @property
-    def model(self) -> str:
-        return self.opts.served_model_name
-
-    def start(self) -> None:
-        if not port_free(self.opts.host, self.opts.port):
-            raise BadInput(f"vLLM port {self.opts.port} is already in use on {self.opts.host}")
-        self.reaper = Reaper("vllm")
-        self.reaper.start()
+    def _starting(self) -> None:
         self.started_at = time.time()
-        self.proc.start(self.echo, self.reaper)
-
-    def ready(self) -> bool:
-        try:
-            health, _ = _get(self.root_url + "/health")
-            status, models = _get(self.url + "/models")
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
-        ids = [m.get("id") for m in (models or {}).get("data", [])] if status == 200 else []
-        return health == 200 and self.model in ids
 
     def tokenize(self, prompt: str) -> list[int]:
         return tokenize(self.url, self.model, prompt)
@@ -314,43 +277,5 @@ def _remove_kmp_files(since: float, wait_s: float = 5.0) -> None:
 def tokenize(url: str, model: str, prompt: str) -> list[int]:
     """A vLLM server's token ids of `prompt` as a completion prompt (its /tokenize, special tokens added);
     `url` is its OpenAI base URL."""
-    body = json.dumps({"model": model, "prompt": prompt, "add_special_tokens": True}).encode()
-    req = urllib.request.Request(
-        url.removesuffix("/v1") + "/tokenize", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return [int(t) for t in json.loads(r.read())["tokens"]]
-
-
-def check_tokenization(
-    tokenize: Callable[[str], list[int]], tok: Tokenizer, prompts: Sequence[str]
-) -> dict[str, Any]:
-    """Compare the peer's ids of each prompt (`tokenize`) with the engine tokenizer's (`encode` with special
-    tokens: what llmkiln's servers feed the model). {"same", "prompts", "tokens" (llmkiln's counts),
-    "first_difference"}."""
-    out: dict[str, Any] = {"same": True, "prompts": len(prompts), "tokens": [], "first_difference": None}
-    for i, prompt in enumerate(prompts):
-        theirs, ours = tokenize(prompt), tok.encode(prompt).ids
-        if theirs != ours:
-            at = next((k for k, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b), None)
-            out["same"] = False
-            out["first_difference"] = {
-                "prompt": i,
-                "vllm_tokens": len(theirs),
-                "llmkiln_tokens": len(ours),
-                "at": at if at is not None else min(len(theirs), len(ours)),
-                "vllm_head": theirs[:4],
-                "llmkiln_head": ours[:4],
-            }
-            break
-        out["tokens"].append(len(ours))
-    return out
-
-
-def require_same_tokens(check: Mapping[str, Any]) -> None:
-    """KilnError when `check_tokenization` found a difference (the two servers would see different prompts)."""
-    if not check.get("same"):
-        raise KilnError(
-            "vLLM tokenizes the prompts differently from llmkiln (the comparison would not be like for like): "
-            f"{check.get('first_difference')}"
-        )
+    body = {"model": model, "prompt": prompt, "add_special_tokens": True}
+    return [int(t) for t in post_json(url.removesuffix("/v1") + "/tokenize", body, timeout_s=30)["tokens"]]

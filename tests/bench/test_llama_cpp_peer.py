@@ -23,6 +23,7 @@ from experiments import cpu_peer_llama_cpp as exp
 from experiments.cpu_peers import CpuPeersConfig
 from experiments.cpu_peers_summary import FRONT_DOORS, metric
 from llmkiln.bench import llama_cpp_peer as peer
+from llmkiln.bench.peer_server import check_tokenization, require_same_tokens
 from llmkiln.bench.report import load_report
 from llmkiln.bench.workloads import _WORDS
 from llmkiln.errors import BadInput, KilnError
@@ -170,20 +171,20 @@ def test_the_experiment_stops_with_exit_2_before_anything_runs(
 
 def test_tokenization_check_finds_the_first_difference(tok):
     prompts = ["the kiln is hot", "System: you are a careful assistant"]
-    same = peer.check_tokenization(lambda p: tok.encode(p).ids, tok, prompts)
+    same = check_tokenization(lambda p: tok.encode(p).ids, tok, prompts)
     assert same == {
         "same": True,
         "prompts": 2,
         "tokens": [len(tok.encode(p).ids) for p in prompts],
         "first_difference": None,
     }
-    peer.require_same_tokens(same)
-    with_bos = peer.check_tokenization(lambda p: [0, *tok.encode(p).ids], tok, prompts)
+    require_same_tokens(same, "llama.cpp")
+    with_bos = check_tokenization(lambda p: [0, *tok.encode(p).ids], tok, prompts)
     assert not with_bos["same"] and with_bos["prompts"] == 1
     diff = with_bos["first_difference"]
     assert (diff["prompt"], diff["at"], diff["peer_tokens"] - diff["llmkiln_tokens"]) == (0, 0, 1)
     with pytest.raises(KilnError, match="tokenizes the prompts differently"):
-        peer.require_same_tokens(with_bos)
+        require_same_tokens(with_bos, "llama.cpp")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -20,13 +20,12 @@ from experiments.cpu_peers_summary import (
     summary_markdown,
     targets,
 )
-from llmkiln.bench import vllm_peer
+from llmkiln.bench.peer_server import check_tokenization, require_same_tokens
 from llmkiln.bench.stats import RequestRecord, level_stats, min_samples, quotable, summarize
 from llmkiln.bench.vllm_peer import (
     ENV_SCRIPT,
     PeerNotInstalled,
     VllmOptions,
-    check_tokenization,
     cpu_list,
     find_venv,
     preload_libs,
@@ -381,7 +380,7 @@ def test_tokenization_check_compares_ids_with_bos(engine_tokenizer):
     no_bos = check_tokenization(lambda p: tok.encode(p, add_special_tokens=False).ids, tok, prompts)
     assert not no_bos["same"] and no_bos["first_difference"]["prompt"] == 0
     with pytest.raises(Exception, match="tokenizes the prompts differently"):
-        vllm_peer.require_same_tokens(no_bos)
+        require_same_tokens(no_bos, "vllm-bf16")
 
 
 @pytest.fixture
