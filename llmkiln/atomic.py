@@ -5,12 +5,15 @@
 - `atomic_dir(final)`: a context manager yielding a temp folder next to `final`; when the block completes the
   folder is published with `publish(tmp, final)` (default `replace_dir`); the temp folder never outlives the block,
   whatever happens.
+- `remove_dead_writers(folder, owner)`: the temp folders a killed writer left (its pid in their names), removed
+  once that process is gone; a live writer's are left alone.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -103,3 +106,28 @@ def atomic_dir(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def writer_alive(pid: int) -> bool:
+    """Whether process `pid` still exists (one of another user's counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_dead_writers(folder: Path, owner: re.Pattern[str]) -> list[Path]:
+    """Remove the folders directly under `folder` whose name `owner` matches, with the writing process's pid as
+    its group 1, where that process is gone (a killed build or write); the removed paths."""
+    removed: list[Path] = []
+    if not folder.is_dir():
+        return removed
+    for entry in folder.iterdir():
+        m = owner.match(entry.name)
+        if m and entry.is_dir() and not writer_alive(int(m.group(1))):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed

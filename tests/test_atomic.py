@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from llmkiln.atomic import atomic_dir, atomic_file, keep_existing, write_json_atomic, write_text_atomic
+from llmkiln.atomic import (
+    atomic_dir,
+    atomic_file,
+    keep_existing,
+    remove_dead_writers,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 
 def test_write_json_atomic_format_and_mode(tmp_path: Path) -> None:
@@ -64,3 +75,20 @@ def test_keep_existing_uses_theirs(tmp_path: Path) -> None:
     with atomic_dir(fresh, publish=keep_existing) as tmp:
         (tmp / "ours.json").write_text("2")
     assert (fresh / "ours.json").read_text() == "2"
+
+
+def test_only_a_gone_writers_temp_folders_are_removed(tmp_path):
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead_pid = int(gone.stdout)  # exited and reaped: no such process now
+    owner = re.compile(r"^\.tmp-x@(\d+)-")
+    dead = tmp_path / f".tmp-x@{dead_pid}-a"
+    live = tmp_path / f".tmp-x@{os.getpid()}-b"  # this process: still writing
+    other = tmp_path / f".tmp-y@{dead_pid}-c"  # not this pattern's
+    for d in (dead, live, other):
+        d.mkdir()
+    (dead / "half-written").write_text("x")
+    assert remove_dead_writers(tmp_path, owner) == [dead]
+    assert not dead.exists() and live.is_dir() and other.is_dir()
+    assert remove_dead_writers(tmp_path / "missing", owner) == []

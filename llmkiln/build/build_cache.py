@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from llmkiln.atomic import atomic_dir, remove_dir, write_json_atomic
+from llmkiln.atomic import atomic_dir, remove_dead_writers, remove_dir, write_json_atomic
 from llmkiln.build.manifest import hash_engine_files
 from llmkiln.build.stages import BuildContext, Stage
 from llmkiln.engine_dir import MANIFEST_FORMAT
@@ -105,28 +105,10 @@ def _copy_tree(src: Path, dst: Path, skip: set[str]) -> None:
 _OWNER = re.compile(r"^\.(?:tmp|old)-.*@(\d+)-")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_dead_temp(folder: Path) -> list[Path]:
     """Remove `.tmp-*@PID-*` / `.old-*@PID-*` folders under `folder` whose writer process is gone (a killed
     build); folders of live builds (other recipes may share a stage cache) are left alone."""
-    removed: list[Path] = []
-    if not folder.is_dir():
-        return removed
-    for entry in folder.iterdir():
-        m = _OWNER.match(entry.name)
-        if m and entry.is_dir() and not _alive(int(m.group(1))):
-            shutil.rmtree(entry, ignore_errors=True)
-            removed.append(entry)
-    return removed
+    return remove_dead_writers(folder, _OWNER)
 
 
 def _check_cached(cache_dir: Path, meta: dict[str, Any]) -> list[str]:

@@ -26,6 +26,7 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from llmkiln.atomic import remove_dead_writers
 from llmkiln.engine_dir import RESOLVED_RECIPE, EngineDir
 from llmkiln.errors import BadInput
 from llmkiln.host.host_options import HostOptions
@@ -189,16 +190,6 @@ TMP_PREFIX = ".tmp-repo@"
 _TMP_OWNER = re.compile(r"^\.tmp-repo@(\d+)-")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def write_repository(spec: RepoSpec, out: Path, overwrite: bool = False) -> Path:
     """Write the repository to `out` and return the model folder. The model folder is built in a hidden temp
     folder inside `out`, checked, and renamed into place; nothing is written outside `out`, and on any failure
@@ -207,10 +198,7 @@ def write_repository(spec: RepoSpec, out: Path, overwrite: bool = False) -> Path
     check_model_name(spec.model_name)
     if out.exists() and not out.is_dir():
         raise BadInput(f"{out}: exists and is not a folder; choose another -o folder")
-    for stale in out.glob(f"{TMP_PREFIX}*") if out.is_dir() else []:  # left by a killed writer
-        m = _TMP_OWNER.match(stale.name)
-        if m is not None and not _alive(int(m.group(1))):
-            shutil.rmtree(stale, ignore_errors=True)
+    remove_dead_writers(out, _TMP_OWNER)  # left by a killed writer
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise BadInput(f"{out}: exists and is not empty; choose another -o folder or remove it")
     EngineDir(spec.engine_dir).require()

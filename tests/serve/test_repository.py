@@ -60,6 +60,16 @@ def test_write_then_check(recipe_engine_dir: Path, tmp_path: Path):
         write_repository(spec, tmp_path / "repo")
 
 
+def test_a_killed_writers_temp_folder_does_not_block_the_next_write(recipe_engine_dir: Path, tmp_path: Path):
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    stale = tmp_path / "repo" / f".tmp-repo@{int(gone.stdout)}-x"  # its writer exited mid-write
+    stale.mkdir(parents=True)
+    model_dir = write_repository(spec_from_engine(recipe_engine_dir), tmp_path / "repo")
+    assert not stale.exists() and (model_dir / "1" / "model.py").is_file()
+
+
 def _break(config: Path, old: str, new: str) -> None:
     text = config.read_text()
     assert old in text
