@@ -246,12 +246,51 @@ struct Tile {
 template <bool BF16>
 using Values = std::conditional_t<BF16, uint32_t, float>;
 
+// exp(x) for x <= 0 to ~1e-4 relative (a degree-3 fit of 2^f on [-1/2, 1/2]; exp512's degree 6 gives ~1e-7):
+// the bf16 path's weights are rounded to bf16 (2^-9) before P.V, so more digits buy nothing there.
+inline __m512 exp512_bf16(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(t, n);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(0.05500892922f), f, _mm512_set1_ps(0.24221098423f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.69328290224f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+// The exponentials of a tile's scores: coarse for bf16 caches (their weights go to P.V in bf16), exact for fp32.
+template <bool BF16>
+inline __m512 exp_scores(__m512 x) {
+    if constexpr (BF16)
+        return exp512_bf16(x);
+    else
+        return exp512(x);
+}
+
+// Two weights' rows of 16 lanes as bf16 key pairs (lane i: the even key's weight in the low half), rounded to
+// nearest even as f32_to_bf16.
+inline __m512i weight_pairs(__m512 even, __m512 odd) {
+    alignas(64) static const uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                         8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), (__m512i)_mm512_cvtne2ps_pbh(odd, even));
+}
+
 // One block of BS keys (absolute positions kb..kb+BS) for a tile: kblock [BS][D] from the cache, vals the block's
 // values (Values<BF16>; rows outside every lane's range zeroed), sbuf [BS][16] scratch.
+// Where every lane attends the whole block (a shared pass: always) no masks are needed -- lanes past n are padding,
+// whatever they compute is never read -- and the block's max is taken from the scores in registers, the bf16
+// weights paired as they are computed. Partial maxima and sums keep the dependency chains short.
 template <int D, bool BF16, typename C>
 inline void tile_block(Tile<D>& tile, const C* kblock, const Values<BF16>* vals, int BS, int32_t kb, float* sbuf) {
     const __m512i lo = _mm512_load_si512(tile.lo);
     const __m512i hi = _mm512_load_si512(tile.hi);
+    const __mmask16 lanes = __mmask16((1u << tile.n) - 1u);
+    const __mmask16 whole = _mm512_cmple_epi32_mask(lo, _mm512_set1_epi32(kb)) &
+                            _mm512_cmpge_epi32_mask(hi, _mm512_set1_epi32(kb + BS));
+    const bool full = (lanes & ~whole) == 0;
+    const __m512 mold = _mm512_load_ps(tile.m);
+    __m512 m4[4] = {mold, mold, mold, mold};
     // scores, 16 keys at a time
     for (int j0 = 0; j0 < BS; j0 += 16) {
         __m512 s[16];
@@ -279,49 +318,61 @@ inline void tile_block(Tile<D>& tile, const C* kblock, const Values<BF16>* vals,
         }
         for (int jj = 0; jj < 16; ++jj)
             _mm512_store_ps(&sbuf[(j0 + jj) * 16], s[jj]);
+        if (full)
+            for (int jj = 0; jj < 16; ++jj)
+                m4[jj & 3] = _mm512_max_ps(m4[jj & 3], s[jj]);
     }
-    // masks, the block's max, exponentials
-    __m512 mx = _mm512_load_ps(tile.m);
-    const __m512 mold = mx;
+    // masks (a partial block), the block's max, exponentials
     __mmask16 masks[64];
-    for (int j = 0; j < BS; ++j) {
-        const __m512i kj = _mm512_set1_epi32(kb + j);
-        masks[j] = _mm512_cmple_epi32_mask(lo, kj) & _mm512_cmpgt_epi32_mask(hi, kj);
-        mx = _mm512_mask_max_ps(mx, masks[j], mx, _mm512_load_ps(&sbuf[j * 16]));
+    int jfirst = 0, jlast = BS;
+    if (!full) {
+        for (int j = 0; j < BS; ++j) {
+            const __m512i kj = _mm512_set1_epi32(kb + j);
+            masks[j] = _mm512_cmple_epi32_mask(lo, kj) & _mm512_cmpgt_epi32_mask(hi, kj);
+            m4[j & 3] = _mm512_mask_max_ps(m4[j & 3], masks[j], m4[j & 3], _mm512_load_ps(&sbuf[j * 16]));
+        }
+        while (jlast > 0 && !masks[jlast - 1])
+            --jlast;
+        while (jfirst < jlast && !masks[jfirst])
+            ++jfirst;
     }
-    const __m512 corr = exp512(_mm512_sub_ps(mold, mx));
-    __m512 sum = _mm512_setzero_ps();
-    for (int j = 0; j < BS; ++j) {
-        const __m512 p = _mm512_maskz_mov_ps(masks[j], exp512(_mm512_sub_ps(_mm512_load_ps(&sbuf[j * 16]), mx)));
-        sum = _mm512_add_ps(sum, p);
-        _mm512_store_ps(&sbuf[j * 16], p);
+    const __m512 mx = _mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3]));
+    const __m512 corr = exp_scores<BF16>(_mm512_sub_ps(mold, mx));
+    __m512 s4[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    // bf16 caches: the weights rounded to bf16 (as the AMX path and OpenVINO's own kernels do) in key pairs, one
+    // bf16 dot product per 16 values of d and pair of keys (half the fp32 FMAs); fp32 caches: fp32 FMAs per key
+    [[maybe_unused]] alignas(64) uint32_t pp[32 * 16];  // bf16: pair jp of lane i at pp[jp * 16 + i]
+    const int p0 = jfirst / 2, p1 = (jlast + 1) / 2;
+    if (BF16 && full && BS % 2 == 0) {
+        for (int jp = 0; jp < BS / 2; ++jp) {
+            const __m512 pe = exp_scores<BF16>(_mm512_sub_ps(_mm512_load_ps(&sbuf[2 * jp * 16]), mx));
+            const __m512 po = exp_scores<BF16>(_mm512_sub_ps(_mm512_load_ps(&sbuf[(2 * jp + 1) * 16]), mx));
+            s4[jp & 3] = _mm512_add_ps(s4[jp & 3], _mm512_add_ps(pe, po));
+            _mm512_store_si512(&pp[jp * 16], weight_pairs(pe, po));
+        }
+    } else {
+        for (int j = 0; j < BS; ++j) {
+            __m512 p = exp_scores<BF16>(_mm512_sub_ps(_mm512_load_ps(&sbuf[j * 16]), mx));
+            if (!full)
+                p = _mm512_maskz_mov_ps(masks[j], p);
+            s4[j & 3] = _mm512_add_ps(s4[j & 3], p);
+            _mm512_store_ps(&sbuf[j * 16], p);
+        }
+        if constexpr (BF16)
+            for (int jp = p0; jp < p1; ++jp) {
+                const __m512 po = 2 * jp + 1 < BS ? _mm512_load_ps(&sbuf[(2 * jp + 1) * 16]) : _mm512_setzero_ps();
+                _mm512_store_si512(&pp[jp * 16], weight_pairs(_mm512_load_ps(&sbuf[2 * jp * 16]), po));
+            }
     }
+    const __m512 sum = _mm512_add_ps(_mm512_add_ps(s4[0], s4[1]), _mm512_add_ps(s4[2], s4[3]));
     _mm512_store_ps(tile.m, mx);
     _mm512_store_ps(tile.l, _mm512_fmadd_ps(_mm512_load_ps(tile.l), corr, sum));
     alignas(64) float cr[16];
     _mm512_store_ps(cr, corr);
-    // weighted values, RB lanes at a time with their accumulators in registers (lanes past n are padding: p = 0)
+    // weighted values, RB lanes at a time with their accumulators in registers (lanes past n are padding: p = 0,
+    // or, in a full block, values never read)
     constexpr int V = D / 16;
     constexpr int RB = D <= 64 ? 4 : 2;
-    int jlast = BS;
-    while (jlast > 0 && !masks[jlast - 1])
-        --jlast;
-    int jfirst = 0;
-    while (jfirst < jlast && !masks[jfirst])
-        ++jfirst;
-    // bf16 caches: the weights rounded to bf16 (as the AMX path and OpenVINO's own kernels do) in key pairs, one
-    // bf16 dot product per 16 values of d and pair of keys (half the fp32 FMAs); fp32 caches: fp32 FMAs per key
-    [[maybe_unused]] const int p0 = jfirst / 2, p1 = (jlast + 1) / 2;
-    [[maybe_unused]] alignas(64) uint32_t pp[32 * 16];  // bf16: pair jp of lane i at pp[jp * 16 + i]
-    if constexpr (BF16) {
-        for (int jp = p0; jp < p1; ++jp) {
-            const __m512 pe = _mm512_load_ps(&sbuf[2 * jp * 16]);
-            const __m512 po = 2 * jp + 1 < BS ? _mm512_load_ps(&sbuf[(2 * jp + 1) * 16]) : _mm512_setzero_ps();
-            const __m512i e = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(pe));
-            const __m512i o = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(po));
-            _mm512_store_si512(&pp[jp * 16], _mm512_or_si512(e, _mm512_slli_epi32(o, 16)));
-        }
-    }
     for (int r0 = 0; r0 < tile.n; r0 += RB) {
         __m512 a[RB][V];
 #pragma GCC unroll 8
