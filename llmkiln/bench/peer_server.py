@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import IO, TYPE_CHECKING, Any, Protocol, Self
 
 from llmkiln.dynamo.launcher import LaunchFailed
 from llmkiln.errors import BadInput, KilnError
@@ -69,7 +69,7 @@ class PeerServer:
     ready_timeout_s: float  # wait_ready's default
     opts: PeerOptions
     proc: Proc
-    echo: Any  # IO[str] | None: where the process's output is echoed
+    echo: IO[str] | None  # where the process's output is echoed
     reaper: Reaper | None
     ready_s: float | None
 
