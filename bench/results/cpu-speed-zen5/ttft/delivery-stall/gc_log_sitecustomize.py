@@ -1,8 +1,6 @@
-"""Log the served worker's and the benchmark process's gen1 / gen2 collections (and any collection over 5 ms)
-(README.md; ../../../gc-freeze/gc_log_sitecustomize.py logged the worker only): copy this file as sitecustomize.py
-into a folder, put that folder first on PYTHONPATH of the benchmark (the launch passes its environment to the
-worker), `mkdir -p /tmp/gcsite`, and read /tmp/gcsite/gc-PID.log: unix time, generation, milliseconds, objects
-frozen, objects tracked (gen2 only)."""
+"""Log the served worker's gen1 / gen2 collections (README.md): copy this file as sitecustomize.py into a folder,
+put that folder first on PYTHONPATH of the benchmark (the launch passes its environment to the worker) and read
+/tmp/gcsite/gc-PID.log: unix time, generation, milliseconds, objects frozen at the time."""
 
 import gc
 import os
@@ -24,3 +22,18 @@ if (
             )
 
     gc.callbacks.append(_cb)
+
+if b"experiments.cpu_peers" in open("/proc/self/cmdline", "rb").read():
+    import threading
+
+    def _beat():
+        hb = open(f"/tmp/gcsite/beat-{os.getpid()}.log", "a", buffering=1)
+        last = time.time()
+        while True:
+            time.sleep(0.002)
+            now = time.time()
+            if now - last > 0.02:
+                hb.write(f"{last:.4f} {(now - last) * 1e3:.1f}\n")
+            last = now
+
+    threading.Thread(target=_beat, daemon=True).start()
