@@ -32,7 +32,7 @@ properties of the peer, reported as such, not worked around):
 - **Text prompts only**: `/v1/completions` takes `prompt: str | list[str]` (a list of token ids fails pydantic's
   validation: HTTP 500 "Input should be a valid string"; llama.cpp's C++ server takes ids, this one does not), and the server tokenizes it with the GGUF's vocabulary
   (`tokenize(add_bos=False, special=True)`, plus the BOS when the GGUF's `tokenizer.ggml.add_bos_token` is true).
-  So the peer gets the harness's prompt text, and `check_tokenization` compares the running server's ids
+  So the peer gets the harness's prompt text, and `peer_server.check_tokenization` compares the running server's ids
   (`/extras/tokenize`, the same tokenize call with the same BOS rule) with llmkiln's tokenizer.json for every
   prompt before anything is measured: equal ids there are equal ids in the completion.
 - **No usage in the stream** (no `stream_options.include_usage`, no `prompt_tokens_details.cached_tokens`): the

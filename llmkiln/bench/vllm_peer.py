@@ -17,7 +17,7 @@ recommended CPU setup, tuned to the bench workloads' batch of 8):
 session, a parent-death signal, a reaper — llmkiln.serve.reaper — that kills its cgroup or process group if the
 launcher dies, its output in a log file), waits until /health answers 200 and /v1/models lists the model (a
 compile-at-start server: about a minute), and stops it with SIGTERM, then SIGKILL past a timeout: no process is
-left. `check_tokenization` asks the running server's /tokenize (`tokenize`) for the prompts' ids and compares them
+left. `peer_server.check_tokenization` asks the running server's /tokenize (`tokenize`) for the prompts' ids and compares them
 with the engine's tokenizer (BOS included), so a peer that sees other tokens is caught before it is measured.
 """
 

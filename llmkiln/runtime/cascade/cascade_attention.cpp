@@ -342,7 +342,7 @@ inline void tile_block(Tile<D>& tile, const C* kblock, const Values<BF16>* vals,
     // bf16 caches: the weights rounded to bf16 (as the AMX path and OpenVINO's own kernels do) in key pairs, one
     // bf16 dot product per 16 values of d and pair of keys (half the fp32 FMAs); fp32 caches: fp32 FMAs per key
     [[maybe_unused]] alignas(64) uint32_t pp[32 * 16];  // bf16: pair jp of lane i at pp[jp * 16 + i]
-    const int p0 = jfirst / 2, p1 = (jlast + 1) / 2;
+    [[maybe_unused]] const int p0 = jfirst / 2, p1 = (jlast + 1) / 2;  // bf16 only
     if (BF16 && full && BS % 2 == 0) {
         for (int jp = 0; jp < BS / 2; ++jp) {
             const __m512 pe = exp_scores<BF16>(_mm512_sub_ps(_mm512_load_ps(&sbuf[2 * jp * 16]), mx));
