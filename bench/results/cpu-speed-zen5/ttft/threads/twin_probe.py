@@ -5,7 +5,8 @@ casc = os.environ.get("CASC", "1") == "1"
 print("twin:", r.prompt_req is not None, r.cascade_prompt_req is not None, "cascade", casc)
 dec = lambda n: [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(n)]
 def run(plan):
-    t = time.perf_counter(); r._run(plan, [1]*len(plan), cascade=casc); return (time.perf_counter()-t)*1e3
+    # prompt=True for runs with more than one token in a sequence (as the engine marks runs with prompt tokens)
+    t = time.perf_counter(); r._run(plan, [1]*len(plan), cascade=casc, prompt=any(len(s[1]) > 1 for s in plan)); return (time.perf_counter()-t)*1e3
 mixed = [("t", token_ids(r, 900, 100), PAST, turn)] + dec(7)
 for _ in range(3): run(mixed); run(dec(7)); run(dec(6))
 for rnd in range(2):

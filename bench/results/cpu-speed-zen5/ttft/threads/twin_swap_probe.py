@@ -4,7 +4,8 @@ r, tables, turn = prefix_with_decoders(pathlib.Path(sys.argv[1]), 8, 40)
 assert r.cascade_prompt_req is not None
 dec = lambda n: [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(n)]
 def run(plan):
-    t = time.perf_counter(); r._run(plan, [1]*len(plan), cascade=True); return (time.perf_counter()-t)*1e3
+    # prompt=True for runs with prompt tokens, as the engine marks them: those take the prompt copy
+    t = time.perf_counter(); r._run(plan, [1]*len(plan), cascade=True, prompt=any(len(s[1]) > 1 for s in plan)); return (time.perf_counter()-t)*1e3
 def on_twin(plan):
     r.cascade_req, r.cascade_prompt_req = r.cascade_prompt_req, r.cascade_req
     try: run(plan)
