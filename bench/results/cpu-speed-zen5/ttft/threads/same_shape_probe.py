@@ -1,17 +1,37 @@
-import pathlib, sys, time, statistics, os
-from experiments.shared_prefix_runs import PAST, prefix_with_decoders, token_ids
+import pathlib
+import statistics
+import sys
+import time
+
+from experiments.shared_prefix_runs import PAST, prefix_with_decoders
+
 r, tables, turn = prefix_with_decoders(pathlib.Path(sys.argv[1]), 8, 40)
 casc = True
 decA = [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(7)]
 decB = [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(1, 8)]
 decC = [(f"s{i}", (7,), PAST + 30, tables[i]) for i in range(7)]
+
+
 def run(plan):
-    t = time.perf_counter(); r._run(plan, [1]*len(plan), cascade=casc); return (time.perf_counter()-t)*1e3
-for _ in range(3): run(decA); run(decB); run(decC)
-for rnd in range(2):
+    t = time.perf_counter()
+    r._run(plan, [1] * len(plan), cascade=casc)
+    return (time.perf_counter() - t) * 1e3
+
+
+for _ in range(3):
+    run(decA)
+    run(decB)
+    run(decC)
+for _rnd in range(2):
     same = [run(decA) for _ in range(10)]
     ab = []
-    for _ in range(10): run(decB); ab.append(run(decA))
+    for _ in range(10):
+        run(decB)
+        ab.append(run(decA))
     ac = []
-    for _ in range(10): run(decC); ac.append(run(decA))
-    print(f"decA same {statistics.median(same):.1f} | after decB (other seqs, same shape) {statistics.median(ab):.1f} | after decC (shorter pasts) {statistics.median(ac):.1f}")
+    for _ in range(10):
+        run(decC)
+        ac.append(run(decA))
+    print(
+        f"decA same {statistics.median(same):.1f} | after decB (other seqs, same shape) {statistics.median(ab):.1f} | after decC (shorter pasts) {statistics.median(ac):.1f}"
+    )

@@ -1,29 +1,49 @@
-import pathlib, sys, time, os, statistics, random
+import pathlib
+import random
+import statistics
+import sys
+import time
+
 from experiments.shared_prefix_runs import PAST, prefix_with_decoders, token_ids
+
 r, tables, turn = prefix_with_decoders(pathlib.Path(sys.argv[1]), 8, 40)
 print("prompt twin:", r.cascade_prompt_req is not None)
 dec8 = [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(8)]
 dec7 = dec8[:7]
-def mixed(n): return [("t", token_ids(r, 900, n), PAST, turn), *dec7]
-def run(plan): 
-    t = time.perf_counter(); r._run(plan, [1]*len(plan), cascade=True); return (time.perf_counter()-t)*1e3
+
+
+def mixed(n):
+    return [("t", token_ids(r, 900, n), PAST, turn), *dec7]
+
+
+def run(plan):
+    t = time.perf_counter()
+    r._run(plan, [1] * len(plan), cascade=True)
+    return (time.perf_counter() - t) * 1e3
+
+
 rng = random.Random(1)
-for rnd in range(2):
-  res = {}
-  # A: same mixed shape repeated
-  for _ in range(3): run(mixed(100))
-  res["mixed100 repeated"] = statistics.median([run(mixed(100)) for _ in range(15)])
-  # B: alternate decode(7) and mixed(100)
-  m, d = [], []
-  for _ in range(15):
-      d.append(run(dec7)); m.append(run(mixed(100)))
-  res["alt: mixed100"] = statistics.median(m); res["alt: dec7"] = statistics.median(d)
-  # C: alternate decode and mixed of varying length 80-120
-  m, d = [], []
-  for _ in range(15):
-      d.append(run(dec7)); m.append(run(mixed(rng.randint(80, 120))))
-  res["alt: mixed80-120"] = statistics.median(m); res["alt2: dec7"] = statistics.median(d)
-  res["dec7 repeated"] = statistics.median([run(dec7) for _ in range(15)])
-  # D: mixed varying, back to back
-  res["mixed80-120 b2b"] = statistics.median([run(mixed(rng.randint(80, 120))) for _ in range(15)])
-  print({k: round(v, 2) for k, v in res.items()})
+for _rnd in range(2):
+    res = {}
+    # A: same mixed shape repeated
+    for _ in range(3):
+        run(mixed(100))
+    res["mixed100 repeated"] = statistics.median([run(mixed(100)) for _ in range(15)])
+    # B: alternate decode(7) and mixed(100)
+    m, d = [], []
+    for _ in range(15):
+        d.append(run(dec7))
+        m.append(run(mixed(100)))
+    res["alt: mixed100"] = statistics.median(m)
+    res["alt: dec7"] = statistics.median(d)
+    # C: alternate decode and mixed of varying length 80-120
+    m, d = [], []
+    for _ in range(15):
+        d.append(run(dec7))
+        m.append(run(mixed(rng.randint(80, 120))))
+    res["alt: mixed80-120"] = statistics.median(m)
+    res["alt2: dec7"] = statistics.median(d)
+    res["dec7 repeated"] = statistics.median([run(dec7) for _ in range(15)])
+    # D: mixed varying, back to back
+    res["mixed80-120 b2b"] = statistics.median([run(mixed(rng.randint(80, 120))) for _ in range(15)])
+    print({k: round(v, 2) for k, v in res.items()})

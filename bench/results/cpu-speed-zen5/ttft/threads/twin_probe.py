@@ -1,20 +1,46 @@
-import pathlib, sys, time, statistics, os
+import os
+import pathlib
+import statistics
+import sys
+import time
+
 from experiments.shared_prefix_runs import PAST, prefix_with_decoders, token_ids
+
 r, tables, turn = prefix_with_decoders(pathlib.Path(sys.argv[1]), 8, 40)
 casc = os.environ.get("CASC", "1") == "1"
 print("twin:", r.prompt_req is not None, r.cascade_prompt_req is not None, "cascade", casc)
-dec = lambda n: [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(n)]
+
+
+def dec(n):
+    return [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(n)]
+
+
 def run(plan):
     # prompt=True for runs with more than one token in a sequence (as the engine marks runs with prompt tokens)
-    t = time.perf_counter(); r._run(plan, [1]*len(plan), cascade=casc, prompt=any(len(s[1]) > 1 for s in plan)); return (time.perf_counter()-t)*1e3
+    t = time.perf_counter()
+    r._run(plan, [1] * len(plan), cascade=casc, prompt=any(len(s[1]) > 1 for s in plan))
+    return (time.perf_counter() - t) * 1e3
+
+
 mixed = [("t", token_ids(r, 900, 100), PAST, turn)] + dec(7)
-for _ in range(3): run(mixed); run(dec(7)); run(dec(6))
-for rnd in range(2):
+for _ in range(3):
+    run(mixed)
+    run(dec(7))
+    run(dec(6))
+for _rnd in range(2):
     same = [run(dec(7)) for _ in range(10)]
     am = []
-    for _ in range(10): run(mixed); am.append(run(dec(7)))
+    for _ in range(10):
+        run(mixed)
+        am.append(run(dec(7)))
     a6 = []
-    for _ in range(10): run(dec(6)); a6.append(run(dec(7)))
+    for _ in range(10):
+        run(dec(6))
+        a6.append(run(dec(7)))
     sl = []
-    for _ in range(10): time.sleep(0.06); sl.append(run(dec(7)))
-    print(f"dec7 same {statistics.median(same):.1f} | after mixed {statistics.median(am):.1f} | after dec6 {statistics.median(a6):.1f} | after 60ms sleep {statistics.median(sl):.1f}")
+    for _ in range(10):
+        time.sleep(0.06)
+        sl.append(run(dec(7)))
+    print(
+        f"dec7 same {statistics.median(same):.1f} | after mixed {statistics.median(am):.1f} | after dec6 {statistics.median(a6):.1f} | after 60ms sleep {statistics.median(sl):.1f}"
+    )

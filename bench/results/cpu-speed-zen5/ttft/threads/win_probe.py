@@ -1,17 +1,39 @@
-import pathlib, sys, time, os, json
+import json
+import pathlib
+import sys
+import time
+
 from experiments.shared_prefix_runs import PAST, prefix_with_decoders, token_ids
+
 r, tables, turn = prefix_with_decoders(pathlib.Path(sys.argv[1]), 8, 40)
-dec = lambda n: [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(n)]
-def run(plan): r._run(plan, [1]*len(plan), cascade=True)
+
+
+def dec(n):
+    return [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(n)]
+
+
+def run(plan):
+    r._run(plan, [1] * len(plan), cascade=True)
+
+
 mixed = [("t", token_ids(r, 900, 100), PAST, turn)] + dec(7)
-for _ in range(5): run(dec(7)); run(mixed)
-open("/tmp/s17/ready", "w").write("1"); time.sleep(1.0)
+for _ in range(5):
+    run(dec(7))
+    run(mixed)
+open("/tmp/s17/ready", "w").write("1")
+time.sleep(1.0)
 wins = {"after_mixed": [], "after_dec": []}
 t_end = time.monotonic() + 9
 while time.monotonic() < t_end:
-    run(mixed); a = time.clock_gettime_ns(time.CLOCK_MONOTONIC); run(dec(7)); b = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    run(mixed)
+    a = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    run(dec(7))
+    b = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     wins["after_mixed"].append((a, b))
-    run(dec(7)); a = time.clock_gettime_ns(time.CLOCK_MONOTONIC); run(dec(7)); b = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    run(dec(7))
+    a = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    run(dec(7))
+    b = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     wins["after_dec"].append((a, b))
 json.dump(wins, open("/tmp/s17/wins.json", "w"))
 print({k: sum(b - a for a, b in v) / len(v) / 1e6 for k, v in wins.items()})
