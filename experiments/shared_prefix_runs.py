@@ -90,16 +90,25 @@ def token_ids(r: OpenVinoPagedRunner, start: int, n: int) -> tuple[int, ...]:
     return tuple((start + j) % r.vocab_size for j in range(n))
 
 
+def decodes_on(tables: list[tuple[int, ...]], n: int, own_tokens: int) -> list[Seq]:
+    """The first n of prefix_with_decoders' decoders, one token each after their `own_tokens` on the past."""
+    return [(f"s{i}", (7,), PAST + own_tokens, tables[i]) for i in range(n)]
+
+
+def run_ms(r: OpenVinoPagedRunner, plan: list[Seq], cascade: bool = True, prompt: bool = False) -> float:
+    """The wall time of one run of `plan` (one logits row each) on the cascade graph, or on PagedAttention's when
+    `cascade` is False. `prompt`: the run carries prompt tokens, as the engine marks its prefill runs — only such a
+    run goes to the graph's prompt copy where the runner has one (scheduler.prompt_graph)."""
+    t = time.perf_counter()
+    r._run(plan, [1] * len(plan), cascade=cascade, prompt=prompt)
+    return (time.perf_counter() - t) * 1e3
+
+
 def median_run_ms(
     r: OpenVinoPagedRunner, plan: list[Seq], runs: int = 15, warm: int = 3, cascade: bool = True
 ) -> float:
     """The median wall time of `runs` runs of `plan` (one logits row each) on the cascade graph, or on
     PagedAttention's when `cascade` is False, after `warm`."""
     for _ in range(warm):
-        r._run(plan, [1] * len(plan), cascade=cascade)
-    ts = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        r._run(plan, [1] * len(plan), cascade=cascade)
-        ts.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(ts)
+        run_ms(r, plan, cascade)
+    return statistics.median(run_ms(r, plan, cascade) for _ in range(runs))

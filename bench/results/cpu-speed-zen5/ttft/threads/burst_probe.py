@@ -5,19 +5,17 @@ import time
 
 import numpy as np
 
-from experiments.shared_prefix_runs import PAST, prefix_with_decoders, token_ids
+from experiments.shared_prefix_runs import PAST, decodes_on, prefix_with_decoders, run_ms, token_ids
 
 r, tables, turn = prefix_with_decoders(pathlib.Path(sys.argv[1]), 8, 40)
 
 
 def dec(n):
-    return [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(n)]
+    return decodes_on(tables, n, 40)
 
 
 def run(plan):
-    t = time.perf_counter()
-    r._run(plan, [1] * len(plan), cascade=True)
-    return (time.perf_counter() - t) * 1e3
+    return run_ms(r, plan, True)
 
 
 a = np.random.rand(1024, 1024).astype(np.float32)

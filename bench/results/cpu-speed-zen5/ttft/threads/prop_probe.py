@@ -3,20 +3,17 @@ import os
 import pathlib
 import statistics
 import sys
-import time
 
-from experiments.shared_prefix_runs import PAST, prefix_with_decoders, token_ids
+from experiments.shared_prefix_runs import PAST, decodes_on, prefix_with_decoders, run_ms, token_ids
 
 extra = json.loads(os.environ.get("OVX", "{}")) or None
 r, tables, turn = prefix_with_decoders(pathlib.Path(sys.argv[1]), 8, 40, compile_extra=extra)
-dec7 = [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(7)]
-dec8 = [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(8)]
+dec7 = decodes_on(tables, 7, 40)
+dec8 = decodes_on(tables, 8, 40)
 
 
 def run(plan):
-    t = time.perf_counter()
-    r._run(plan, [1] * len(plan), cascade=True)
-    return (time.perf_counter() - t) * 1e3
+    return run_ms(r, plan, True)
 
 
 mixed = [("t", token_ids(r, 900, 100), PAST, turn)] + dec7

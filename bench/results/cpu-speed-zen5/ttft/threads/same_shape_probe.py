@@ -1,21 +1,18 @@
 import pathlib
 import statistics
 import sys
-import time
 
-from experiments.shared_prefix_runs import PAST, prefix_with_decoders
+from experiments.shared_prefix_runs import PAST, decodes_on, prefix_with_decoders, run_ms
 
 r, tables, turn = prefix_with_decoders(pathlib.Path(sys.argv[1]), 8, 40)
 casc = True
-decA = [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(7)]
+decA = decodes_on(tables, 7, 40)
 decB = [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(1, 8)]
 decC = [(f"s{i}", (7,), PAST + 30, tables[i]) for i in range(7)]
 
 
 def run(plan):
-    t = time.perf_counter()
-    r._run(plan, [1] * len(plan), cascade=casc)
-    return (time.perf_counter() - t) * 1e3
+    return run_ms(r, plan, casc)
 
 
 for _ in range(3):

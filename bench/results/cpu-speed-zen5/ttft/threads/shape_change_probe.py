@@ -1,21 +1,18 @@
 import pathlib
 import statistics
 import sys
-import time
 
-from experiments.shared_prefix_runs import PAST, prefix_with_decoders
+from experiments.shared_prefix_runs import decodes_on, prefix_with_decoders, run_ms
 
 r, tables, turn = prefix_with_decoders(pathlib.Path(sys.argv[1]), 8, 40)
 
 
 def dec(n):
-    return [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(n)]
+    return decodes_on(tables, n, 40)
 
 
 def run(plan, cascade):
-    t = time.perf_counter()
-    r._run(plan, [1] * len(plan), cascade=cascade)
-    return (time.perf_counter() - t) * 1e3
+    return run_ms(r, plan, cascade)
 
 
 for cascade in (True, False):

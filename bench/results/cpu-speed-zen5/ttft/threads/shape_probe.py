@@ -2,13 +2,12 @@ import pathlib
 import random
 import statistics
 import sys
-import time
 
-from experiments.shared_prefix_runs import PAST, prefix_with_decoders, token_ids
+from experiments.shared_prefix_runs import PAST, decodes_on, prefix_with_decoders, run_ms, token_ids
 
 r, tables, turn = prefix_with_decoders(pathlib.Path(sys.argv[1]), 8, 40)
 print("prompt twin:", r.cascade_prompt_req is not None)
-dec8 = [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(8)]
+dec8 = decodes_on(tables, 8, 40)
 dec7 = dec8[:7]
 
 
@@ -17,9 +16,7 @@ def mixed(n):
 
 
 def run(plan):
-    t = time.perf_counter()
-    r._run(plan, [1] * len(plan), cascade=True)
-    return (time.perf_counter() - t) * 1e3
+    return run_ms(r, plan, True)
 
 
 rng = random.Random(1)

@@ -4,7 +4,7 @@ import statistics
 import sys
 import time
 
-from experiments.shared_prefix_runs import PAST, prefix_with_decoders, token_ids
+from experiments.shared_prefix_runs import PAST, decodes_on, prefix_with_decoders, run_ms, token_ids
 
 r, tables, turn = prefix_with_decoders(pathlib.Path(sys.argv[1]), 8, 40)
 casc = os.environ.get("CASC", "1") == "1"
@@ -12,14 +12,12 @@ print("twin:", r.prompt_req is not None, r.cascade_prompt_req is not None, "casc
 
 
 def dec(n):
-    return [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(n)]
+    return decodes_on(tables, n, 40)
 
 
 def run(plan):
-    # prompt=True for runs with more than one token in a sequence (as the engine marks runs with prompt tokens)
-    t = time.perf_counter()
-    r._run(plan, [1] * len(plan), cascade=casc, prompt=any(len(s[1]) > 1 for s in plan))
-    return (time.perf_counter() - t) * 1e3
+    # prompt runs marked as the engine marks them: they take the prompt copy
+    return run_ms(r, plan, casc, prompt=any(len(s[1]) > 1 for s in plan))
 
 
 mixed = [("t", token_ids(r, 900, 100), PAST, turn)] + dec(7)

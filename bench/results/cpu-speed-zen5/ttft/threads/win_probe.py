@@ -3,13 +3,13 @@ import pathlib
 import sys
 import time
 
-from experiments.shared_prefix_runs import PAST, prefix_with_decoders, token_ids
+from experiments.shared_prefix_runs import PAST, decodes_on, prefix_with_decoders, token_ids
 
 r, tables, turn = prefix_with_decoders(pathlib.Path(sys.argv[1]), 8, 40)
 
 
 def dec(n):
-    return [(f"s{i}", (7,), PAST + 40, tables[i]) for i in range(n)]
+    return decodes_on(tables, n, 40)
 
 
 def run(plan):
